@@ -1,0 +1,28 @@
+"""The ``clinrel`` command line (typer). Each command group lives in its own module
+and registers itself through ``register(app)``."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import typer
+
+app = typer.Typer(
+    name="clinrel",
+    help="Subgroup-level, confounding-adjusted reliability evidence for imaging models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+#: command modules, in help order; a module not yet present is skipped
+_COMMAND_MODULES = ("core", "detection", "adjust", "crs", "report", "infer", "metadata")
+
+for _name in _COMMAND_MODULES:
+    _full = f"{__name__}.{_name}"
+    if importlib.util.find_spec(_full) is not None:
+        importlib.import_module(_full).register(app)
+
+
+def main() -> None:  # console-script entry point
+    app()

@@ -1,0 +1,484 @@
+"""Table contracts: what clinrel reads (cases, runs) and what every ``stats`` function returns.
+
+Inputs are validated by :func:`read_cases` and :func:`read_runs`; a violation raises
+:class:`ContractError` whose message names the file, the column, up to five offending
+rows (1-based data rows, i.e. the row numbers R's ``read.csv`` would give) and the fix.
+Messages are module constants so tests can match them.
+
+Outputs follow the *tidy estimate contract* (``ESTIMATE_COLUMNS``): one long DataFrame,
+fixed columns, scalars only, the same dtypes whatever the input. ``tidy()`` builds such
+a frame and ``check_tidy()`` guards it (used by one contract test over every public
+function).
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+# --------------------------------------------------------------------------- errors
+
+
+class ContractError(ValueError):
+    """A table breaks its contract. The message says where, what and how to fix it."""
+
+    def __init__(self, message: str, *, source: str | None = None, column: str | None = None,
+                 rows: Sequence[int] | None = None):
+        super().__init__(message)
+        self.source = source
+        self.column = column
+        self.rows = list(rows) if rows is not None else []
+
+
+MSG_MISSING_FILE = "{source}: file not found; check the path (relative paths are read from {cwd})"
+MSG_ZERO_BYTE = "{source}: the file is empty (0 bytes); export the table again"
+MSG_NOT_TABULAR = ("{source}: cannot be read as a {kind} table ({detail}); "
+                   "save it as CSV (UTF-8, comma-separated, header row) or parquet")
+MSG_BAD_SUFFIX = ("{source}: unknown file type '{suffix}'; "
+                  "give a .csv, .tsv, .txt or .parquet file")
+MSG_ENCODING = ("{source}: not valid UTF-8 text ({detail}); "
+                "re-save the file as UTF-8 (in R: write.csv(..., fileEncoding = 'UTF-8'))")
+MSG_EMPTY = "{source}: the {table} table has no rows; it needs at least one row per {unit}"
+MSG_MISSING_COLUMNS = ("{source}: required column(s) {columns} missing from the {table} table "
+                       "(columns present: {present}); add or rename them")
+MSG_NOT_NUMERIC = ("{source}: column '{column}' must be numeric; rows {rows} have {values}; "
+                   "recode them as numbers or drop the rows")
+MSG_NAN = ("{source}: column '{column}' has missing values; rows {rows} are empty; "
+           "fill them in or drop the rows")
+MSG_BINARY = ("{source}: column '{column}' must be 0/1; rows {rows} have {values}; "
+              "recode them (1 = {one}, 0 = {zero}) or drop the rows")
+MSG_NONFINITE = ("{source}: column '{column}' must be finite; rows {rows} have {values}; "
+                 "replace infinities or drop the rows")
+MSG_NEGATIVE = ("{source}: column '{column}' must be >= 0; rows {rows} have {values}; "
+                "a score is a voxel count or a probability; check the export")
+MSG_DUPLICATE = ("{source}: duplicate {key} pairs; rows {rows} repeat {values}; "
+                 "keep one row per {key}")
+MSG_UNPAIRED = ("{source}: models do not cover the same cases (paired design); {details}; "
+                "give every model a row for every case, or drop those cases from all models")
+MSG_SPLIT = ("{source}: column 'split' must be 'validation' or 'test'; rows {rows} have {values}; "
+             "recode them")
+MSG_FRACTION = ("{source}: column 'label_fraction' must lie in (0, 1]; rows {rows} have {values}; "
+                "write fractions, not percentages (0.1, not 10)")
+MSG_RANGE = ("{source}: column '{column}' must lie in [{lo}, {hi}]; rows {rows} have {values}; "
+             "check the export")
+MSG_SEVERITY = ("{source}: column 'severity' must be a whole number (0 for clean/shift, 1-3 for "
+                "perturbations); rows {rows} have {values}; recode them")
+MSG_NO_CLEAN = ("{source}: every encoder x dataset needs runs at condition 'clean' with "
+                "label_fraction 1 (the discrimination and calibration axes are read there); "
+                "missing for {pairs}; add those runs")
+MSG_REGIME = ("{source}: column 'regime' must be 'frozen' or 'adapted'; rows {rows} have {values}; "
+              "recode them")
+MSG_EMPTY_ID = ("{source}: column '{column}' has empty identifiers; rows {rows}; "
+                "every row needs an identifier")
+
+# --------------------------------------------------------------------------- contracts
+
+CASES_REQUIRED = ("case_id", "model", "label", "score", "site")
+CASES_OPTIONAL = ("patient_id", "pred", "split", "age", "sex", "race", "phase", "scanner",
+                  "tumor_size_mm", "tumor_location")
+CASES_NUMERIC = ("label", "score", "pred", "age", "tumor_size_mm")
+SPLITS = ("validation", "test")
+
+RUNS_REQUIRED = ("encoder", "dataset", "label_fraction", "condition", "severity", "seed",
+                 "auroc", "ece")
+RUNS_OPTIONAL = ("regime", "brier", "nll", "ece_after_ts", "layer")
+RUNS_KEY = ("encoder", "dataset", "label_fraction", "condition", "severity", "seed")
+RUNS_NUMERIC = ("label_fraction", "severity", "seed", "auroc", "ece", "brier", "nll",
+                "ece_after_ts")
+REGIMES = ("frozen", "adapted")
+
+# --------------------------------------------------------------------------- tidy contract
+
+#: Columns every public ``stats`` function returns, in this order, after its grouping
+#: columns (``model, group_var, group_level`` for detection; ``encoder`` ... for CRS).
+ESTIMATE_COLUMNS = ("estimand", "estimate", "std_error", "conf_low", "conf_high", "conf_level",
+                    "n", "n_pos", "n_neg", "method", "flag", "statistic", "p_value", "p_adjusted")
+_FLOAT_COLUMNS = ("estimate", "std_error", "conf_low", "conf_high", "conf_level", "n", "n_pos",
+                  "n_neg", "statistic", "p_value", "p_adjusted")
+_TEXT_COLUMNS = ("estimand", "method", "flag")
+
+#: The column glossary (printed in reports and the README).
+GLOSSARY: dict[str, str] = {
+    "estimand": "what is estimated: a metric (sensitivity, auc, ...), a model term, or an axis",
+    "model": "the model (or encoder) the row describes",
+    "group_var": "the subgroup axis; 'overall' for the whole cohort; 'a:b' for an intersection",
+    "group_level": "the level of group_var; 'overall' for the whole cohort; 'x:y' for an intersection",
+    "estimate": "point estimate (a proportion, AUC, log-odds, difference, score, ...)",
+    "std_error": "standard error where one is defined (NaN otherwise)",
+    "conf_low": "lower confidence limit",
+    "conf_high": "upper confidence limit",
+    "conf_level": "confidence level of the interval, e.g. 0.95",
+    "n": "number of cases (rows) the estimate uses",
+    "n_pos": "number of reference-standard positives (label 1) among them",
+    "n_neg": "number of reference-standard negatives (label 0) among them",
+    "method": "how the interval or test was computed (wilson, delong, bootstrap-percentile, ...)",
+    "flag": "'' when fine; else small_n, empty, not_estimable, separation, singular, ...",
+    "statistic": "test statistic (z, chi-square, ...) for tests and model terms",
+    "p_value": "unadjusted two-sided p-value",
+    "p_adjusted": "multiplicity-adjusted p-value (method in the row's method or a column)",
+}
+
+
+def tidy(frame: pd.DataFrame | dict, *, group_cols: Sequence[str] = ()) -> pd.DataFrame:
+    """Return ``frame`` in the tidy estimate contract.
+
+    Missing contract columns are added (NaN, or ``""`` for ``flag``), numeric columns are
+    cast to float64 and text columns to object, and the columns are ordered
+    ``estimand, *group_cols, <contract>, <any extra columns>``.
+    """
+    df = pd.DataFrame(frame).copy()
+    for col in ESTIMATE_COLUMNS:
+        if col not in df.columns:
+            df[col] = "" if col == "flag" else (np.nan if col not in _TEXT_COLUMNS else "")
+    for col in _FLOAT_COLUMNS:
+        df[col] = pd.to_numeric(df[col], errors="raise").astype("float64")
+    for col in _TEXT_COLUMNS:
+        df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str).astype(object)
+    for col in group_cols:
+        if col not in df.columns:
+            raise KeyError(f"grouping column {col!r} missing from tidy output")
+    lead = ["estimand", *group_cols]
+    rest = [c for c in ESTIMATE_COLUMNS if c != "estimand"]
+    extra = [c for c in df.columns if c not in lead and c not in rest]
+    return df[lead + rest + extra].reset_index(drop=True)
+
+
+def check_tidy(df: pd.DataFrame) -> None:
+    """Raise AssertionError if ``df`` breaks the tidy estimate contract."""
+    if not isinstance(df, pd.DataFrame):
+        raise AssertionError(f"expected a DataFrame, got {type(df).__name__}")
+    missing = [c for c in ESTIMATE_COLUMNS if c not in df.columns]
+    if missing:
+        raise AssertionError(f"tidy output lacks columns {missing}")
+    if df.columns[0] != "estimand":
+        raise AssertionError("the first column of a tidy output must be 'estimand'")
+    for col in _FLOAT_COLUMNS:
+        if df[col].dtype != np.float64:
+            raise AssertionError(f"column {col!r} must be float64, is {df[col].dtype}")
+    for col in _TEXT_COLUMNS:
+        if df[col].dtype != object:
+            raise AssertionError(f"column {col!r} must be object (str), is {df[col].dtype}")
+    for col in df.columns:
+        if df[col].dtype == object and len(df):
+            bad = df[col].map(lambda v: isinstance(v, (list, tuple, dict, np.ndarray, pd.Series)))
+            if bad.any():
+                raise AssertionError(f"column {col!r} holds arrays or containers in cells")
+    if set(df.columns) - set(ESTIMATE_COLUMNS):
+        snake = [c for c in df.columns if c != c.lower() or " " in c or "-" in c]
+        if snake:
+            raise AssertionError(f"columns must be snake_case: {snake}")
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _rows_text(idx: Iterable[int], limit: int = 5) -> str:
+    idx = list(idx)
+    shown = ", ".join(str(int(i) + 1) for i in idx[:limit])
+    return shown + (f" (and {len(idx) - limit} more)" if len(idx) > limit else "")
+
+
+def _values_text(values: Iterable, limit: int = 5) -> str:
+    vals = []
+    for v in list(values)[:limit]:
+        if isinstance(v, float) and math.isnan(v):
+            vals.append("NaN")
+        else:
+            vals.append(repr(v.item() if isinstance(v, np.generic) else v))
+    return ", ".join(vals)
+
+
+def _fail(template: str, *, source: str, column: str | None = None, rows=None, **kw) -> None:
+    rows = list(rows) if rows is not None else None
+    msg = template.format(source=source, column=column, rows=_rows_text(rows or []), **kw)
+    raise ContractError(msg, source=source, column=column,
+                        rows=[int(r) + 1 for r in (rows or [])][:5])
+
+
+def _source_name(path_or_df, default: str) -> str:
+    if isinstance(path_or_df, (str, os.PathLike)):
+        return str(path_or_df)
+    return default
+
+
+def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
+    """Read a CSV/TSV/parquet file (or take a DataFrame) and return ``(frame, source)``.
+
+    Every failure to read becomes a :class:`ContractError` naming the file and the fix.
+    """
+    if isinstance(path_or_df, pd.DataFrame):
+        return path_or_df.copy(), f"<{table} DataFrame>"
+    if not isinstance(path_or_df, (str, os.PathLike)):
+        raise TypeError(f"expected a path or a DataFrame, got {type(path_or_df).__name__}")
+    path = Path(path_or_df)
+    source = str(path)
+    if not path.exists() or not path.is_file():
+        _fail(MSG_MISSING_FILE, source=source, cwd=os.getcwd())
+    if path.stat().st_size == 0:
+        _fail(MSG_ZERO_BYTE, source=source)
+    suffix = path.suffix.lower()
+    if suffix == ".parquet" or suffix == ".pq":
+        try:
+            df = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types for a truncated/garbage file
+            _fail(MSG_NOT_TABULAR, source=source, kind="parquet",
+                  detail=str(exc).splitlines()[0][:160])
+    elif suffix in (".csv", ".tsv", ".txt"):
+        raw = path.read_bytes()
+        if b"\x00" in raw[:4096]:
+            _fail(MSG_NOT_TABULAR, source=source, kind="CSV",
+                  detail="it contains binary (NUL) bytes")
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            _fail(MSG_ENCODING, source=source, detail=f"byte {exc.start}")
+        sep = "\t" if suffix == ".tsv" else None
+        try:
+            df = pd.read_csv(path, sep=sep, engine="python", encoding="utf-8-sig",
+                             skipinitialspace=True)
+        except Exception as exc:
+            _fail(MSG_NOT_TABULAR, source=source, kind="CSV",
+                  detail=str(exc).splitlines()[0][:160])
+        if df.shape[1] <= 1 and df.shape[0] > 0 and len(df.columns) == 1 and "," not in df.columns[0]:
+            # a single column is legal only if it is what the caller asked for; leave to checks
+            pass
+    else:
+        _fail(MSG_BAD_SUFFIX, source=source, suffix=suffix or "(none)")
+    df.columns = [str(c).strip() for c in df.columns]
+    return df, source
+
+
+def _require_columns(df, required, *, source, table):
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        _fail(MSG_MISSING_COLUMNS, source=source, columns=", ".join(f"'{c}'" for c in missing),
+              table=table, present=", ".join(f"'{c}'" for c in df.columns[:12]) or "none",
+              column=missing[0])
+
+
+def _require_numeric(df, column, *, source):
+    if column not in df.columns:
+        return
+    col = df[column]
+    if pd.api.types.is_bool_dtype(col):
+        df[column] = col.astype("float64")
+        return
+    if pd.api.types.is_numeric_dtype(col):
+        df[column] = col.astype("float64")
+        return
+    coerced = pd.to_numeric(col, errors="coerce")
+    bad = np.flatnonzero(coerced.isna().to_numpy() & col.notna().to_numpy())
+    if len(bad):
+        _fail(MSG_NOT_NUMERIC, source=source, column=column, rows=bad,
+              values=_values_text(col.iloc[bad]))
+    df[column] = coerced.astype("float64")
+
+
+def _require_complete(df, column, *, source):
+    bad = np.flatnonzero(df[column].isna().to_numpy())
+    if len(bad):
+        _fail(MSG_NAN, source=source, column=column, rows=bad)
+
+
+def _require_binary(df, column, *, source, one, zero):
+    vals = df[column].to_numpy(dtype="float64")
+    bad = np.flatnonzero(~np.isin(vals, (0.0, 1.0)))
+    if len(bad):
+        _fail(MSG_BINARY, source=source, column=column, rows=bad,
+              values=_values_text(df[column].iloc[bad]), one=one, zero=zero)
+    df[column] = vals.astype("int64")
+
+
+def _require_ids(df, column, *, source):
+    col = df[column]
+    empty = col.isna().to_numpy() | (col.astype(str).str.strip() == "").to_numpy()
+    bad = np.flatnonzero(empty)
+    if len(bad):
+        _fail(MSG_EMPTY_ID, source=source, column=column, rows=bad)
+    df[column] = col.astype(str).str.strip()
+
+
+def _require_in(df, column, allowed, template, *, source):
+    if column not in df.columns:
+        return
+    col = df[column]
+    vals = col.astype(str).str.strip().str.lower()
+    bad = np.flatnonzero(col.notna().to_numpy() & ~vals.isin(allowed).to_numpy())
+    if len(bad):
+        _fail(template, source=source, column=column, rows=bad, values=_values_text(col.iloc[bad]))
+    df[column] = vals.where(col.notna(), None)
+
+
+def _require_range(df, column, lo, hi, *, source):
+    if column not in df.columns:
+        return
+    v = df[column].to_numpy(dtype="float64")
+    bad = np.flatnonzero(~np.isnan(v) & ((v < lo) | (v > hi)))
+    if len(bad):
+        _fail(MSG_RANGE, source=source, column=column, rows=bad, lo=lo, hi=hi,
+              values=_values_text(df[column].iloc[bad]))
+
+
+def _require_unique(df, key, *, source):
+    dup = df.duplicated(list(key), keep="first").to_numpy()
+    bad = np.flatnonzero(dup)
+    if len(bad):
+        vals = ["/".join(str(df[k].iloc[i]) for k in key) for i in bad[:5]]
+        _fail(MSG_DUPLICATE, source=source, column=key[-1], rows=bad,
+              key="(" + ", ".join(key) + ")", values=", ".join(vals))
+
+
+def _require_nonempty(df, *, source, table, unit):
+    if len(df) == 0:
+        _fail(MSG_EMPTY, source=source, table=table, unit=unit)
+
+
+# --------------------------------------------------------------------------- readers
+
+def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame:
+    """Read and validate a **cases** table (one row per model x case).
+
+    Parameters
+    ----------
+    path_or_df : str, Path or DataFrame
+        A CSV/TSV/parquet file or a DataFrame with at least ``case_id, model, label,
+        score, site``.
+    extra_numeric : sequence of str
+        Further columns that must be numeric (e.g. a user's continuous subgroup axis).
+
+    Returns
+    -------
+    DataFrame
+        A copy with ``label`` (and ``pred`` when given) as int64 0/1, numeric columns as
+        float64, ``patient_id`` filled from ``case_id`` when absent, ``split`` in lower
+        case, and ``case_id``, ``model``, ``site``, ``patient_id`` as str.
+
+    Raises
+    ------
+    ContractError
+        When the file cannot be read or the table breaks the contract of DESIGN.md; the
+        message names the file, the column, up to five rows (1-based) and the fix.
+    """
+    df, source = read_table(path_or_df, table="cases")
+    _require_columns(df, CASES_REQUIRED, source=source, table="cases")
+    _require_nonempty(df, source=source, table="cases", unit="model x case")
+    for col in ("case_id", "model", "site"):
+        _require_ids(df, col, source=source)
+    if "patient_id" in df.columns:
+        pid = df["patient_id"]
+        df["patient_id"] = pid.astype(str).str.strip().where(pid.notna(), df["case_id"])
+    else:
+        df["patient_id"] = df["case_id"]
+    for col in (*CASES_NUMERIC, *extra_numeric):
+        _require_numeric(df, col, source=source)
+    _require_complete(df, "label", source=source)
+    _require_binary(df, "label", source=source, one="tumour present", zero="absent")
+    _require_complete(df, "score", source=source)
+    score = df["score"].to_numpy()
+    bad = np.flatnonzero(~np.isfinite(score))
+    if len(bad):
+        _fail(MSG_NONFINITE, source=source, column="score", rows=bad,
+              values=_values_text(df["score"].iloc[bad]))
+    bad = np.flatnonzero(score < 0)
+    if len(bad):
+        _fail(MSG_NEGATIVE, source=source, column="score", rows=bad,
+              values=_values_text(df["score"].iloc[bad]))
+    if "pred" in df.columns:
+        _require_complete(df, "pred", source=source)
+        _require_binary(df, "pred", source=source, one="called positive", zero="called negative")
+    _require_in(df, "split", SPLITS, MSG_SPLIT, source=source)
+    _require_range(df, "age", 0, 130, source=source)
+    _require_range(df, "tumor_size_mm", 0, 1000, source=source)
+    _require_unique(df, ("model", "case_id"), source=source)
+    _check_paired(df, source=source)
+    # one label per case: the reference standard cannot depend on the model
+    per_case = df.groupby("case_id", sort=False)["label"].nunique()
+    conflict = per_case.index[per_case.to_numpy() > 1]
+    if len(conflict):
+        bad = np.flatnonzero(df["case_id"].isin(conflict[:5]).to_numpy())
+        _fail(MSG_BINARY.replace("must be 0/1", "must be the same for every model of a case"),
+              source=source, column="label", rows=bad, values=_values_text(df["label"].iloc[bad]),
+              one="tumour present", zero="absent")
+    return df.reset_index(drop=True)
+
+
+def _check_paired(df, *, source):
+    models = pd.unique(df["model"])
+    if len(models) < 2:
+        return
+    sets = {m: set(df.loc[df["model"] == m, "case_id"]) for m in models}
+    union = set().union(*sets.values())
+    details = []
+    first_bad = None
+    for m in models:
+        missing = sorted(union - sets[m])
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
+            details.append(f"model '{m}' lacks case_id {shown}")
+            if first_bad is None:
+                first_bad = np.flatnonzero(df["case_id"].isin(missing[:5]).to_numpy())
+    if details:
+        _fail(MSG_UNPAIRED, source=source, column="case_id", rows=first_bad,
+              details="; ".join(details[:5]))
+
+
+def read_runs(path_or_df) -> pd.DataFrame:
+    """Read and validate a **runs** table (one row per encoder x dataset x label_fraction x
+    condition x severity x seed).
+
+    Returns a copy with numeric columns as float64 (``severity`` and ``seed`` as int64),
+    ``condition`` in lower case and ``regime`` defaulting to ``"frozen"``.
+
+    Raises
+    ------
+    ContractError
+        Missing columns, non-numeric values, ``label_fraction`` outside (0, 1], a
+        non-integer ``severity``, AUROC or ECE outside [0, 1], duplicate run keys, or an
+        encoder x dataset without a ``clean`` run at label fraction 1.
+    """
+    df, source = read_table(path_or_df, table="runs")
+    _require_columns(df, RUNS_REQUIRED, source=source, table="runs")
+    _require_nonempty(df, source=source, table="runs", unit="run")
+    for col in ("encoder", "dataset", "condition"):
+        _require_ids(df, col, source=source)
+    df["condition"] = df["condition"].str.lower()
+    for col in RUNS_NUMERIC:
+        _require_numeric(df, col, source=source)
+    for col in ("label_fraction", "severity", "seed", "auroc", "ece"):
+        _require_complete(df, col, source=source)
+    frac = df["label_fraction"].to_numpy()
+    bad = np.flatnonzero((frac <= 0) | (frac > 1))
+    if len(bad):
+        _fail(MSG_FRACTION, source=source, column="label_fraction", rows=bad,
+              values=_values_text(df["label_fraction"].iloc[bad]))
+    sev = df["severity"].to_numpy()
+    bad = np.flatnonzero((sev != np.round(sev)) | (sev < 0))
+    if len(bad):
+        _fail(MSG_SEVERITY, source=source, column="severity", rows=bad,
+              values=_values_text(df["severity"].iloc[bad]))
+    df["severity"] = sev.astype("int64")
+    seed = df["seed"].to_numpy()
+    bad = np.flatnonzero(seed != np.round(seed))
+    if len(bad):
+        _fail(MSG_NOT_NUMERIC.replace("numeric", "a whole number"), source=source, column="seed",
+              rows=bad, values=_values_text(df["seed"].iloc[bad]))
+    df["seed"] = seed.astype("int64")
+    for col in ("auroc", "ece", "brier", "ece_after_ts"):
+        _require_range(df, col, 0, 1, source=source)
+    if "regime" in df.columns:
+        df["regime"] = df["regime"].fillna("frozen")
+        _require_in(df, "regime", REGIMES, MSG_REGIME, source=source)
+    else:
+        df["regime"] = "frozen"
+    _require_unique(df, ("regime", *RUNS_KEY), source=source)
+    anchor = df[(df["condition"] == "clean") & (df["label_fraction"] == 1.0)]
+    have = set(map(tuple, anchor[["encoder", "dataset"]].drop_duplicates().to_numpy()))
+    need = df[["encoder", "dataset"]].drop_duplicates()
+    missing = [f"{e}/{d}" for e, d in need.to_numpy() if (e, d) not in have]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
+        _fail(MSG_NO_CLEAN, source=source, column="condition", pairs=shown)
+    return df.reset_index(drop=True)
