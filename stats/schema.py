@@ -57,7 +57,8 @@ MSG_NEGATIVE = ("{source}: column '{column}' must be >= 0; rows {rows} have {val
                 "a score is a voxel count or a probability; check the export")
 MSG_DUPLICATE = ("{source}: duplicate {key} pairs; rows {rows} repeat {values}; "
                  "keep one row per {key}")
-MSG_UNPAIRED = ("{source}: models do not cover the same cases (paired design); {details}; "
+MSG_UNPAIRED = ("{source}: models do not cover the same cases (paired design); {details} "
+                "(rows {rows} hold them for other models); "
                 "give every model a row for every case, or drop those cases from all models")
 MSG_SPLIT = ("{source}: column 'split' must be 'validation' or 'test'; rows {rows} have {values}; "
              "recode them")
@@ -193,7 +194,11 @@ def _values_text(values: Iterable, limit: int = 5) -> str:
 
 def _fail(template: str, *, source: str, column: str | None = None, rows=None, **kw) -> None:
     rows = list(rows) if rows is not None else None
-    msg = template.format(source=source, column=column, rows=_rows_text(rows or []), **kw)
+    shown = _rows_text(rows or [])
+    msg = template.format(source=source, column=column, rows=shown, **kw)
+    if rows is not None and len(rows) == 1:  # grammar: "row 7 has", not "rows 7 have"
+        msg = msg.replace(f"rows {shown} have", f"row {shown} has").replace(
+            f"rows {shown} repeat", f"row {shown} repeats").replace(f"rows {shown} are", f"row {shown} is")
     raise ContractError(msg, source=source, column=column,
                         rows=[int(r) + 1 for r in (rows or [])][:5])
 

@@ -1,0 +1,112 @@
+"""Core commands: ``demo``, ``simulate``, ``validate``."""
+from __future__ import annotations
+
+import shutil
+from enum import Enum
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._common import InputError, atomic_dir, guarded, write_table
+
+DEMO_FILES = ("cases.parquet", "runs.parquet", "plan.yaml", "reference.yaml")
+
+
+def demo_data_dir() -> Path:
+    """The folder of the embedded demo study inside the installed package."""
+    return Path(str(resources.files("clinrel") / "demo_data"))
+
+
+class Kind(str, Enum):
+    auto = "auto"
+    cases = "cases"
+    runs = "runs"
+
+
+class Design(str, Enum):
+    benchx = "benchx"
+    crs = "crs"
+
+
+def _guess_kind(path: Path) -> str:
+    import stats
+
+    df, _ = stats.schema.read_table(path, table="input")
+    cols = set(df.columns)
+    if {"encoder", "auroc"} & cols and not {"case_id", "score"} <= cols:
+        return "runs"
+    if {"case_id", "score"} & cols:
+        return "cases"
+    raise InputError(
+        f"{path}: cannot tell whether this is a cases table (case_id, model, label, score, site) "
+        f"or a runs table (encoder, dataset, label_fraction, condition, severity, seed, auroc, ece); "
+        f"columns present: {', '.join(list(df.columns)[:12])}; pass --kind cases or --kind runs"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @guarded
+    def demo(
+        out: Annotated[Path, typer.Option(help="Folder to write the demo study into.")] = Path("clinrel-demo"),
+        regenerate: Annotated[bool, typer.Option(help="Re-run the networks that made the demo (minutes).")] = False,
+        seed: Annotated[int, typer.Option(help="Seed for --regenerate.")] = 0,
+        quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+    ) -> None:
+        """Write the embedded demo study (cases, runs, plan, reference) to OUT."""
+        src = demo_data_dir()
+        with atomic_dir(out) as tmp:
+            for name in DEMO_FILES:
+                if (src / name).exists():
+                    shutil.copy2(src / name, tmp / name)
+            if regenerate:
+                from inference_runner.demo import regenerate as _regen
+
+                _regen(tmp, seed=seed, quiet=quiet)
+        if not quiet:
+            typer.echo(f"demo study written to {out}; render it with: clinrel report --plan {out / 'plan.yaml'} --out report")
+
+    @app.command()
+    @guarded
+    def simulate(
+        design: Annotated[Design, typer.Argument(help="benchx (a cases table) or crs (a runs table).")],
+        out: Annotated[Path, typer.Option(help="Output .csv or .parquet file.")],
+        scale: Annotated[int, typer.Option(help="benchx: number of cases; crs: number of encoders.")] = 2000,
+        models: Annotated[int, typer.Option(help="benchx: number of models.")] = 3,
+        seed: Annotated[int, typer.Option(help="Random seed.")] = 1,
+        quiet: Annotated[bool, typer.Option("--quiet")] = False,
+    ) -> None:
+        """Simulate a ground-truth study table (BenchX-like cases or CRS-like runs)."""
+        from stats import simulate as sim
+
+        if scale < 1:
+            raise InputError(f"--scale must be >= 1; got {scale}")
+        if design is Design.benchx:
+            data = sim.benchx_cohort(scale, n_models=models, seed=seed).data
+        else:
+            data = sim.crs_runs(n_encoders=scale, seed=seed).data
+        write_table(data, out)
+        if not quiet:
+            typer.echo(f"wrote {len(data)} rows to {out}")
+
+    @app.command()
+    @guarded
+    def validate(
+        file: Annotated[Path, typer.Argument(help="A cases or runs table (.csv, .tsv, .parquet).")],
+        kind: Annotated[Kind, typer.Option(help="Which contract to check.")] = Kind.auto,
+        quiet: Annotated[bool, typer.Option("--quiet")] = False,
+    ) -> None:
+        """Check FILE against its table contract; exit 2 with the reason if it breaks it."""
+        import stats
+
+        k = kind.value if kind is not Kind.auto else _guess_kind(file)
+        df = stats.read_cases(file) if k == "cases" else stats.read_runs(file)
+        if not quiet:
+            if k == "cases":
+                typer.echo(f"{file}: valid cases table: {len(df)} rows, {df['model'].nunique()} models, "
+                           f"{df['case_id'].nunique()} cases, {df['site'].nunique()} sites")
+            else:
+                typer.echo(f"{file}: valid runs table: {len(df)} runs, {df['encoder'].nunique()} encoders, "
+                           f"{df['dataset'].nunique()} datasets")

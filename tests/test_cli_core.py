@@ -1,0 +1,63 @@
+"""The core commands: exit 0 on success, 2 with a one-line message on bad input, no
+traceback, and no partial output."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+from typer.testing import CliRunner
+
+from clinrel.cli import app
+
+runner = CliRunner()
+
+
+def test_validate_ok_and_bad(tmp_path):
+    good = tmp_path / "cases.csv"
+    r = runner.invoke(app, ["simulate", "benchx", "--scale", "200", "--out", str(good)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["validate", str(good)])
+    assert r.exit_code == 0 and "valid cases table" in r.output
+    df = pd.read_csv(good)
+    df.loc[[4, 9], "label"] = 2
+    bad = tmp_path / "bad.csv"
+    df.to_csv(bad, index=False)
+    r = runner.invoke(app, ["validate", str(bad)])
+    assert r.exit_code == 2
+    assert "column 'label' must be 0/1; rows 5, 10 have 2" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_validate_runs_and_missing_file(tmp_path):
+    runs = tmp_path / "runs.parquet"
+    assert runner.invoke(app, ["simulate", "crs", "--scale", "3", "--out", str(runs)]).exit_code == 0
+    r = runner.invoke(app, ["validate", str(runs)])
+    assert r.exit_code == 0 and "valid runs table" in r.output
+    r = runner.invoke(app, ["validate", str(tmp_path / "nope.csv"), "--kind", "cases"])
+    assert r.exit_code == 2 and "file not found" in r.output
+
+
+def test_console_script_exit_code_and_no_traceback(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("case_id,model,label,score\n1,m,1,3\n")
+    exe = Path(sys.executable).with_name("clinrel")
+    p = subprocess.run([str(exe), "validate", str(bad)], capture_output=True, text=True)
+    assert p.returncode == 2
+    assert "required column(s) 'site' missing" in p.stderr
+    assert "Traceback" not in p.stderr + p.stdout
+
+
+def test_demo_writes_study_atomically(tmp_path):
+    out = tmp_path / "demo"
+    r = runner.invoke(app, ["demo", "--out", str(out), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert (out / "cases.parquet").exists() and (out / "runs.parquet").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
+
+
+def test_bad_out_suffix_writes_nothing(tmp_path):
+    r = runner.invoke(app, ["simulate", "benchx", "--scale", "50", "--out", str(tmp_path / "x.xlsx")])
+    assert r.exit_code == 2 and "unknown file type" in r.output
+    assert list(tmp_path.iterdir()) == []
