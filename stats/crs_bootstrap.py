@@ -1,0 +1,429 @@
+"""Paired-seed bootstrap of the Clinical Reliability Score (DESIGN.md, "Paired-seed bootstrap").
+
+Each replicate draws, per dataset, ``S_d`` seed indices with replacement (``S_d`` = number of
+seeds of that dataset), shared by every encoder, label fraction and condition of the
+dataset; the axes, CRS and ranks are recomputed with the anchors held fixed at their
+point-estimate values. Nothing loops over replicates: the runs are packed once into a dense
+array ``auroc[encoder, cell, seed]`` per dataset (cells = clean label fractions and the
+fraction-1 conditions), a block of replicates becomes a count matrix ``W[b, seed]`` (how often
+each seed was drawn) and every seed-mean of the block is one matrix product
+``W @ auroc.T / S_d``. Replicate blocks are independent (``stats._rng.spawn``), so a Dask
+cluster (``scheduler=``) gives the same numbers as this process.
+
+Validated against a loop that resamples the runs table with pandas and calls
+:func:`stats.crs_scores` once per replicate (same seed draws; agreement to 1e-12,
+tests/test_crs_bootstrap.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ._rng import spawn
+from .crs import (AXES, SCORE_ESTIMANDS, composite, crs_scores, normalize, prepare_runs,
+                  read_reference)
+from .schema import tidy
+
+__all__ = ["crs_bootstrap", "CRSBootstrap", "BLOCK_SIZE"]
+
+#: replicates per block; fixed so that results never depend on how blocks are scheduled
+BLOCK_SIZE = 1000
+METHOD = "paired-seed-bootstrap-percentile"
+
+
+# --------------------------------------------------------------------------- dense packing
+
+
+@dataclass
+class _DatasetArrays:
+    n_seeds: int
+    seeds: np.ndarray           # seed labels, in index order
+    auc: np.ndarray             # (E, C, S) with NaN -> 0
+    auc_mask: np.ndarray | None  # (E, C, S) 1.0 where a run exists; None when complete
+    ece: np.ndarray             # (E, S) at clean, fraction 1
+    ece_mask: np.ndarray | None
+    full: int                   # cell index of clean, fraction 1
+    frac_cells: np.ndarray      # cells of clean, fraction < 1
+    cond_cells: np.ndarray      # cells of fraction 1, condition != clean
+    present: np.ndarray         # (E,) encoder has runs in this dataset
+
+
+@dataclass
+class _Dense:
+    regime: str
+    encoders: list[str]
+    datasets: list[str]
+    panel: np.ndarray           # indices of panel encoders
+    anchors: np.ndarray         # (4, 2)
+    weights: dict
+    arrays: list[_DatasetArrays] = field(default_factory=list)
+
+
+def _pack(runs: pd.DataFrame, regime: str, encoders: list[str], panel, anchors, weights) -> _Dense:
+    dense = _Dense(regime, encoders, sorted(pd.unique(runs["dataset"])),
+                   np.flatnonzero(np.isin(encoders, list(panel))), anchors, weights)
+    E = len(encoders)
+    for ds in dense.datasets:
+        sub = runs[runs["dataset"].to_numpy() == ds]
+        clean = sub["condition"].to_numpy() == "clean"
+        full = sub["label_fraction"].to_numpy() == 1.0
+        use = clean | full
+        sub, clean, full = sub[use], clean[use], full[use]
+        keys = pd.DataFrame({"kind": np.where(clean & ~full, 0, np.where(clean, 1, 2)),
+                             "frac": np.where(clean, sub["label_fraction"].to_numpy(), 1.0),
+                             "cond": np.where(clean, "clean", sub["condition"].to_numpy()),
+                             "sev": sub["severity"].to_numpy()})
+        cells = keys.drop_duplicates().sort_values(["kind", "frac", "cond", "sev"]).reset_index(drop=True)
+        cell_idx = pd.MultiIndex.from_frame(cells).get_indexer(pd.MultiIndex.from_frame(keys))
+        seeds = np.sort(pd.unique(sub["seed"]))
+        s_idx = np.searchsorted(seeds, sub["seed"].to_numpy())
+        e_idx = pd.Index(encoders).get_indexer(sub["encoder"])
+        C, S = len(cells), len(seeds)
+        auc = np.full((E, C, S), np.nan)
+        auc[e_idx, cell_idx, s_idx] = sub["auroc"].to_numpy(dtype=float)
+        kind = cells["kind"].to_numpy()
+        full_cell = int(np.flatnonzero(kind == 1)[0])
+        ece = np.full((E, S), np.nan)
+        at_full = cell_idx == full_cell
+        ece[e_idx[at_full], s_idx[at_full]] = sub["ece"].to_numpy(dtype=float)[at_full]
+        present = np.zeros(E, dtype=bool)
+        present[np.unique(e_idx)] = True
+        has = ~np.isnan(auc)
+        has_e = ~np.isnan(ece)
+        complete = bool(has[present].all() and has_e[present].all())
+        dense.arrays.append(_DatasetArrays(
+            n_seeds=S, seeds=seeds, auc=np.nan_to_num(auc, nan=0.0),
+            auc_mask=None if complete else has.astype(float),
+            ece=np.nan_to_num(ece, nan=0.0), ece_mask=None if complete else has_e.astype(float),
+            full=full_cell, frac_cells=np.flatnonzero(kind == 0),
+            cond_cells=np.flatnonzero(kind == 2), present=present))
+    return dense
+
+
+# --------------------------------------------------------------------------- replicate math
+
+
+def _masked_mean(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    n = valid.sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, np.where(valid, x, 0.0).sum(-1) / n, np.nan)
+
+
+def _seed_means(W: np.ndarray, values: np.ndarray, mask: np.ndarray | None, n_seeds: int) -> np.ndarray:
+    """Weighted seed-means: ``(B, S) x (..., S) -> (B, ...)``."""
+    lead = values.shape[:-1]
+    flat = values.reshape(-1, n_seeds)
+    num = W @ flat.T
+    if mask is None:
+        return (num / n_seeds).reshape(W.shape[0], *lead)
+    den = W @ mask.reshape(-1, n_seeds).T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, np.nan).reshape(W.shape[0], *lead)
+
+
+def _replicate_axes(dense: _Dense, counts: list[np.ndarray]) -> np.ndarray:
+    """Raw axes (B, E, 4), mean over datasets, for seed-count matrices ``counts[d]`` (B, S_d)."""
+    B, E, D = counts[0].shape[0], len(dense.encoders), len(dense.arrays)
+    per = np.empty((B, E, D, 4))
+    present = np.stack([arr.present for arr in dense.arrays], axis=1)      # (E, D)
+    for d, arr in enumerate(dense.arrays):      # a handful of datasets, not replicates
+        W = counts[d].astype(float)
+        m = _seed_means(W, arr.auc, arr.auc_mask, arr.n_seeds)             # (B, E, C)
+        disc = m[:, :, arr.full]
+        denom = disc - 0.5
+        denom = np.where(denom > 0, denom, np.nan)
+        fr = m[:, :, arr.frac_cells]
+        le = _masked_mean((fr - 0.5) / denom[..., None], ~np.isnan(fr))
+        co = m[:, :, arr.cond_cells]
+        valid = ~np.isnan(co)
+        drop = np.maximum(0.0, disc[..., None] - co) / denom[..., None]
+        worst = np.where(valid.any(-1), np.where(valid, drop, -np.inf).max(-1, initial=-np.inf), np.nan)
+        rob = 1.0 - (_masked_mean(drop, valid) + worst) / 2.0
+        per[:, :, d, 0] = disc
+        per[:, :, d, 1] = _seed_means(W, arr.ece, arr.ece_mask, arr.n_seeds)
+        per[:, :, d, 2] = le
+        per[:, :, d, 3] = rob
+    # mean over each encoder's datasets; NaN in any of them propagates
+    num = np.where(present[None, :, :, None], per, 0.0).sum(2)
+    return num / present.sum(1)[None, :, None]
+
+
+def _replicate_scores(dense: _Dense, counts: list[np.ndarray]) -> np.ndarray:
+    """Every score estimand (B, E, 12) in the order of ``SCORE_ESTIMANDS``."""
+    x = _replicate_axes(dense, counts)
+    a = normalize(x, dense.anchors)
+    comp = composite(a, a[:, dense.panel], dense.weights)
+    return np.concatenate([x, a, comp], axis=-1)
+
+
+def _draw_counts(rng: np.random.Generator, n: int, n_seeds: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seed indices (n, S) drawn with replacement and their counts (n, S)."""
+    idx = rng.integers(0, n_seeds, size=(n, n_seeds))
+    flat = idx + n_seeds * np.arange(n)[:, None]
+    counts = np.bincount(flat.ravel(), minlength=n * n_seeds).reshape(n, n_seeds)
+    return idx, counts
+
+
+def _run_block(denses: list[_Dense], rng: np.random.Generator, n: int):
+    out = []
+    for dense in denses:           # regimes
+        draws, counts = zip(*(_draw_counts(rng, n, arr.n_seeds) for arr in dense.arrays))
+        out.append((list(draws), _replicate_scores(dense, list(counts))))
+    return out
+
+
+def _map_blocks(denses, rngs, sizes, scheduler):
+    if scheduler is None:
+        return [_run_block(denses, g, n) for g, n in zip(rngs, sizes)]
+    from dask.distributed import Client
+
+    client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+    try:
+        [data] = client.scatter([denses], broadcast=True)
+        futures = client.map(_run_block, [data] * len(sizes), rngs, sizes, pure=False)
+        return client.gather(futures)
+    finally:
+        if client is not scheduler:
+            client.close()
+
+
+# --------------------------------------------------------------------------- result
+
+
+def _percentiles(x: np.ndarray, conf_level: float) -> tuple[np.ndarray, np.ndarray]:
+    alpha = 1.0 - conf_level
+    q = np.quantile(x, [alpha / 2.0, 1.0 - alpha / 2.0], axis=0)
+    return q[0], q[1]
+
+
+def _ranks(crs: np.ndarray) -> np.ndarray:
+    """Rank 1 = best; ties share the better rank; NaN ranks last."""
+    c = np.where(np.isnan(crs), -np.inf, crs)
+    return 1 + (c[..., None, :] > c[..., :, None]).sum(-1)
+
+
+@dataclass
+class CRSBootstrap:
+    """Result of :func:`crs_bootstrap`.
+
+    Attributes
+    ----------
+    point : DataFrame
+        :func:`stats.crs_scores` on the full data (anchors used by every replicate).
+    replicates : dict regime -> array (n_boot, n_encoders, 12)
+        Every score estimand per replicate, in the order of ``stats.crs.SCORE_ESTIMANDS``.
+    draws : dict regime -> dict dataset -> int array (n_boot, n_seeds)
+        The seed indices drawn (index into ``seeds[regime][dataset]``).
+    seeds : dict regime -> dict dataset -> array of seed labels
+    encoders : dict regime -> list of encoder names (array order)
+    """
+
+    point: pd.DataFrame
+    replicates: dict[str, np.ndarray]
+    draws: dict[str, dict[str, np.ndarray]]
+    seeds: dict[str, dict[str, np.ndarray]]
+    encoders: dict[str, list[str]]
+    n_boot: int
+    conf_level: float
+    reference_hash: str
+    reference_version: str
+
+    def _extras(self, df: pd.DataFrame) -> pd.DataFrame:
+        df["n_boot"] = float(self.n_boot)
+        df["reference_hash"] = self.reference_hash
+        df["reference_version"] = self.reference_version
+        return df
+
+    def _crs(self, regime: str) -> np.ndarray:
+        return self.replicates[regime][:, :, SCORE_ESTIMANDS.index("crs")]
+
+    def _point_crs(self, regime: str) -> np.ndarray:
+        p = self.point[(self.point["regime"] == regime) & (self.point["estimand"] == "crs")]
+        return p.set_index("encoder")["estimate"].reindex(self.encoders[regime]).to_numpy()
+
+    def scores(self) -> pd.DataFrame:
+        """Every estimand of :func:`stats.crs_scores` with paired-seed bootstrap percentile
+        CIs (tidy): the point table plus ``std_error`` (bootstrap SD), ``conf_low``,
+        ``conf_high``, ``conf_level``, ``method`` and extra ``n_boot``."""
+        rows = []
+        for regime, rep in self.replicates.items():
+            lo, hi = _percentiles(rep, self.conf_level)
+            se = rep.std(axis=0, ddof=1)
+            E = len(self.encoders[regime])
+            rows.append(pd.DataFrame({
+                "regime": regime,
+                "encoder": np.repeat(self.encoders[regime], len(SCORE_ESTIMANDS)),
+                "estimand": np.tile(SCORE_ESTIMANDS, E),
+                "conf_low": lo.ravel(), "conf_high": hi.ravel(), "std_error": se.ravel()}))
+        ci = pd.concat(rows, ignore_index=True)
+        out = self.point.drop(columns=["conf_low", "conf_high", "std_error"]).merge(
+            ci, on=["regime", "encoder", "estimand"], how="left", sort=False)
+        out["conf_level"] = self.conf_level
+        out["method"] = METHOD
+        return tidy(self._extras(out), group_cols=("encoder", "regime"))
+
+    def rank_probabilities(self, k: int = 3) -> pd.DataFrame:
+        """Rank uncertainty per encoder (tidy).
+
+        Rows per regime x encoder: ``rank`` (point rank by CRS; CI = percentiles of the
+        bootstrap ranks), ``mean_rank``, ``p_rank_1`` (share of replicates ranked first,
+        ties sharing the better rank) and ``p_top_k`` (share ranked <= k; extra ``k``).
+        """
+        if int(k) < 1:
+            raise ValueError(f"k must be >= 1; got {k}")
+        frames = []
+        for regime in self.replicates:
+            ranks = _ranks(self._crs(regime))                      # (B, E)
+            point = _ranks(self._point_crs(regime)[None, :])[0]
+            lo, hi = _percentiles(ranks.astype(float), self.conf_level)
+            enc = self.encoders[regime]
+            est = {"rank": (point, lo, hi), "mean_rank": (ranks.mean(0), lo * np.nan, hi * np.nan),
+                   "p_rank_1": ((ranks == 1).mean(0), lo * np.nan, hi * np.nan),
+                   "p_top_k": ((ranks <= k).mean(0), lo * np.nan, hi * np.nan)}
+            for name, (e, l, h) in est.items():
+                frames.append(pd.DataFrame({"estimand": name, "encoder": enc, "regime": regime,
+                                            "estimate": e.astype(float), "conf_low": l,
+                                            "conf_high": h, "n": float(len(enc))}))
+        out = pd.concat(frames, ignore_index=True)
+        out["conf_level"] = np.where(out["estimand"] == "rank", self.conf_level, np.nan)
+        out["method"] = METHOD
+        out["k"] = float(k)
+        order = {n: i for i, n in enumerate(("rank", "mean_rank", "p_rank_1", "p_top_k"))}
+        out = out.sort_values(["regime", "encoder", "estimand"],
+                              key=lambda s: s.map(order) if s.name == "estimand" else s, kind="stable")
+        return tidy(self._extras(out), group_cols=("encoder", "regime"))
+
+    def differences(self) -> pd.DataFrame:
+        """Every pairwise CRS difference ``crs(encoder) - crs(comparator)`` (tidy).
+
+        Pairs are ordered by point CRS (``encoder`` ranks above ``comparator``). Columns:
+        ``estimate`` (point difference), percentile CI, ``std_error`` (bootstrap SD),
+        ``p_value`` (two-sided bootstrap p, ``min(1, 2 min((1 + #{d* <= 0}) / (B + 1),
+        (1 + #{d* >= 0}) / (B + 1)))``), ``p_adjusted`` (Holm over the regime's pairs).
+        """
+        from statsmodels.stats.multitest import multipletests
+
+        frames = []
+        for regime in self.replicates:
+            crs, point = self._crs(regime), self._point_crs(regime)
+            order = np.argsort(-np.where(np.isnan(point), -np.inf, point), kind="stable")
+            i, j = np.triu_indices(len(order), k=1)
+            i, j = order[i], order[j]
+            d = crs[:, i] - crs[:, j]                               # (B, pairs)
+            lo, hi = _percentiles(d, self.conf_level)
+            B = d.shape[0]
+            p = np.minimum(1.0, 2.0 * np.minimum((1 + (d <= 0).sum(0)) / (B + 1),
+                                                 (1 + (d >= 0).sum(0)) / (B + 1)))
+            enc = np.asarray(self.encoders[regime], dtype=object)
+            frames.append(pd.DataFrame({
+                "estimand": "crs_difference", "encoder": enc[i], "comparator": enc[j],
+                "regime": regime, "estimate": point[i] - point[j], "std_error": d.std(0, ddof=1),
+                "conf_low": lo, "conf_high": hi, "p_value": p,
+                "p_adjusted": multipletests(p, method="holm")[1] if len(p) else p}))
+        out = pd.concat(frames, ignore_index=True)
+        out["conf_level"] = self.conf_level
+        out["method"] = METHOD
+        return tidy(self._extras(out), group_cols=("encoder", "comparator", "regime"))
+
+    def leading_tier(self) -> pd.DataFrame:
+        """The leading tier: the best encoder (highest point CRS) and every encoder whose
+        CRS difference from it is not significant (its percentile CI at ``conf_level``
+        contains 0).
+
+        Rows per regime x encoder: ``estimand`` "difference_from_best", ``estimate``
+        ``crs(encoder) - crs(best)`` (<= 0) with CI and bootstrap p; extras ``best`` and
+        ``in_leading_tier`` (bool).
+        """
+        frames = []
+        for regime in self.replicates:
+            crs, point = self._crs(regime), self._point_crs(regime)
+            b = int(np.nanargmax(point))
+            d = crs - crs[:, [b]]
+            lo, hi = _percentiles(d, self.conf_level)
+            B = d.shape[0]
+            p = np.minimum(1.0, 2.0 * np.minimum((1 + (d <= 0).sum(0)) / (B + 1),
+                                                 (1 + (d >= 0).sum(0)) / (B + 1)))
+            p[b] = 1.0
+            enc = self.encoders[regime]
+            frames.append(pd.DataFrame({
+                "estimand": "difference_from_best", "encoder": enc, "regime": regime,
+                "estimate": point - point[b], "std_error": d.std(0, ddof=1), "conf_low": lo,
+                "conf_high": hi, "p_value": p, "best": enc[b],
+                "in_leading_tier": (hi >= 0) & (lo <= 0)}))
+        out = pd.concat(frames, ignore_index=True)
+        out["conf_level"] = self.conf_level
+        out["method"] = METHOD
+        return tidy(self._extras(out), group_cols=("encoder", "regime"))
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def crs_bootstrap(runs, reference, *, n_boot: int = 10_000, seed=None, conf_level: float = 0.95,
+                  weights: Mapping[str, float] | None = None, scheduler: Any = None) -> CRSBootstrap:
+    """Paired-seed bootstrap of the CRS: percentile CIs, rank probabilities, differences.
+
+    Parameters
+    ----------
+    runs : DataFrame or path
+        The runs table (validated by :func:`stats.read_runs`); each regime separately.
+    reference : path, dict or Reference
+        See :func:`stats.read_reference`. Its anchors (or, by default, the panel's min and
+        max on the full data) are held fixed in every replicate.
+    n_boot : int
+        Number of replicates (default 10,000).
+    seed : int, Generator or None
+        Randomness; replicate blocks of ``BLOCK_SIZE`` use ``stats._rng.spawn(seed, ...)``.
+    conf_level : float
+        Level of the percentile intervals.
+    weights : mapping, optional
+        Overrides the reference's weights.
+    scheduler : None, dask.distributed.Client or address
+        Where replicate blocks run; the same numbers either way.
+
+    Returns
+    -------
+    CRSBootstrap
+        ``.scores()``, ``.rank_probabilities(k)``, ``.differences()``, ``.leading_tier()``
+        (all tidy), plus the raw ``replicates`` and seed ``draws``.
+
+    Notes
+    -----
+    Per replicate and dataset ``d``, seed indices ``i_1..i_{S_d}`` are drawn uniformly with
+    replacement from the dataset's seeds and shared by all encoders, label fractions and
+    conditions; each cell's seed-mean becomes the mean over the drawn seeds (with
+    multiplicity), and the axes and scores follow the formulas of :mod:`stats.crs`.
+    """
+    n_boot = int(n_boot)
+    if n_boot < 2:
+        raise ValueError(f"n_boot must be >= 2; got {n_boot}")
+    if not 0.0 < conf_level < 1.0:
+        raise ValueError(f"conf_level must lie in (0, 1); got {conf_level}")
+    df = prepare_runs(runs)
+    ref = read_reference(reference, encoders=pd.unique(df["encoder"]))
+    point = crs_scores(df, ref, weights=weights)
+    w = dict(ref.weights) if weights is None else {
+        k: float(v) for k, v in weights.items()}
+    denses = []
+    for regime, part in df.groupby("regime", sort=True):
+        encoders = sorted(pd.unique(part["encoder"]))
+        p = point[(point["regime"] == regime) & point["estimand"].isin(AXES)]
+        anchors = (p.drop_duplicates("estimand").set_index("estimand")
+                   .loc[list(AXES), ["anchor_low", "anchor_high"]].to_numpy(dtype=float))
+        denses.append(_pack(part, regime, encoders, ref.panel, anchors, w))
+    sizes = [min(BLOCK_SIZE, n_boot - s) for s in range(0, n_boot, BLOCK_SIZE)]
+    results = _map_blocks(denses, spawn(seed, len(sizes)), sizes, scheduler)
+    replicates, draws, seeds, encoders = {}, {}, {}, {}
+    for r, dense in enumerate(denses):
+        replicates[dense.regime] = np.concatenate([blk[r][1] for blk in results], axis=0)
+        draws[dense.regime] = {ds: np.concatenate([blk[r][0][d] for blk in results], axis=0)
+                               for d, ds in enumerate(dense.datasets)}
+        seeds[dense.regime] = {ds: arr.seeds for ds, arr in zip(dense.datasets, dense.arrays)}
+        encoders[dense.regime] = dense.encoders
+    return CRSBootstrap(point=point, replicates=replicates, draws=draws, seeds=seeds,
+                        encoders=encoders, n_boot=n_boot, conf_level=float(conf_level),
+                        reference_hash=ref.hash, reference_version=ref.version)
