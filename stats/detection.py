@@ -1,0 +1,442 @@
+"""Scan-level calls from voxel scores, threshold selection and sweeps, 2x2 counts.
+
+``scan_level`` turns a continuous score (predicted tumour voxels) into a call
+``pred = score >= threshold``; the threshold is prespecified (from the plan) or chosen on
+``split == "validation"`` only and frozen for every row (STARD 12a: the choice is recorded
+as prespecified or exploratory). ``threshold_sweep`` reports every metric per model over
+a grid of thresholds with the Kendall tau between the model ranking at each threshold and
+at the chosen one. ``confusion_counts`` gives tp/fp/tn/fn per model x subgroup.
+
+The :class:`CaseMatrix` here is the shared engine of ``subgroups``, ``bootstrap`` and
+``compare``: cases x models matrices of labels, calls and scores plus a sparse
+cell-membership matrix (overall, every axis level, every intersection level: the full
+product of levels, so empty cells exist), built once and used with matrix products, never
+a Python loop per cell or per case.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from scipy import sparse
+
+from stats.intervals import proportion_ci
+from stats.schema import ContractError, tidy
+
+GROUP_COLS = ("model", "group_var", "group_level")
+OVERALL = "overall"
+METRICS = ("sensitivity", "specificity", "ppv", "npv", "accuracy", "f1")
+
+MSG_COLUMNS = ("cases: column(s) {cols} missing (columns present: {present}); "
+               "add them, or run stats.read_cases / stats.add_bins first")
+MSG_NO_PRED = ("cases: no 'pred' column (the scan-level call); run "
+               "stats.scan_level(cases, threshold=...) first or give --threshold")
+MSG_UNPAIRED = ("cases: models do not cover the same cases (paired design): {details}; "
+                "give every model one row per case (stats.read_cases names the rows)")
+MSG_NO_VALIDATION = ("cases: choosing the threshold needs rows with split == 'validation' "
+                     "holding both labels for every model; {details}; give a prespecified "
+                     "threshold or add a validation split")
+MSG_CRITERION = "criterion must be 'youden' or 'target_specificity'; got {criterion!r}"
+MSG_TARGET = ("target_specificity must lie in (0, 1] when criterion='target_specificity'; "
+              "got {target!r}")
+MSG_THRESHOLD_MODELS = "threshold: no value for model(s) {models}; give one per model or a number"
+
+
+# --------------------------------------------------------------------------- case matrix
+
+def normalize_by(by) -> list[tuple[str, ...]]:
+    """``by`` as a list of column tuples: "a" -> ("a",), ("a", "b") and "a:b" -> ("a", "b")."""
+    if by is None:
+        return []
+    if isinstance(by, (str, tuple)):
+        by = [by]
+    out: list[tuple[str, ...]] = []
+    for spec in by:
+        cols = tuple(spec.split(":")) if isinstance(spec, str) else tuple(spec)
+        if not cols or any(not isinstance(c, str) or not c for c in cols):
+            raise ContractError(f"by: {spec!r} is not a column name or a tuple of names")
+        if cols not in out and cols != (OVERALL,):
+            out.append(cols)
+    return out
+
+
+def _levels(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Integer codes (-1 = missing) and level names (categories keep their order)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(np.int64), [str(c) for c in col.cat.categories]
+    valid = col.dropna()
+    try:
+        uniq = np.sort(valid.unique())
+    except TypeError:
+        uniq = np.array(sorted(valid.astype(str).unique()), dtype=object)
+        col = col.where(col.isna(), col.astype(str))
+    codes = pd.Categorical(col, categories=uniq).codes.astype(np.int64)
+    return codes, [str(u) for u in uniq]
+
+
+@dataclass
+class CaseMatrix:
+    """Paired cases x models arrays and the cell-membership matrix.
+
+    Attributes: ``case_id`` (n), ``models`` (M), ``label`` (n, bool), ``score`` and
+    ``pred`` (n x M), ``patient`` codes (n), ``site`` codes (n) and names, ``cells`` (a
+    DataFrame group_var, group_level, axis; overall first), ``member`` (sparse
+    cells x n, 0/1), ``axis_of_cell`` (int per cell; 0 = overall).
+    """
+
+    case_id: np.ndarray
+    models: list[str]
+    label: np.ndarray
+    score: np.ndarray
+    pred: np.ndarray | None
+    patient: np.ndarray
+    site: np.ndarray
+    site_names: list[str]
+    cells: pd.DataFrame
+    member: sparse.csr_matrix
+    covariates: pd.DataFrame = field(repr=False)
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.cells)
+
+    def cell_counts(self) -> dict[str, np.ndarray]:
+        """n, n_pos, n_neg (cells) and tp, fp, tn, fn (cells x models)."""
+        y = self.label.astype("float64")
+        A = self.member
+        n_pos = A @ y
+        n = np.asarray(A.sum(axis=1)).ravel()
+        n_neg = n - n_pos
+        out = {"n": n, "n_pos": n_pos, "n_neg": n_neg}
+        if self.pred is not None:
+            P = self.pred.astype("float64")
+            tp = A @ (P * y[:, None])
+            fp = A @ (P * (1 - y)[:, None])
+            out.update(tp=tp, fp=fp, fn=n_pos[:, None] - tp, tn=n_neg[:, None] - fp)
+        return out
+
+
+def case_matrix(cases: pd.DataFrame, by=None, *, need_pred: bool = True) -> CaseMatrix:
+    """Build the :class:`CaseMatrix` of ``cases`` for subgroup specs ``by``."""
+    specs = normalize_by(by)
+    needed = ["case_id", "model", "label", "score", *{c for s in specs for c in s}]
+    missing = [c for c in dict.fromkeys(needed) if c not in cases.columns]
+    if missing:
+        raise ContractError(MSG_COLUMNS.format(cols=", ".join(map(repr, missing)),
+                                               present=", ".join(map(repr, cases.columns[:15]))))
+    if need_pred and "pred" not in cases.columns:
+        raise ContractError(MSG_NO_PRED)
+    case_codes, case_ids = pd.factorize(cases["case_id"], sort=False)
+    model_codes, models = pd.factorize(cases["model"], sort=False)
+    n, M = len(case_ids), len(models)
+    seen = np.zeros((n, M), dtype=np.int64)
+    np.add.at(seen, (case_codes, model_codes), 1)
+    if (seen != 1).any():
+        bad = np.argwhere(seen != 1)[:5]
+        details = "; ".join(f"model '{models[m]}' has {seen[c, m]} row(s) for case_id "
+                            f"'{case_ids[c]}'" for c, m in bad)
+        raise ContractError(MSG_UNPAIRED.format(details=details))
+    score = np.empty((n, M))
+    score[case_codes, model_codes] = cases["score"].to_numpy("float64")
+    pred = None
+    if "pred" in cases.columns:
+        pred = np.zeros((n, M), dtype=np.int8)
+        pred[case_codes, model_codes] = cases["pred"].to_numpy()
+    first = np.zeros(n, dtype=np.int64)
+    first[case_codes[::-1]] = np.arange(len(cases))[::-1]
+    cov = cases.iloc[first].reset_index(drop=True)
+    label = cov["label"].to_numpy() == 1
+    patient = pd.factorize(cov["patient_id"] if "patient_id" in cov else cov["case_id"])[0]
+    if "site" in cov:
+        site, site_names = pd.factorize(cov["site"].astype(str))
+        site_names = list(site_names)
+    else:
+        site, site_names = np.zeros(n, dtype=np.int64), ["all"]
+
+    rows = [(OVERALL, OVERALL, 0)]
+    mem_cell = [np.zeros(n, dtype=np.int64)]
+    mem_case = [np.arange(n)]
+    offset = 1
+    for axis, cols in enumerate(specs, start=1):
+        code = np.zeros(n, dtype=np.int64)
+        names: list[list[str]] = []
+        for col in cols:
+            c, lv = _levels(cov[col])
+            code = np.where((code < 0) | (c < 0), -1, code * len(lv) + c)
+            names.append(lv)
+        levels = [":".join(t) for t in _product(names)]
+        rows += [(":".join(cols), lv, axis) for lv in levels]
+        ok = code >= 0
+        mem_cell.append(offset + code[ok])
+        mem_case.append(np.flatnonzero(ok))
+        offset += len(levels)
+    cells = pd.DataFrame(rows, columns=["group_var", "group_level", "axis"])
+    mc, mi = np.concatenate(mem_cell), np.concatenate(mem_case)
+    member = sparse.csr_matrix((np.ones(len(mc)), (mc, mi)), shape=(len(cells), n))
+    return CaseMatrix(case_id=np.asarray(case_ids), models=list(models), label=label,
+                      score=score, pred=pred, patient=patient, site=site,
+                      site_names=site_names, cells=cells, member=member, covariates=cov)
+
+
+def _product(names: list[list[str]]) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = [()]
+    for lv in names:
+        out = [t + (x,) for t in out for x in lv]
+    return out
+
+
+def ratio(num, den) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+
+
+def metric_fractions(tp, fp, fn, tn) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Numerator and denominator of every count metric (any matching array shapes)."""
+    return {
+        "sensitivity": (tp, tp + fn),
+        "specificity": (tn, tn + fp),
+        "ppv": (tp, tp + fp),
+        "npv": (tn, tn + fn),
+        "accuracy": (tp + tn, tp + fp + fn + tn),
+        "f1": (2 * tp, 2 * tp + fp + fn),
+    }
+
+
+# --------------------------------------------------------------------------- scan level
+
+def scan_level(cases: pd.DataFrame, *, threshold: float | Mapping[str, float] | None = None,
+               criterion: Literal["youden", "target_specificity"] = "youden",
+               target_specificity: float | None = None) -> pd.DataFrame:
+    """Scan-level calls ``pred = score >= threshold``, with the threshold's provenance.
+
+    Parameters
+    ----------
+    cases : DataFrame (the cases contract)
+    threshold : float or {model: float}, optional
+        Prespecified threshold (e.g. 50 predicted voxels). When None it is chosen per
+        model on ``split == "validation"`` rows only and frozen for all rows.
+    criterion : {"youden", "target_specificity"}
+        Youden: maximise sensitivity + specificity - 1 (ties: the larger threshold).
+        target_specificity: the lowest threshold whose validation specificity is
+        >= ``target_specificity``.
+    target_specificity : float in (0, 1]
+
+    Returns
+    -------
+    A copy of ``cases`` with ``pred`` (int 0/1), ``threshold`` (float, per model) and
+    ``threshold_source`` ("prespecified", "validation-youden" or
+    "validation-target-specificity"). ``df.attrs["threshold"]`` records
+    ``{"values": {model: t}, "source": ..., "prespecified": bool, "criterion": ...,
+    "target_specificity": ..., "n_validation": ...}`` (exploratory when chosen on data).
+
+    Notes
+    -----
+    Candidate thresholds are the observed validation scores (``pred = score >= t``
+    changes only there); when no observed score reaches the target specificity the
+    threshold is the next float above the largest validation score (nothing called).
+    """
+    need = [c for c in ("model", "score") if c not in cases.columns]
+    if need:
+        raise ContractError(MSG_COLUMNS.format(cols=", ".join(map(repr, need)),
+                                               present=", ".join(map(repr, cases.columns[:15]))))
+    df = cases.copy()
+    models = pd.unique(df["model"])
+    if threshold is not None:
+        if isinstance(threshold, Mapping):
+            lacking = [m for m in models if m not in threshold]
+            if lacking:
+                raise ContractError(MSG_THRESHOLD_MODELS.format(models=", ".join(map(str, lacking))))
+            values = {m: float(threshold[m]) for m in models}
+        else:
+            values = {m: float(threshold) for m in models}
+        source, info = "prespecified", {}
+    else:
+        values, info = _select_thresholds(df, models, criterion, target_specificity)
+        source = f"validation-{criterion.replace('_', '-')}"
+    t = df["model"].map(values).to_numpy("float64")
+    df["pred"] = (df["score"].to_numpy("float64") >= t).astype("int64")
+    df["threshold"] = t
+    df["threshold_source"] = source
+    df.attrs["threshold"] = {"values": values, "source": source,
+                             "prespecified": source == "prespecified", **info}
+    return df
+
+
+def _select_thresholds(df, models, criterion, target):
+    if criterion not in ("youden", "target_specificity"):
+        raise ValueError(MSG_CRITERION.format(criterion=criterion))
+    if criterion == "target_specificity" and (target is None or not 0 < target <= 1):
+        raise ValueError(MSG_TARGET.format(target=target))
+    for col in ("split", "label"):
+        if col not in df.columns:
+            raise ContractError(MSG_NO_VALIDATION.format(details=f"column '{col}' is missing"))
+    val = df[df["split"].astype(str).str.lower() == "validation"]
+    m_code = pd.Categorical(val["model"], categories=models).codes.astype(np.int64)
+    y = val["label"].to_numpy() == 1
+    s = val["score"].to_numpy("float64")
+    P = np.bincount(m_code[y], minlength=len(models)).astype(float)
+    N = np.bincount(m_code[~y], minlength=len(models)).astype(float)
+    if (P == 0).any() or (N == 0).any():
+        bad = [str(m) for m, p, q in zip(models, P, N) if p == 0 or q == 0]
+        raise ContractError(MSG_NO_VALIDATION.format(details=f"model(s) {', '.join(bad)} lack "
+                                                     "validation positives or negatives"))
+    order = np.lexsort((-s, m_code))
+    g, ss, yy = m_code[order], s[order], y[order]
+    start = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
+    tp_c, fp_c = np.cumsum(yy), np.cumsum(~yy)
+    base = np.repeat(start, np.diff(np.r_[start, len(g)]))
+    tp = tp_c - np.where(base > 0, tp_c[base - 1], 0)
+    fp = fp_c - np.where(base > 0, fp_c[base - 1], 0)
+    last = np.r_[(g[1:] != g[:-1]) | (ss[1:] != ss[:-1]), True]
+    g, t, tp, fp = g[last], ss[last], tp[last], fp[last]
+    sens, spec = tp / P[g], 1 - fp / N[g]
+    values = {}
+    if criterion == "youden":
+        j = sens + spec - 1
+        pick = np.lexsort((-t, -j, g))
+        first = np.r_[True, g[pick][1:] != g[pick][:-1]]
+        for gi, ti in zip(g[pick][first], t[pick][first]):
+            values[models[gi]] = float(ti)
+    else:
+        ok = spec >= target - 1e-12
+        tmin = np.full(len(models), np.inf)
+        np.minimum.at(tmin, g[ok], t[ok])
+        top = np.full(len(models), -np.inf)
+        np.maximum.at(top, g, t)
+        tmin = np.where(np.isinf(tmin), np.nextafter(top, np.inf), tmin)
+        values = {m: float(v) for m, v in zip(models, tmin)}
+    return values, {"criterion": criterion, "target_specificity": target,
+                    "n_validation": int(len(val) // max(len(models), 1))}
+
+
+# --------------------------------------------------------------------------- counts
+
+def confusion_counts(cases: pd.DataFrame, by=None) -> pd.DataFrame:
+    """2x2 counts per model x subgroup cell.
+
+    Returns a plain (wide) DataFrame, not the tidy estimate contract, because these are
+    counts, not estimates: ``model, group_var, group_level, n, n_pos, n_neg, tp, fp, tn,
+    fn`` (int64), overall first, every level of every axis (and the full product of levels
+    for intersections) kept, empty cells with zeros.
+    """
+    cm = case_matrix(cases, by)
+    c = cm.cell_counts()
+    G, M = cm.n_cells, len(cm.models)
+    out = pd.DataFrame({
+        "model": np.repeat(np.array(cm.models, dtype=object), G),
+        "group_var": np.tile(cm.cells["group_var"].to_numpy(), M),
+        "group_level": np.tile(cm.cells["group_level"].to_numpy(), M),
+        "n": np.tile(c["n"], M), "n_pos": np.tile(c["n_pos"], M), "n_neg": np.tile(c["n_neg"], M),
+        **{k: c[k].T.ravel() for k in ("tp", "fp", "tn", "fn")},
+    })
+    for k in ("n", "n_pos", "n_neg", "tp", "fp", "tn", "fn"):
+        out[k] = np.rint(out[k]).astype("int64")
+    return out
+
+
+# --------------------------------------------------------------------------- sweep
+
+def _counts_at(score, label, thresholds) -> tuple[np.ndarray, np.ndarray]:
+    """tp, fp (T x M) with pred = score >= t, vectorized over models and thresholds.
+
+    ``thresholds`` is (T,) for all models or (T, M) per model.
+    """
+    n, M = score.shape
+    thr = np.asarray(thresholds, dtype="float64")
+    thr = np.broadcast_to(thr[:, None] if thr.ndim == 1 else thr, (thr.shape[0], M))
+    uniq = np.unique(np.concatenate([score.ravel(), thr.ravel()]))
+    K = len(uniq) + 1
+    rank = np.searchsorted(uniq, score)
+    key = rank + K * np.arange(M)[None, :]
+    trank = np.searchsorted(uniq, thr) + K * np.arange(M)[None, :]
+    out = []
+    for mask in (label, ~label):
+        keys = np.sort(key[mask].ravel())
+        top = np.searchsorted(keys, K * (np.arange(M) + 1))
+        out.append((top[None, :] - np.searchsorted(keys, trank)).astype("float64"))
+    return out[0], out[1]
+
+
+def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
+                    chosen: float | Mapping[str, float] | None = None,
+                    metrics: Sequence[str] = (*METRICS, "youden"),
+                    ci: str = "wilson", conf_level: float = 0.95) -> pd.DataFrame:
+    """Every metric per model across ``thresholds`` and the stability of the ranking.
+
+    Parameters
+    ----------
+    cases : DataFrame (cases contract; ``pred`` is not needed)
+    thresholds : sequence of float (pred = score >= t)
+    chosen : float or {model: float}, optional
+        The operating threshold; default the ``threshold`` column (per model) left by
+        :func:`scan_level`, else the middle of ``thresholds``.
+    metrics : metric names (sensitivity, specificity, ppv, npv, accuracy, f1, youden)
+    ci : proportion interval for the proportions (wilson, clopper-pearson, jeffreys)
+
+    Returns
+    -------
+    Tidy DataFrame. Metric rows: ``estimand`` (metric), ``model``, ``group_var`` and
+    ``group_level`` "overall", ``estimate``, ``conf_low``/``conf_high`` (proportions;
+    NaN for f1 and youden), ``n``, ``n_pos``, ``n_neg``, ``method``, ``flag``, extras
+    ``threshold``, ``numerator``, ``denominator``, ``ranked_by`` (empty). Ranking rows:
+    ``estimand`` "kendall_tau", ``model`` "all", ``estimate`` Kendall's tau-b between the
+    models' values of ``ranked_by`` at ``threshold`` and at the chosen threshold(s),
+    ``n`` the number of models, ``method`` "kendall-tau-b".
+    """
+    cm = case_matrix(cases, None, need_pred=False)
+    thr = np.asarray(sorted(set(float(t) for t in thresholds)), dtype="float64")
+    if chosen is None:
+        if "threshold" in cases.columns:
+            per = cases.groupby("model", sort=False)["threshold"].first()
+            chosen = {m: float(per[m]) for m in cm.models}
+        else:
+            chosen = float(thr[len(thr) // 2])
+    ref_thr = (np.array([[chosen[m] for m in cm.models]]) if isinstance(chosen, Mapping)
+               else np.array([float(chosen)]))
+    P, N = float(cm.label.sum()), float((~cm.label).sum())
+    frames, values = [], {}
+    for tag, tt in (("sweep", thr), ("ref", ref_thr)):
+        tp, fp = _counts_at(cm.score, cm.label, tt)
+        fr = metric_fractions(tp, fp, P - tp, N - fp)
+        vals = {k: ratio(*fr[k]) for k in METRICS}
+        vals["youden"] = vals["sensitivity"] + vals["specificity"] - 1
+        values[tag] = (vals, fr)
+    vals, fr = values["sweep"]
+    T, M = len(thr), len(cm.models)
+    for k in metrics:
+        if k not in vals:
+            raise ValueError(f"metrics: unknown metric {k!r}; choose from {(*METRICS, 'youden')}")
+        num, den = fr.get(k, (np.full((T, M), np.nan), np.full((T, M), np.nan)))
+        is_prop = k in ("sensitivity", "specificity", "ppv", "npv", "accuracy")
+        lo, hi = (proportion_ci(num, den, method=ci, conf_level=conf_level) if is_prop
+                  else (np.full((T, M), np.nan),) * 2)
+        frames.append(pd.DataFrame({
+            "estimand": k, "model": np.tile(np.array(cm.models, dtype=object), T),
+            "group_var": OVERALL, "group_level": OVERALL,
+            "estimate": vals[k].ravel(), "conf_low": lo.ravel(), "conf_high": hi.ravel(),
+            "conf_level": conf_level, "n": P + N, "n_pos": P, "n_neg": N,
+            "method": ci if is_prop else "none",
+            "flag": np.where(np.isnan(vals[k].ravel()), "not_estimable", ""),
+            "threshold": np.repeat(thr, M), "numerator": num.ravel(),
+            "denominator": den.ravel(), "ranked_by": ""}))
+        tau = kendall_tau_b(vals[k], values["ref"][0][k][0])
+        frames.append(pd.DataFrame({
+            "estimand": "kendall_tau", "model": "all", "group_var": OVERALL,
+            "group_level": OVERALL, "estimate": tau, "n": float(M), "method": "kendall-tau-b",
+            "flag": np.where(np.isnan(tau), "not_estimable", ""), "threshold": thr,
+            "ranked_by": k}))
+    return tidy(pd.concat(frames, ignore_index=True), group_cols=GROUP_COLS)
+
+
+def kendall_tau_b(X: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Kendall's tau-b between each row of ``X`` (T x M) and ``r`` (M), vectorized
+    (equals ``scipy.stats.kendalltau``; NaN when either ranking is constant)."""
+    i, j = np.triu_indices(X.shape[1], 1)
+    sx = np.sign(X[:, i] - X[:, j])
+    sr = np.sign(r[i] - r[j])
+    num = (sx * sr[None, :]).sum(axis=1)
+    den = np.sqrt((sx != 0).sum(axis=1) * float((sr != 0).sum()))
+    return ratio(num, den)
