@@ -55,7 +55,7 @@ _EXPORTS: dict[str, str] = {
 
 _SUBMODULES = {
     "schema", "intervals", "detection", "subgroups", "bootstrap", "compare", "models",
-    "adjust", "calibration", "crs", "crs_bootstrap", "ranking", "simulate", "flow",
+    "adjust", "calibration", "crs", "crs_bootstrap", "ranking", "simulate",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -73,6 +73,8 @@ MSG_NO_CLEAN = ("{source}: every encoder x dataset needs runs at condition 'clea
                 "missing for {pairs}; add those runs")
 MSG_REGIME = ("{source}: column 'regime' must be 'frozen' or 'adapted'; rows {rows} have {values}; "
               "recode them")
+MSG_DUP_COLUMNS = ("{source}: column name(s) {columns} appear more than once; "
+                   "rename or drop the copies so each column name is unique")
 MSG_EMPTY_ID = ("{source}: column '{column}' has empty identifiers; rows {rows}; "
                 "every row needs an identifier")
 
@@ -215,7 +217,8 @@ def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
     Every failure to read becomes a :class:`ContractError` naming the file and the fix.
     """
     if isinstance(path_or_df, pd.DataFrame):
-        return path_or_df.copy(), f"<{table} DataFrame>"
+        df, source = path_or_df.copy(), f"<{table} DataFrame>"
+        return _checked_columns(df, source), source
     if not isinstance(path_or_df, (str, os.PathLike)):
         raise TypeError(f"expected a path or a DataFrame, got {type(path_or_df).__name__}")
     path = Path(path_or_df)
@@ -252,8 +255,16 @@ def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
             pass
     else:
         _fail(MSG_BAD_SUFFIX, source=source, suffix=suffix or "(none)")
+    return _checked_columns(df, source), source
+
+
+def _checked_columns(df: pd.DataFrame, source: str) -> pd.DataFrame:
     df.columns = [str(c).strip() for c in df.columns]
-    return df, source
+    dup = pd.Index(df.columns)[pd.Index(df.columns).duplicated()].unique()
+    if len(dup):
+        _fail(MSG_DUP_COLUMNS, source=source, column=str(dup[0]),
+              columns=", ".join(f"'{c}'" for c in dup))
+    return df
 
 
 def _require_columns(df, required, *, source, table):
