@@ -46,7 +46,7 @@ import pandas as pd
 from .schema import ContractError, read_runs, tidy
 
 __all__ = ["AXES", "SCORE_ESTIMANDS", "Reference", "read_reference", "crs_axes",
-           "crs_scores", "crs_from_axes", "prepare_runs", "resolve_anchors", "composite"]
+           "crs_scores", "crs_from_axes", "axes_wide", "prepare_runs", "resolve_anchors", "composite"]
 
 AXES = ("discrimination", "calibration", "label_efficiency", "robustness")
 #: axes where a lower raw value is better (flipped after normalization)
@@ -352,11 +352,11 @@ def _melt(wide: pd.DataFrame, ids: list[str], estimands: Sequence[str]) -> pd.Da
 # --------------------------------------------------------------------------- scores
 
 
-def resolve_anchors(axes_wide: pd.DataFrame, reference: Reference, *, regime: str = "") -> np.ndarray:
+def resolve_anchors(table: pd.DataFrame, reference: Reference, *, regime: str = "") -> np.ndarray:
     """Anchors ``(4, 2)`` [lo, hi] per axis: the reference's, else the panel's min and max
-    of the raw axes in ``axes_wide`` (rows = encoders of one regime)."""
-    in_panel = axes_wide["encoder"].isin(reference.panel).to_numpy()
-    have = set(axes_wide.loc[in_panel, "encoder"])
+    of the raw axes in ``table`` (rows = encoders of one regime)."""
+    in_panel = table["encoder"].isin(reference.panel).to_numpy()
+    have = set(table.loc[in_panel, "encoder"])
     out = np.empty((len(AXES), 2))
     for j, axis in enumerate(AXES):
         if axis in reference.anchors:
@@ -365,7 +365,7 @@ def resolve_anchors(axes_wide: pd.DataFrame, reference: Reference, *, regime: st
         missing = [p for p in reference.panel if p not in have]
         if missing:
             _ref_fail(MSG_REF_PANEL_REGIME, source=reference.source, names=missing, regime=regime)
-        vals = axes_wide.loc[in_panel, axis].to_numpy(dtype=float)
+        vals = table.loc[in_panel, axis].to_numpy(dtype=float)
         finite = vals[np.isfinite(vals)]
         lo, hi = (finite.min(), finite.max()) if finite.size else (np.nan, np.nan)
         if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
@@ -406,13 +406,13 @@ def composite(a: np.ndarray, a_panel: np.ndarray, weights: Mapping[str, float]) 
     return np.stack([d, s, w, crs], axis=-1)
 
 
-def crs_from_axes(axes_wide: pd.DataFrame, reference, *, weights: Mapping[str, float] | None = None,
+def crs_from_axes(table: pd.DataFrame, reference, *, weights: Mapping[str, float] | None = None,
                   anchors: Mapping[str, np.ndarray] | None = None) -> pd.DataFrame:
     """CRS from raw axes already averaged over datasets.
 
     Parameters
     ----------
-    axes_wide : DataFrame
+    table : DataFrame
         One row per (regime,) encoder with columns ``encoder``, the four axes, optional
         ``regime`` (default "frozen") and optional counts ``n_<axis>``, ``n_runs``.
     reference : path, dict or Reference
@@ -426,7 +426,7 @@ def crs_from_axes(axes_wide: pd.DataFrame, reference, *, weights: Mapping[str, f
     DataFrame (tidy)
         As :func:`crs_scores`.
     """
-    wide = axes_wide.copy()
+    wide = table.copy()
     if "regime" not in wide:
         wide["regime"] = "frozen"
     for c in [f"n_{a}" for a in AXES] + ["n_runs"]:
@@ -464,6 +464,12 @@ def crs_from_axes(axes_wide: pd.DataFrame, reference, *, weights: Mapping[str, f
     return tidy(out, group_cols=("encoder", "regime"))
 
 
+def axes_wide(runs) -> pd.DataFrame:
+    """Raw axes averaged over datasets, one row per regime x encoder (wide: the four axes
+    and ``n_<axis>``, ``n_runs``); the input of :func:`crs_from_axes`."""
+    return _mean_over_datasets(_dataset_axes(prepare_runs(runs)))
+
+
 def crs_scores(runs, reference, *, weights: Mapping[str, float] | None = None) -> pd.DataFrame:
     """Clinical Reliability Score per encoder, anchored to a fixed reference panel.
 
@@ -494,9 +500,8 @@ def crs_scores(runs, reference, *, weights: Mapping[str, float] | None = None) -
     depend only on its own runs and the panel's, so adding candidates leaves every other
     row bit-identical (hypothesis property test in tests/test_crs_property.py).
     """
-    df = prepare_runs(runs)
-    ref = read_reference(reference, encoders=pd.unique(df["encoder"]))
-    wide = _mean_over_datasets(_dataset_axes(df))
+    wide = axes_wide(runs)
+    ref = read_reference(reference, encoders=pd.unique(wide["encoder"]))
     return crs_from_axes(wide, ref, weights=weights)
 
 
