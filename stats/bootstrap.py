@@ -1,0 +1,309 @@
+"""Paired cluster bootstrap for count-based detection metrics.
+
+One resampling of clusters (``patient_id``; optionally within strata such as ``site``) is
+shared by every model and every subgroup cell, so differences between models and between
+subgroups are paired. Each replicate is an exact cluster bootstrap: ``n_h`` cluster
+indices drawn with replacement in each stratum ``h``. Because sensitivity, specificity,
+PPV, NPV, accuracy and F1 are functions of cell counts, a replicate never touches rows:
+
+    replicate counts (B x S) = cluster multiplicities W (B x clusters) @ K (clusters x S)
+
+where ``K`` holds, per cluster, the number of positives and negatives in each cell and the
+true and false positive calls of each model in each cell. ``W`` is built per block of
+replicates with ``np.bincount`` on the drawn indices; the product is a float32 BLAS matrix
+product, exact because every entry and partial sum is an integer below 2**24. The test
+suite shows this equals resampling the rows themselves with the same draws, count for
+count (``tests/test_bootstrap.py``).
+
+Replicate blocks are independent given their child seeds (``stats._rng.spawn``) and have a
+size fixed by the data, so running them on a Dask cluster (``scheduler=``) gives the
+same numbers as running them here.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from scipy import sparse
+from scipy import stats as sps
+
+from stats._rng import spawn
+from stats.detection import GROUP_COLS, CaseMatrix, case_matrix, metric_fractions, ratio
+from stats.schema import ContractError, tidy
+
+CIMethod = Literal["percentile", "bca"]
+BOOT_METRICS = ("sensitivity", "specificity", "ppv", "npv", "accuracy", "f1")
+#: elements (replicates x clusters) of one block: int32 indices of 32 MiB, W of 32 MiB
+_BLOCK_ELEMENTS = 2 ** 23
+
+MSG_STRATA = ("strata: cluster(s) {clusters} appear in more than one '{col}' stratum; a "
+              "cluster must sit in one stratum; drop strata or fix the cluster ids")
+MSG_NBOOT = "n_boot must be a positive integer; got {n!r}"
+
+
+@dataclass
+class BootCounts:
+    """Cluster-level sufficient statistics of a :class:`CaseMatrix`.
+
+    ``K`` (clusters x S, float32): columns ``[n_pos (G), n_neg (G), tp (G x M), fp (G x M)]``;
+    ``strata`` (clusters,) codes; ``G`` cells, ``M`` models.
+    """
+
+    K: np.ndarray
+    strata: np.ndarray
+    G: int
+    M: int
+
+    @property
+    def n_clusters(self) -> int:
+        return self.K.shape[0]
+
+    def block_size(self, n_boot: int) -> int:
+        """Replicates per block: fixed by the data only (so Dask runs match local ones)."""
+        return int(max(1, min(n_boot, _BLOCK_ELEMENTS // max(self.n_clusters, 1))))
+
+    def unpack(self, R: np.ndarray) -> dict[str, np.ndarray]:
+        """tp, fp, fn, tn as (..., G, M) arrays from count rows R (..., S)."""
+        G, M = self.G, self.M
+        lead = R.shape[:-1]
+        n_pos = R[..., :G, None].astype("float64")
+        n_neg = R[..., G:2 * G, None].astype("float64")
+        tp = R[..., 2 * G:2 * G + G * M].reshape(*lead, G, M).astype("float64")
+        fp = R[..., 2 * G + G * M:].reshape(*lead, G, M).astype("float64")
+        return {"tp": tp, "fp": fp, "fn": n_pos - tp, "tn": n_neg - fp}
+
+
+def boot_counts(cm: CaseMatrix, *, strata: str | None = None) -> BootCounts:
+    """Aggregate a case matrix to cluster-level counts (see :class:`BootCounts`)."""
+    if cm.pred is None:
+        raise ContractError("cases: no 'pred' column; run stats.scan_level first")
+    n = len(cm.label)
+    n_cl = int(cm.patient.max()) + 1 if n else 0
+    C = sparse.csr_matrix((np.ones(n), (cm.patient, np.arange(n))), shape=(n_cl, n))
+    AT = cm.member.T.tocsc()
+    y = cm.label.astype("float64")
+    feats = [y, 1 - y]
+    P = cm.pred.astype("float64")
+    feats += [P[:, m] * y for m in range(cm.pred.shape[1])]
+    feats += [P[:, m] * (1 - y) for m in range(cm.pred.shape[1])]
+    G, M = cm.n_cells, len(cm.models)
+    K = np.zeros((n_cl, 2 * G + 2 * G * M), dtype=np.float32)
+    for j, f in enumerate(feats):  # 2 + 2M sparse products, never per cell or case
+        block = (C @ sparse.diags(f) @ AT).toarray()
+        if j < 2:
+            K[:, j * G:(j + 1) * G] = block
+        else:
+            kind, m = divmod(j - 2, M)
+            cols = 2 * G + kind * G * M + np.arange(G) * M + m
+            K[:, cols] = block
+    if strata is None:
+        codes = np.zeros(n_cl, dtype=np.int64)
+    else:
+        if strata not in cm.covariates.columns:
+            raise ContractError(f"strata: column '{strata}' missing from cases; name a column "
+                                f"such as 'site' or pass strata=None")
+        s_codes = pd.factorize(cm.covariates[strata].astype(str))[0]
+        lo = np.full(n_cl, np.iinfo(np.int64).max)
+        hi = np.full(n_cl, -1)
+        np.minimum.at(lo, cm.patient, s_codes)
+        np.maximum.at(hi, cm.patient, s_codes)
+        bad = np.flatnonzero(lo != hi)
+        if len(bad):
+            ids = pd.unique(cm.covariates["patient_id"].to_numpy()[np.isin(cm.patient, bad[:5])])
+            raise ContractError(MSG_STRATA.format(clusters=", ".join(map(str, ids[:5])), col=strata))
+        codes = lo
+    return BootCounts(K=K, strata=codes, G=G, M=M)
+
+
+def draw_indices(rng: np.random.Generator, strata: np.ndarray, size: int) -> np.ndarray:
+    """Cluster indices of ``size`` replicates (size x clusters, int32): in each stratum
+    ``h`` with ``n_h`` clusters, ``n_h`` draws with replacement from that stratum."""
+    order = np.argsort(strata, kind="stable")
+    bounds = np.r_[0, np.flatnonzero(np.diff(strata[order])) + 1, len(order)]
+    parts = [order[a:b][rng.integers(0, b - a, size=(size, b - a), dtype=np.int32)]
+             for a, b in zip(bounds[:-1], bounds[1:])]
+    return np.concatenate(parts, axis=1).astype(np.int32, copy=False)
+
+
+def _block(rng: np.random.Generator, K: np.ndarray, strata: np.ndarray, size: int) -> np.ndarray:
+    """Replicate counts (size x S) of one block: W (from bincount) @ K."""
+    n_cl = K.shape[0]
+    idx = draw_indices(rng, strata, size)
+    flat = (idx + (np.arange(size, dtype=np.int64) * n_cl)[:, None]).ravel()
+    W = np.bincount(flat, minlength=size * n_cl).reshape(size, n_cl).astype(np.float32)
+    return W @ K
+
+
+def replicate_counts(bc: BootCounts, n_boot: int, *, seed=None, scheduler=None) -> np.ndarray:
+    """Counts of ``n_boot`` paired cluster-bootstrap replicates (n_boot x S, float32).
+
+    Blocks of :meth:`BootCounts.block_size` replicates get child generators
+    ``spawn(seed, n_blocks)``; with ``scheduler`` (a ``dask.distributed.Client`` or a
+    scheduler address) the blocks run on that cluster and the result is identical.
+    """
+    if not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+        raise ValueError(MSG_NBOOT.format(n=n_boot))
+    size = bc.block_size(n_boot)
+    sizes = [size] * (n_boot // size) + ([n_boot % size] if n_boot % size else [])
+    gens = spawn(seed, len(sizes))
+    if scheduler is None:
+        out = [_block(g, bc.K, bc.strata, s) for g, s in zip(gens, sizes)]
+    else:
+        from distributed import Client
+
+        client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+        try:
+            K = client.scatter(bc.K, broadcast=True)
+            futures = client.map(_block, gens, [K] * len(sizes), [bc.strata] * len(sizes),
+                                 sizes, pure=False)
+            out = client.gather(futures)
+        finally:
+            if client is not scheduler:
+                client.close()
+    return np.concatenate(out, axis=0)
+
+
+# --------------------------------------------------------------------------- intervals
+
+def _sorted_quantile(srt: np.ndarray, k: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Linear-interpolation quantile (numpy's default) of columns sorted with NaN last;
+    ``k`` valid values per column, ``q`` a level per column."""
+    pos = q * (k - 1)
+    lo = np.clip(np.floor(pos).astype(np.int64), 0, None)
+    hi = np.minimum(lo + 1, np.maximum(k - 1, 0))
+    frac = pos - lo
+    a = np.take_along_axis(srt, lo[None, :], axis=0)[0]
+    b = np.take_along_axis(srt, hi[None, :], axis=0)[0]
+    out = a + (b - a) * frac
+    return np.where(k > 0, out, np.nan)
+
+
+def boot_interval(reps: np.ndarray, theta: np.ndarray, *, conf_level: float = 0.95,
+                  method: CIMethod = "percentile", jack: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile or BCa limits per column of ``reps`` (B x P), NaN replicates dropped.
+
+    BCa: ``z0 = Phi^-1(#{theta* < theta} / B)``, acceleration
+    ``a = sum(d^3) / (6 (sum d^2)^1.5)`` with ``d = mean(theta_(i)) - theta_(i)`` over the
+    leave-one-cluster-out values ``jack`` (clusters x P); limits at levels
+    ``Phi(z0 + (z0 + z_q) / (1 - a (z0 + z_q)))`` (Efron 1987; DiCiccio & Efron 1996).
+    """
+    alpha = 1 - conf_level
+    srt = np.sort(reps, axis=0)
+    k = (~np.isnan(reps)).sum(axis=0)
+    q = np.array([alpha / 2, 1 - alpha / 2])
+    if method == "percentile":
+        return tuple(_sorted_quantile(srt, k, np.full(reps.shape[1], qq)) for qq in q)
+    if method != "bca":
+        raise ValueError(f"ci_method must be 'percentile' or 'bca'; got {method!r}")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        prop = (reps < theta[None, :]).sum(axis=0) / k
+        z0 = sps.norm.ppf(prop)
+        d = np.nanmean(jack, axis=0)[None, :] - jack
+        num = np.nansum(d ** 3, axis=0)
+        den = 6 * np.nansum(d ** 2, axis=0) ** 1.5
+        a = np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
+        out = []
+        for qq in q:
+            zq = sps.norm.ppf(qq)
+            level = sps.norm.cdf(z0 + (z0 + zq) / (1 - a * (z0 + zq)))
+            out.append(np.where(np.isfinite(level), _sorted_quantile(srt, k, np.nan_to_num(level)),
+                                np.nan))
+    return out[0], out[1]
+
+
+def _nan_sd(flat: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Column SD (ddof=1) ignoring NaN; NaN with fewer than two valid values."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.nansum(flat, axis=0) / valid
+        ss = np.nansum((flat - mean[None, :]) ** 2, axis=0)
+        return np.where(valid > 1, np.sqrt(ss / np.maximum(valid - 1, 1)), np.nan)
+
+
+def metric_arrays(counts: dict[str, np.ndarray], metrics: Sequence[str]) -> dict[str, np.ndarray]:
+    fr = metric_fractions(counts["tp"], counts["fp"], counts["fn"], counts["tn"])
+    return {k: ratio(*fr[k]) for k in metrics}
+
+
+def bootstrap_table(cm: CaseMatrix, bc: BootCounts, R: np.ndarray, *,
+                    metrics: Sequence[str], conf_level: float, ci_method: CIMethod
+                    ) -> pd.DataFrame:
+    """Tidy bootstrap rows (metric x model x cell) from replicate counts ``R``."""
+    total = bc.K.sum(axis=0, dtype=np.float64)
+    theta = metric_arrays(bc.unpack(total), metrics)
+    reps = metric_arrays(bc.unpack(R), metrics)
+    jack = metric_arrays(bc.unpack(total[None, :] - bc.K), metrics) if ci_method == "bca" else None
+    G, M = bc.G, bc.M
+    counts = cm.cell_counts()
+    frames = []
+    for k in metrics:
+        flat = reps[k].reshape(len(R), G * M)
+        th = theta[k].reshape(G * M)
+        lo, hi = boot_interval(flat, th, conf_level=conf_level, method=ci_method,
+                               jack=None if jack is None else jack[k].reshape(-1, G * M))
+        valid = (~np.isnan(flat)).sum(axis=0)
+        se = _nan_sd(flat, valid)
+        frames.append(pd.DataFrame({
+            "estimand": k,
+            "model": np.tile(np.array(cm.models, dtype=object), G),
+            "group_var": np.repeat(cm.cells["group_var"].to_numpy(), M),
+            "group_level": np.repeat(cm.cells["group_level"].to_numpy(), M),
+            "estimate": th, "std_error": se, "conf_low": lo, "conf_high": hi,
+            "conf_level": conf_level, "n": np.repeat(counts["n"], M),
+            "n_pos": np.repeat(counts["n_pos"], M), "n_neg": np.repeat(counts["n_neg"], M),
+            "method": f"bootstrap-{ci_method}",
+            "flag": np.where(np.repeat(counts["n"], M) == 0, "empty",
+                             np.where(np.isnan(th), "not_estimable", "")),
+            "n_boot": float(len(R)), "n_boot_valid": valid.astype("float64")}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def cluster_bootstrap(cases: pd.DataFrame, *, by=None,
+                      metrics: Sequence[str] = ("sensitivity", "specificity", "ppv", "npv", "f1"),
+                      n_boot: int = 2000, ci_method: CIMethod = "percentile",
+                      conf_level: float = 0.95, strata: str | None = None, seed=None,
+                      scheduler=None) -> pd.DataFrame:
+    """Paired cluster-bootstrap intervals for count metrics per model x subgroup cell.
+
+    Parameters
+    ----------
+    cases : DataFrame with ``pred`` (see :func:`stats.scan_level`) and ``patient_id``
+        (the cluster; ``case_id`` when absent).
+    by : subgroup specs as in :func:`stats.subgroup_metrics` (overall always included).
+    metrics : subset of sensitivity, specificity, ppv, npv, accuracy, f1.
+    n_boot : number of replicates.
+    ci_method : "percentile" or "bca" (acceleration by the jackknife over clusters).
+    strata : column (e.g. "site") within which clusters are resampled; None: no strata.
+    seed : int, Generator or None.
+    scheduler : None (here), a ``dask.distributed.Client`` or a scheduler address.
+
+    Returns
+    -------
+    Tidy DataFrame, one row per metric x model x cell: ``estimate`` (full sample),
+    ``std_error`` (SD of the replicates), ``conf_low``/``conf_high``, ``n``, ``n_pos``,
+    ``n_neg``, ``method`` ("bootstrap-percentile" or "bootstrap-bca"), ``flag`` ("empty",
+    "not_estimable"), extras ``n_boot`` and ``n_boot_valid`` (replicates in which the
+    metric was defined; the others are dropped).
+
+    Notes
+    -----
+    Every model and every cell uses the same replicates (paired). Replicates are exact
+    cluster resamples computed from cluster-level counts (module docstring). Percentile
+    limits use numpy's linear interpolation.
+
+    References
+    ----------
+    Davison AC, Hinkley DV (1997) Bootstrap Methods and their Application, sec. 3.8 and 5.3.
+    Efron B (1987) JASA 82:171-185.
+    """
+    bad = [k for k in metrics if k not in BOOT_METRICS]
+    if bad:
+        raise ValueError(f"metrics: {bad} cannot be bootstrapped from counts; choose from {BOOT_METRICS}")
+    cm = case_matrix(cases, by)
+    bc = boot_counts(cm, strata=strata)
+    R = replicate_counts(bc, n_boot, seed=seed, scheduler=scheduler)
+    out = bootstrap_table(cm, bc, R, metrics=metrics, conf_level=conf_level, ci_method=ci_method)
+    return tidy(out, group_cols=GROUP_COLS)
