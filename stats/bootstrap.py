@@ -239,24 +239,24 @@ def bootstrap_table(cm: CaseMatrix, bc: BootCounts, R: np.ndarray, *,
     G, M = bc.G, bc.M
     counts = cm.cell_counts()
     frames = []
-    for k in metrics:
-        flat = reps[k].reshape(len(R), G * M)
-        th = theta[k].reshape(G * M)
-        lo, hi = boot_interval(flat, th, conf_level=conf_level, method=ci_method,
-                               jack=None if jack is None else jack[k].reshape(-1, G * M))
+    for k in metrics:  # model-major layout: row = model * G + cell
+        flat = reps[k].transpose(0, 2, 1).reshape(len(R), M * G)
+        th = theta[k].T.reshape(M * G)
+        jk = None if jack is None else jack[k].transpose(0, 2, 1).reshape(-1, M * G)
+        lo, hi = boot_interval(flat, th, conf_level=conf_level, method=ci_method, jack=jk)
         valid = (~np.isnan(flat)).sum(axis=0)
         se = _nan_sd(flat, valid)
+        n = np.tile(counts["n"], M)
         frames.append(pd.DataFrame({
             "estimand": k,
-            "model": np.tile(np.array(cm.models, dtype=object), G),
-            "group_var": np.repeat(cm.cells["group_var"].to_numpy(), M),
-            "group_level": np.repeat(cm.cells["group_level"].to_numpy(), M),
+            "model": np.repeat(np.array(cm.models, dtype=object), G),
+            "group_var": np.tile(cm.cells["group_var"].to_numpy(), M),
+            "group_level": np.tile(cm.cells["group_level"].to_numpy(), M),
             "estimate": th, "std_error": se, "conf_low": lo, "conf_high": hi,
-            "conf_level": conf_level, "n": np.repeat(counts["n"], M),
-            "n_pos": np.repeat(counts["n_pos"], M), "n_neg": np.repeat(counts["n_neg"], M),
+            "conf_level": conf_level, "n": n,
+            "n_pos": np.tile(counts["n_pos"], M), "n_neg": np.tile(counts["n_neg"], M),
             "method": f"bootstrap-{ci_method}",
-            "flag": np.where(np.repeat(counts["n"], M) == 0, "empty",
-                             np.where(np.isnan(th), "not_estimable", "")),
+            "flag": np.where(n == 0, "empty", np.where(np.isnan(th), "not_estimable", "")),
             "n_boot": float(len(R)), "n_boot_valid": valid.astype("float64")}))
     return pd.concat(frames, ignore_index=True)
 

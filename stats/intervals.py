@@ -198,27 +198,6 @@ def _labels(label, *scores) -> tuple[np.ndarray, list[np.ndarray]]:
     return y.astype(bool), out
 
 
-def _group_midranks(group: np.ndarray, score: np.ndarray) -> np.ndarray:
-    """Midrank (1-based, ties averaged) of each score within its group."""
-    order = np.lexsort((score, group))
-    g, s = group[order], score[order]
-    n = len(s)
-    if n == 0:
-        return np.empty(0)
-    new_run = np.ones(n, dtype=bool)
-    new_run[1:] = (g[1:] != g[:-1]) | (s[1:] != s[:-1])
-    new_group = np.ones(n, dtype=bool)
-    new_group[1:] = g[1:] != g[:-1]
-    pos = np.arange(n, dtype="float64")
-    run_id = np.cumsum(new_run) - 1
-    run_first = pos[new_run]
-    run_last = np.append(run_first[1:] - 1, n - 1)
-    group_first = np.maximum.accumulate(np.where(new_group, pos, 0.0))
-    ranks = np.empty(n)
-    ranks[order] = (run_first[run_id] + run_last[run_id]) / 2 - group_first + 1
-    return ranks
-
-
 def delong_placements(group, label, score, n_groups: int | None = None) -> dict[str, np.ndarray]:
     """DeLong structural components per group (Sun & Xu 2014), vectorized over groups.
 
@@ -231,6 +210,12 @@ def delong_placements(group, label, score, n_groups: int | None = None) -> dict[
     dict with ``auc``, ``var``, ``m`` (cases), ``k`` (controls) per group (length G) and
     ``v`` per observation: V10 for cases (fraction of controls below, ties 1/2) and
     V01 for controls (fraction of cases above, ties 1/2).
+
+    Notes
+    -----
+    One sort of ``(group, score)``; within each run of tied scores the placement of a
+    case is ``(controls below + controls tied / 2) / k`` (the midrank difference of
+    Sun & Xu), and of a control ``1 - (cases below + cases tied / 2) / m``.
     """
     group = np.asarray(group, dtype=np.int64)
     y = np.asarray(label, dtype=bool)
@@ -238,12 +223,28 @@ def delong_placements(group, label, score, n_groups: int | None = None) -> dict[
     G = int(n_groups if n_groups is not None else (group.max() + 1 if len(group) else 0))
     m = np.bincount(group[y], minlength=G).astype("float64")
     k = np.bincount(group[~y], minlength=G).astype("float64")
-    r_all = _group_midranks(group, s)
-    r_own = np.empty_like(r_all)
-    r_own[y] = _group_midranks(group[y], s[y])
-    r_own[~y] = _group_midranks(group[~y], s[~y])
+    N = len(s)
+    v = np.empty(N)
+    if N:
+        _, srank = np.unique(s, return_inverse=True)
+        key = group * (int(srank.max()) + 1) + srank.ravel()
+        order = np.argsort(key, kind="stable")
+        ks, ys, gs = key[order], y[order], group[order]
+        run_start = np.r_[True, ks[1:] != ks[:-1]]
+        run_id = np.cumsum(run_start) - 1
+        first = np.flatnonzero(run_start)
+        last = np.r_[first[1:], N]
+        gfirst = np.maximum.accumulate(np.where(np.r_[True, gs[1:] != gs[:-1]], np.arange(N), 0))
+        cpos = np.r_[0, np.cumsum(ys)]
+        cneg = np.r_[0, np.cumsum(~ys)]
+        pos_below = (cpos[first] - cpos[gfirst[first]])[run_id]
+        neg_below = (cneg[first] - cneg[gfirst[first]])[run_id]
+        pos_tied = (cpos[last] - cpos[first])[run_id]
+        neg_tied = (cneg[last] - cneg[first])[run_id]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v[order] = np.where(ys, (neg_below + neg_tied / 2) / k[gs],
+                                1 - (pos_below + pos_tied / 2) / m[gs])
     with np.errstate(divide="ignore", invalid="ignore"):
-        v = np.where(y, (r_all - r_own) / k[group], 1 - (r_all - r_own) / m[group])
         auc = np.bincount(group[y], weights=v[y], minlength=G) / m
         dev2 = (v - auc[group]) ** 2
         s10 = np.bincount(group[y], weights=dev2[y], minlength=G) / (m - 1)

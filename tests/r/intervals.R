@@ -93,4 +93,13 @@ for (i in 1:(length(ms) - 1)) for (j in (i + 1):length(ms)) {
   add("delong-sim", paste(ms[i], ms[j], sep = "-"), c("z", "p", "low", "high"),
       c(tt$statistic, tt$p.value, tt$conf.int))
 }
+# --- two-sample proportion test (subgroup vs rest) and multiplicity adjustment
+for (u in list(c(30, 50, 160, 200), c(3, 15, 170, 235), c(0, 12, 40, 60), c(12, 12, 50, 50))) {
+  pt <- suppressWarnings(prop.test(c(u[1], u[3]), c(u[2], u[4]), correct = FALSE))
+  add("prop-test-2", paste(u, collapse = "/"), c("chisq", "p"), c(pt$statistic, pt$p.value))
+}
+pv <- c(0.001, 0.04, 0.03, 0.2, 0.0125, 0.5, 0.049)
+add("p-adjust", seq_along(pv), "holm", p.adjust(pv, "holm"))
+add("p-adjust", seq_along(pv), "BH", p.adjust(pv, "BH"))
+
 write.csv(do.call(rbind, out), "tests/r/intervals.csv", row.names = FALSE, quote = TRUE)

@@ -1,0 +1,318 @@
+"""Per-subgroup detection metrics, subgroup-vs-rest tests and the failure map.
+
+Overall is just another group (``group_var == group_level == "overall"``); every level of
+every axis and the full product of levels of every intersection is a row, empty cells
+included (n = 0, NaN estimate, flag "empty"). Cases with a missing value on an axis
+(e.g. tumour size of a negative scan) belong to no level of that axis.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+
+from stats import bootstrap as bs
+from stats.detection import GROUP_COLS, METRICS, OVERALL, CaseMatrix, case_matrix, metric_fractions, ratio
+from stats.intervals import PROPORTION_METHODS, _auc_ci_from, delong_placements, newcombe_diff_ci, proportion_ci
+from stats.schema import ContractError, tidy
+
+ALL_METRICS = (*METRICS, "auc")
+MSG_METRIC = "metrics: unknown metric(s) {bad}; choose from {allowed}"
+MSG_CI = "ci must be one of {allowed} or 'bootstrap'; got {ci!r}"
+MSG_BOOT = "ci='bootstrap' needs bootstrap= a number of replicates (e.g. 2000); got {b!r}"
+MSG_BINS = ("bins['{col}']: {problem}; give {{'name': ..., 'breaks': [increasing numbers], "
+            "'labels': [one fewer than breaks]}}")
+
+
+def _flags(n, den, small_n):
+    return np.where(n == 0, "empty", np.where(den == 0, "not_estimable",
+                                              np.where(den < small_n, "small_n", "")))
+
+
+def _frame(cm: CaseMatrix, estimand: str, values: Mapping[str, np.ndarray], counts) -> pd.DataFrame:
+    """Rows of one metric: ``values`` are (G x M) arrays, laid out model-major."""
+    G, M = cm.n_cells, len(cm.models)
+    cols = {k: np.asarray(v, dtype=object if k in ("method", "flag") else float).T.ravel()
+            if np.ndim(v) == 2 else v for k, v in values.items()}
+    return pd.DataFrame({
+        "estimand": estimand,
+        "model": np.repeat(np.array(cm.models, dtype=object), G),
+        "group_var": np.tile(cm.cells["group_var"].to_numpy(), M),
+        "group_level": np.tile(cm.cells["group_level"].to_numpy(), M),
+        "n": np.tile(counts["n"], M), "n_pos": np.tile(counts["n_pos"], M),
+        "n_neg": np.tile(counts["n_neg"], M), **cols})
+
+
+def grouped_auc(cm: CaseMatrix) -> dict[str, np.ndarray]:
+    """DeLong AUC per cell x model (G x M arrays ``auc``, ``var``) plus the placement
+    values ``v`` (memberships x M) and the membership arrays, in one vectorized pass."""
+    coo = cm.member.tocoo()
+    cell, case = coo.row.astype(np.int64), coo.col.astype(np.int64)
+    G, M = cm.n_cells, len(cm.models)
+    grp = (cell[:, None] * M + np.arange(M)[None, :]).ravel()
+    y = np.repeat(cm.label[case], M)
+    d = delong_placements(grp, y, cm.score[case].ravel(), G * M)
+    return {"auc": d["auc"].reshape(G, M), "var": d["var"].reshape(G, M),
+            "m": d["m"].reshape(G, M), "k": d["k"].reshape(G, M),
+            "v": d["v"].reshape(-1, M), "cell": cell, "case": case}
+
+
+def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
+        "sensitivity", "specificity", "ppv", "npv", "accuracy", "f1", "auc"),
+        ci: str = "wilson", conf_level: float = 0.95, bootstrap: int | None = None,
+        seed=None, small_n: int = 10, scheduler=None, strata: str | None = None,
+        boot_method: bs.CIMethod = "percentile") -> pd.DataFrame:
+    """Detection metrics with confidence intervals per model x subgroup cell.
+
+    Parameters
+    ----------
+    cases : DataFrame (cases contract) with ``pred`` (see :func:`stats.scan_level`).
+    by : list of column names or tuples of names (intersections), e.g.
+        ``["phase", ("age_group", "phase")]``; ``"a:b"`` also means an intersection.
+    metrics : any of sensitivity, specificity, ppv, npv, accuracy, f1, auc.
+    ci : "wilson" (default), "clopper-pearson" or "jeffreys" for the proportions, or
+        "bootstrap" (cluster-bootstrap intervals for every count metric).
+    conf_level : float
+    bootstrap : int, optional
+        Replicates of the paired cluster bootstrap (``patient_id`` clusters) used for F1
+        (and for every count metric when ``ci="bootstrap"``). None: F1 gets no interval
+        (method "none").
+    seed, scheduler, strata, boot_method : passed to the bootstrap engine
+        (:mod:`stats.bootstrap`): seed int/Generator, Dask scheduler, strata column,
+        "percentile" or "bca".
+    small_n : int
+        Flag "small_n" when a metric's denominator is below this.
+
+    Returns
+    -------
+    Tidy DataFrame, one row per metric x model x cell (overall first): ``estimand``,
+    ``model``, ``group_var``, ``group_level``, ``estimate``, ``std_error`` (DeLong for
+    AUC, bootstrap SD for bootstrapped metrics, else NaN), ``conf_low``, ``conf_high``,
+    ``conf_level``, ``n`` (cases in the cell), ``n_pos``, ``n_neg``, ``method`` (wilson,
+    clopper-pearson, jeffreys, delong, bootstrap-percentile, bootstrap-bca or none),
+    ``flag`` ("" or empty, not_estimable, small_n), extras ``numerator`` and
+    ``denominator`` (the counts behind a proportion; NaN for AUC).
+
+    Notes
+    -----
+    sensitivity = TP/(TP+FN), specificity = TN/(TN+FP), PPV = TP/(TP+FP),
+    NPV = TN/(TN+FN), accuracy = (TP+TN)/n, F1 = 2TP/(2TP+FP+FN); AUC with DeLong's
+    variance and a Wald interval clipped to [0, 1] (as pROC). Closed-form intervals
+    treat scans as independent; the cluster bootstrap respects patients with several scans.
+
+    Validated against R: proportions and AUC via ``tests/r/intervals.R`` (binom.test,
+    prop.test, pROC) to 1e-10; cell counts against a pandas groupby recomputation.
+    """
+    bad = [k for k in metrics if k not in ALL_METRICS]
+    if bad:
+        raise ValueError(MSG_METRIC.format(bad=bad, allowed=ALL_METRICS))
+    if ci not in (*PROPORTION_METHODS, "bootstrap"):
+        raise ValueError(MSG_CI.format(allowed=PROPORTION_METHODS, ci=ci))
+    if ci == "bootstrap" and not bootstrap:
+        raise ValueError(MSG_BOOT.format(b=bootstrap))
+    cm = case_matrix(cases, by)
+    counts = cm.cell_counts()
+    fr = metric_fractions(counts["tp"], counts["fp"], counts["fn"], counts["tn"])
+    count_metrics = [k for k in metrics if k != "auc"]
+    boot_metrics = [k for k in count_metrics if ci == "bootstrap" or (k == "f1" and bootstrap)]
+    frames = []
+    for k in count_metrics:
+        num, den = fr[k]
+        nan = np.full(num.shape, np.nan)
+        if k == "f1" or ci == "bootstrap":
+            lo, hi, method = nan, nan, "none"
+        else:
+            lo, hi = proportion_ci(num, den, method=ci, conf_level=conf_level)
+            method = ci
+        frames.append(_frame(cm, k, {
+            "estimate": ratio(num, den), "std_error": nan, "conf_low": lo, "conf_high": hi,
+            "conf_level": conf_level, "method": method,
+            "flag": _flags(counts["n"][:, None], den, small_n),
+            "numerator": num, "denominator": den}, counts))
+    if boot_metrics:
+        bc = bs.boot_counts(cm, strata=strata)
+        R = bs.replicate_counts(bc, int(bootstrap), seed=seed, scheduler=scheduler)
+        boot = bs.bootstrap_table(cm, bc, R, metrics=boot_metrics, conf_level=conf_level,
+                                  ci_method=boot_method)
+        for i, k in enumerate(count_metrics):
+            if k in boot_metrics:
+                b = boot[boot.estimand == k]
+                f = frames[i]
+                if not (b["model"].to_numpy() == f["model"].to_numpy()).all() or not (
+                        b["group_level"].to_numpy() == f["group_level"].to_numpy()).all():
+                    raise RuntimeError("internal: bootstrap rows out of order")
+                for col in ("std_error", "conf_low", "conf_high", "method"):
+                    f[col] = b[col].to_numpy()
+                f["n_boot"] = b["n_boot"].to_numpy()
+    if "auc" in metrics:
+        a = grouped_auc(cm)
+        se, lo, hi = _auc_ci_from(a["auc"], a["var"], conf_level)
+        nmin = np.minimum(a["m"], a["k"])
+        flag = np.where(counts["n"][:, None] == 0, "empty",
+                        np.where(nmin == 0, "not_estimable",
+                                 np.where(nmin < small_n, "small_n", "")))
+        nan = np.full(a["auc"].shape, np.nan)
+        frames.append(_frame(cm, "auc", {
+            "estimate": a["auc"], "std_error": se, "conf_low": lo, "conf_high": hi,
+            "conf_level": conf_level, "method": "delong", "flag": flag,
+            "numerator": nan, "denominator": nan}, counts))
+    out = pd.concat(frames, ignore_index=True)
+    return tidy(_order(out, cm), group_cols=GROUP_COLS)
+
+
+def _order(out: pd.DataFrame, cm: CaseMatrix) -> pd.DataFrame:
+    """Rows ordered model, cell (overall first, axes in ``by`` order), metric."""
+    cell_pos = {(v, l): i for i, (v, l) in enumerate(zip(cm.cells.group_var, cm.cells.group_level))}
+    key = pd.DataFrame({
+        "m": out["model"].map({m: i for i, m in enumerate(cm.models)}),
+        "c": [cell_pos[t] for t in zip(out["group_var"], out["group_level"])],
+        "e": out["estimand"].map({k: i for i, k in enumerate(ALL_METRICS)})})
+    return out.iloc[np.lexsort((key.e, key.c, key.m))].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- bins
+
+def add_bins(cases: pd.DataFrame, bins: Mapping[str, Mapping]) -> pd.DataFrame:
+    """Add binned (ordered categorical) columns from the analysis plan.
+
+    Parameters
+    ----------
+    bins : ``{column: {"name": new_column, "breaks": [b0, b1, ...], "labels": [...],
+        "right": False}}``, e.g. ``{"age": {"name": "age_group", "breaks": [0, 40, 60,
+        75, 130], "labels": ["<40", "40-59", "60-74", "75+"]}}``. Intervals are
+        ``[b_i, b_{i+1})`` unless ``right`` is true; default labels ``"[b_i, b_{i+1})"``.
+
+    Returns
+    -------
+    A copy of ``cases`` with one categorical column per entry (all labels kept as
+    categories, so empty bins stay visible downstream); values outside the breaks or
+    missing (e.g. tumour size of negatives) are NaN and belong to no bin.
+    """
+    df = cases.copy()
+    for col, spec in bins.items():
+        if col not in df.columns:
+            raise ContractError(MSG_BINS.format(col=col, problem=f"column '{col}' is not in cases"))
+        breaks = list(spec.get("breaks", []))
+        if len(breaks) < 2 or any(b <= a for a, b in zip(breaks, breaks[1:])):
+            raise ContractError(MSG_BINS.format(col=col, problem="'breaks' must be >= 2 increasing numbers"))
+        right = bool(spec.get("right", False))
+        labels = spec.get("labels")
+        if labels is None:
+            labels = [(f"({a:g}, {b:g}]" if right else f"[{a:g}, {b:g})")
+                      for a, b in zip(breaks, breaks[1:])]
+        if len(labels) != len(breaks) - 1:
+            raise ContractError(MSG_BINS.format(col=col, problem=f"{len(labels)} labels for "
+                                                f"{len(breaks) - 1} bins"))
+        values = pd.to_numeric(df[col], errors="coerce")
+        df[spec.get("name", f"{col}_bin")] = pd.cut(values, breaks, labels=list(labels),
+                                                    right=right, ordered=True)
+    return df
+
+
+# --------------------------------------------------------------------------- vs rest
+
+def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha: float = 0.05,
+                     adjust: str = "holm") -> pd.DataFrame:
+    """Sensitivity and specificity of each subgroup against the rest of its axis.
+
+    Parameters
+    ----------
+    cases : DataFrame with ``pred``.
+    by : axes as in :func:`subgroup_metrics`.
+    alpha : level for the sensitivity-collapse flag.
+    adjust : "holm" or "fdr_bh": the adjusted p-value the collapse flag uses.
+
+    Returns
+    -------
+    Tidy DataFrame, rows ``estimand`` "sensitivity_difference" and
+    "specificity_difference" per model x cell (overall excluded): ``estimate`` =
+    subgroup - rest, ``conf_low``/``conf_high`` (Newcombe hybrid score, method 10),
+    ``statistic`` (pooled two-proportion z), ``p_value`` (two-sided), ``p_adjusted``
+    (Holm), extras ``p_adjusted_bh`` (Benjamini-Hochberg), ``estimate_subgroup``,
+    ``estimate_rest``, ``n_rest``, ``collapse`` (bool) and ``flag``
+    "sensitivity_collapse" on both rows of a collapsed subgroup ("not_estimable" when a
+    denominator is 0).
+
+    Notes
+    -----
+    The rest of a level is every other case with a non-missing value on the same axis.
+    z = (p1 - p2) / sqrt(p (1 - p) (1/n1 + 1/n2)), p pooled: the square root of R's
+    ``prop.test(correct = FALSE)`` statistic, with the same p-value. Families for the
+    adjustment: per model and metric, every level of every axis. Subgroup and rest are
+    disjoint sets of scans but may share patients; the tests treat scans as independent.
+    A subgroup shows **sensitivity collapse** when its sensitivity is significantly
+    below the rest (adjusted p < alpha) while its specificity is not significantly
+    below the rest.
+
+    Validated against R's ``prop.test(..., correct = FALSE)`` and ``p.adjust`` to 1e-10.
+    """
+    if adjust not in ("holm", "fdr_bh"):
+        raise ValueError(f"adjust must be 'holm' or 'fdr_bh'; got {adjust!r}")
+    cm = case_matrix(cases, by)
+    c = cm.cell_counts()
+    axis = cm.cells["axis"].to_numpy()
+    keep = axis > 0
+    n_axes = int(axis.max()) + 1
+    frames = []
+    for metric, x, n in (("sensitivity", c["tp"], c["n_pos"][:, None] + 0 * c["tp"]),
+                         ("specificity", c["tn"], c["n_neg"][:, None] + 0 * c["tn"])):
+        xa = np.stack([np.bincount(axis, weights=x[:, j], minlength=n_axes) for j in range(x.shape[1])], 1)
+        na = np.stack([np.bincount(axis, weights=n[:, j], minlength=n_axes) for j in range(x.shape[1])], 1)
+        x2, n2 = xa[axis] - x, na[axis] - n
+        est, lo, hi = newcombe_diff_ci(x, n, x2, n2, conf_level=conf_level)
+        pool = ratio(x + x2, n + n2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = est / np.sqrt(pool * (1 - pool) * (1 / n + 1 / n2))
+        z = np.where(np.isfinite(z), z, np.nan)
+        p = 2 * sps.norm.sf(np.abs(z))
+        both_const = (pool == 0) | (pool == 1)
+        p = np.where(both_const & (n > 0) & (n2 > 0), 1.0, p)
+        frames.append(_frame(cm, f"{metric}_difference", {
+            "estimate": est, "conf_low": lo, "conf_high": hi, "conf_level": conf_level,
+            "statistic": z, "p_value": p, "method": "newcombe-z",
+            "flag": np.where(np.isnan(p), "not_estimable", ""),
+            "estimate_subgroup": ratio(x, n), "estimate_rest": ratio(x2, n2), "n_rest": n2}, c))
+    out = pd.concat(frames, ignore_index=True)
+    out = out[out["group_var"] != OVERALL].reset_index(drop=True)
+    out["p_adjusted"] = np.nan
+    out["p_adjusted_bh"] = np.nan
+    for _, idx in out.groupby(["model", "estimand"], sort=False).groups.items():
+        sub = out.loc[idx, "p_value"]
+        ok = sub.notna()
+        if ok.any():
+            out.loc[sub.index[ok], "p_adjusted"] = multipletests(sub[ok], method="holm")[1]
+            out.loc[sub.index[ok], "p_adjusted_bh"] = multipletests(sub[ok], method="fdr_bh")[1]
+    padj = out["p_adjusted"] if adjust == "holm" else out["p_adjusted_bh"]
+    sig_low = (out["estimate"] < 0) & (padj < alpha)
+    key = ["model", "group_var", "group_level"]
+    sens = sig_low[out.estimand == "sensitivity_difference"].set_axis(
+        pd.MultiIndex.from_frame(out.loc[out.estimand == "sensitivity_difference", key]))
+    spec = sig_low[out.estimand == "specificity_difference"].set_axis(
+        pd.MultiIndex.from_frame(out.loc[out.estimand == "specificity_difference", key]))
+    collapse = (sens & ~spec.reindex(sens.index, fill_value=False))
+    out["collapse"] = collapse.reindex(pd.MultiIndex.from_frame(out[key])).to_numpy(bool)
+    out.loc[out["collapse"], "flag"] = "sensitivity_collapse"
+    return tidy(out, group_cols=GROUP_COLS)
+
+
+# --------------------------------------------------------------------------- failure map
+
+def failure_map(cases: pd.DataFrame, rows: str = "age_group", cols: str = "phase", *,
+                metric: str = "sensitivity", ci: str = "wilson", conf_level: float = 0.95,
+                small_n: int = 10) -> pd.DataFrame:
+    """A metric (default sensitivity) over the ``rows`` x ``cols`` grid, per model.
+
+    Returns the tidy rows of :func:`subgroup_metrics` for the intersection
+    ``rows:cols`` (every combination, empty ones with n = 0 and flag "empty"), plus
+    ``row_level`` and ``col_level`` so a report can draw the grid directly.
+    """
+    out = subgroup_metrics(cases, by=[(rows, cols)], metrics=(metric,), ci=ci,
+                           conf_level=conf_level, small_n=small_n)
+    out = out[out["group_var"] != OVERALL].reset_index(drop=True)
+    split = out["group_level"].str.split(":", n=1, expand=True)
+    out["row_level"] = split[0].astype(object)
+    out["col_level"] = split[1].astype(object)
+    return tidy(out, group_cols=GROUP_COLS)
