@@ -1,0 +1,221 @@
+"""The :class:`Fit` returned by ``stats.fit_adjusted``: one fitted model per ``model``
+(the evaluated imaging model), with tidy, glance and random-effect tables.
+
+``Fit.tidy()`` follows the tidy estimate contract (stats/schema.py) with grouping column
+``model``; ``estimand`` is the term name in patsy style (``Intercept``,
+``phase[T.arterial]``, ``np.log(tumor_size_mm)``; for a GLMM also ``sd__(Intercept)``,
+the group SD). ``estimate`` is on the log-odds scale; extras: ``term`` (= estimand),
+``effect`` (``fixed`` / ``ran_pars``), ``odds_ratio``, ``or_conf_low``, ``or_conf_high``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from stats.schema import tidy
+
+from .design import Design
+
+RE_TERM = "sd__(Intercept)"
+
+
+@dataclass
+class ModelFit:
+    """One model's fit (internal; reach it through :class:`Fit`)."""
+
+    model: str
+    method: str                   # glmm | gee | fixed | glm
+    method_label: str             # e.g. glmm-laplace-wald
+    design: Design
+    beta: np.ndarray
+    vcov: np.ndarray              # fixed effects
+    loglik: float                 # NaN for GEE
+    n_params: int
+    converged: bool
+    warnings: list[str]
+    theta: float | None = None    # group SD (GLMM)
+    vcov_full: np.ndarray | None = None   # (theta, beta) for GLMM
+    re: pd.DataFrame | None = None        # group, estimate, std_error
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def nobs(self) -> int:
+        return int(len(self.design.y))
+
+    def flags(self) -> str:
+        codes = [w.split(":", 1)[0] for w in self.warnings]
+        return ";".join(dict.fromkeys(c for c in codes if c not in ("separation", "empty_level",
+                                                                      "aliased")))
+
+    def r2(self) -> tuple[float, float]:
+        """Nakagawa & Schielzeth latent-scale R2 (marginal, conditional); logistic residual
+        variance pi^2 / 3; fixed-effect variance var(X beta) with n - 1 (R's ``var``)."""
+        eta = self.design.X @ self.beta
+        vf = float(np.var(eta, ddof=1)) if len(eta) > 1 else 0.0
+        vr = float(self.theta ** 2) if self.theta is not None else 0.0
+        tot = vf + vr + np.pi ** 2 / 3
+        return vf / tot, (vf + vr) / tot
+
+
+class Fit:
+    """Fitted confounding-adjusted models, one per evaluated model.
+
+    Attributes: ``fits`` (dict model -> ModelFit), ``method``, ``formula``,
+    ``population``, ``group``, ``conf_level``. ``Fit[model]`` selects one model.
+    """
+
+    def __init__(self, fits: dict[str, ModelFit], *, method: str, formula: str,
+                 population: str | None, group: str | None, conf_level: float = 0.95,
+                 options: dict | None = None):
+        self.fits = fits
+        self.method = method
+        self.formula = formula
+        self.population = population
+        self.group = group
+        self.conf_level = conf_level
+        self.options = options or {}
+
+    def __getitem__(self, model: str) -> Fit:
+        return Fit({model: self.fits[model]}, method=self.method, formula=self.formula,
+                   population=self.population, group=self.group, conf_level=self.conf_level,
+                   options=self.options)
+
+    def __repr__(self) -> str:
+        return (f"Fit(method={self.method!r}, formula={self.formula!r}, models={self.models}, "
+                f"population={self.population!r})")
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.fits)
+
+    @property
+    def loglik(self) -> float:
+        """Maximised log-likelihood (sum over the models' independent fits; NaN for GEE)."""
+        return float(sum(f.loglik for f in self.fits.values()))
+
+    @property
+    def warnings(self) -> list[str]:
+        return [f"{m}: {w}" for m, f in self.fits.items() for w in f.warnings]
+
+    # ------------------------------------------------------------------ tables
+    def tidy(self, conf_level: float | None = None) -> pd.DataFrame:
+        """Terms of every model: log-odds estimates, Wald z tests and odds ratios.
+
+        Returns the tidy estimate contract with grouping column ``model``; columns
+        ``estimand`` (term), ``estimate`` (log-odds; the SD for ``sd__(Intercept)``),
+        ``std_error``, ``conf_low``/``conf_high`` (Wald, log-odds), ``statistic`` (z),
+        ``p_value`` (two-sided normal), ``n`` (rows), ``n_pos``/``n_neg`` (rows with
+        outcome 1/0), ``method``, ``flag``; extras ``term``, ``effect``, ``odds_ratio``,
+        ``or_conf_low``, ``or_conf_high``. Terms dropped as empty or aliased stay as rows
+        with NaN estimates and flag ``empty``/``aliased``.
+        """
+        level = conf_level or self.conf_level
+        z = sps.norm.ppf(0.5 + level / 2)
+        rows = []
+        for m, f in self.fits.items():
+            d = f.design
+            se = np.sqrt(np.diag(f.vcov))
+            sep = {w.split(" ")[4] for w in f.warnings if w.startswith("separation: every row")}
+            est = dict(zip(d.terms, f.beta))
+            ses = dict(zip(d.terms, se))
+            npos = float(np.sum(d.y))
+            nneg = float(np.sum(d.trials - d.y))
+            base = f.flags()
+            for t in d.all_terms:
+                b, s = est.get(t, np.nan), ses.get(t, np.nan)
+                flag = d.dropped.get(t, "")
+                if t in sep:
+                    flag = "separation"
+                rows.append(dict(estimand=t, model=m, estimate=b, std_error=s,
+                                 conf_low=b - z * s, conf_high=b + z * s, conf_level=level,
+                                 n=f.nobs, n_pos=npos, n_neg=nneg, method=f.method_label,
+                                 flag=";".join(x for x in (flag, base) if x),
+                                 statistic=b / s, p_value=2 * sps.norm.sf(abs(b / s)),
+                                 term=t, effect="fixed"))
+            if f.theta is not None:
+                s = float(np.sqrt(f.vcov_full[0, 0])) if f.vcov_full is not None else np.nan
+                rows.append(dict(estimand=RE_TERM, model=m, estimate=f.theta, std_error=s,
+                                 conf_low=max(f.theta - z * s, 0.0), conf_high=f.theta + z * s,
+                                 conf_level=level, n=f.nobs, n_pos=npos, n_neg=nneg,
+                                 method=f.method_label, flag=base, term=RE_TERM,
+                                 effect="ran_pars"))
+        out = pd.DataFrame(rows)
+        fixed = out["effect"] == "fixed"
+        out["odds_ratio"] = np.where(fixed, np.exp(out["estimate"]), np.nan)
+        out["or_conf_low"] = np.where(fixed, np.exp(out["conf_low"]), np.nan)
+        out["or_conf_high"] = np.where(fixed, np.exp(out["conf_high"]), np.nan)
+        return tidy(out, group_cols=("model",))
+
+    def glance(self) -> pd.DataFrame:
+        """One row per model: ``model, method, nobs, n_groups, n_missing, loglik, aic, bic,
+        df, converged, group_sd, r2_marginal, r2_conditional, warnings`` (``"; "``-joined
+        messages; ``""`` when none). AIC/BIC as R: ``-2 loglik + 2 df`` and
+        ``+ log(nobs) df``, df = fixed effects (+ 1 for the group SD)."""
+        rows = []
+        for m, f in self.fits.items():
+            r2m, r2c = f.r2()
+            rows.append(dict(model=m, method=f.method_label, nobs=f.nobs,
+                             n_groups=len(f.design.group_levels), n_missing=f.design.n_missing,
+                             loglik=f.loglik, aic=-2 * f.loglik + 2 * f.n_params,
+                             bic=-2 * f.loglik + np.log(f.nobs) * f.n_params, df=f.n_params,
+                             converged=f.converged,
+                             group_sd=np.nan if f.theta is None else f.theta,
+                             r2_marginal=r2m, r2_conditional=r2c,
+                             warnings="; ".join(f.warnings)))
+        return pd.DataFrame(rows)
+
+    def random_effects(self, conf_level: float | None = None) -> pd.DataFrame:
+        """The group SD and the predicted group effects (conditional modes ``b_g`` on the
+        log-odds scale, lme4's ``ranef``) with conditional SEs (``sqrt(postVar)``).
+
+        Tidy contract, grouping ``model, group_var, group_level``: estimand ``group_sd``
+        (group_level ``overall``) or ``group_effect``; ``n`` rows of that group. GLMM only
+        (other methods return an empty table of the same columns).
+        """
+        level = conf_level or self.conf_level
+        z = sps.norm.ppf(0.5 + level / 2)
+        rows = []
+        for m, f in self.fits.items():
+            if f.re is None:
+                continue
+            sd_se = float(np.sqrt(f.vcov_full[0, 0]))
+            rows.append(dict(estimand="group_sd", model=m, group_var=self.group,
+                             group_level="overall", estimate=f.theta, std_error=sd_se,
+                             conf_low=max(f.theta - z * sd_se, 0.0), conf_high=f.theta + z * sd_se,
+                             n=f.nobs, method=f.method_label, flag=f.flags()))
+            re = f.re
+            rows.extend(dict(estimand="group_effect", model=m, group_var=self.group,
+                             group_level=g, estimate=e, std_error=s, conf_low=e - z * s,
+                             conf_high=e + z * s, n=k, method=f.method_label, flag=f.flags())
+                        for g, e, s, k in zip(re["group"], re["estimate"], re["std_error"],
+                                              re["n"]))
+        cols = ("model", "group_var", "group_level")
+        if not rows:
+            return tidy(pd.DataFrame(columns=["estimand", *cols]), group_cols=cols)
+        out = pd.DataFrame(rows)
+        out["conf_level"] = level
+        return tidy(out, group_cols=cols)
+
+    def r2(self) -> pd.DataFrame:
+        """Marginal and conditional R2 on the latent scale (Nakagawa & Schielzeth 2013):
+        ``R2_m = s_f^2 / (s_f^2 + s_u^2 + pi^2/3)``, ``R2_c = (s_f^2 + s_u^2) / (...)``."""
+        rows = []
+        for m, f in self.fits.items():
+            r2m, r2c = f.r2()
+            rows += [dict(estimand="r2_marginal", model=m, estimate=r2m, n=f.nobs,
+                          method="nakagawa-latent"),
+                     dict(estimand="r2_conditional", model=m, estimate=r2c, n=f.nobs,
+                          method="nakagawa-latent")]
+        return tidy(pd.DataFrame(rows), group_cols=("model",))
+
+    def marginal_means(self, by, *, kind: str = "emmeans", conf_level: float | None = None,
+                       n_nodes: int = 32) -> pd.DataFrame:
+        """Adjusted sensitivities (positives) or specificities (negatives) per level of
+        ``by``; see :func:`stats.adjust.marginal_means`."""
+        from stats.adjust import marginal_means
+
+        return marginal_means(self, by, kind=kind, conf_level=conf_level or self.conf_level,
+                              n_nodes=n_nodes)

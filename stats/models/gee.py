@@ -1,0 +1,111 @@
+"""Logistic GEE with an exchangeable working correlation within group (geepack's estimator).
+
+Marginal model ``logit P(y_ij = 1) = x_ij' beta``; working covariance
+``V_i = phi A_i^(1/2) R(alpha) A_i^(1/2)``, ``A_i = diag(mu (1 - mu))``,
+``R = (1 - alpha) I + alpha 1 1'``. With Pearson residuals ``r = (y - mu) / sqrt(mu (1 - mu))``
+the moment estimators are geepack's (``geese``)::
+
+    phi   = sum r^2 / N
+    alpha = sum_i sum_{j != k} r_ij r_ik / (phi * sum_i n_i (n_i - 1))
+
+and beta solves ``sum_i D_i' V_i^-1 (y_i - mu_i) = 0`` by Fisher scoring. ``R^-1`` has a
+closed form, so every cluster quantity is a segment sum (no per-cluster matrices of size
+n_i x n_i, no Python loop over clusters).
+
+Standard errors: the robust sandwich ``B^-1 (sum_i U_i U_i') B^-1`` (geepack's ``san.se``),
+or with ``bias_reduced=True`` Mancl and DeRouen's (2001) small-sample correction, which
+inflates each cluster's score by ``(I - H_ii)^-1``; by Woodbury this is
+``U_i* = B (B - B_i)^-1 U_i`` with ``B_i`` cluster i's share of the information ``B``.
+
+References: Liang & Zeger (1986) Biometrika 73:13-22; Mancl & DeRouen (2001)
+Biometrics 57:126-134. Validated against R's geepack 1.3.9 ``geeglm(..., corstr =
+"exchangeable")`` (estimates, SEs, alpha and scale to 1e-6 relative; tests/test_models_fit.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import expit
+
+
+@dataclass
+class GEEResult:
+    beta: np.ndarray
+    vcov: np.ndarray
+    alpha: float
+    scale: float
+    converged: bool
+    n_iter: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def _cluster_grams(Xt, starts, c2):
+    """Per-cluster ``X_i' R^-1 X_i / c1``: segment sums of x x' minus c2 (sum x)(sum x)'.
+    One pass per column of X (rows are sorted by cluster), never one per cluster."""
+    G, p = len(starts), Xt.shape[1]
+    gram = np.empty((G, p, p))
+    for j in range(p):
+        gram[:, j, :] = np.add.reduceat(Xt[:, [j]] * Xt, starts, axis=0)
+    sx = np.add.reduceat(Xt, starts, axis=0)
+    return gram - c2[:, None, None] * sx[:, :, None] * sx[:, None, :]
+
+
+def fit_gee(X, y, groups, *, bias_reduced=False, beta0=None, maxiter=100, tol=1e-10) -> GEEResult:
+    order = np.argsort(groups, kind="stable")
+    X = np.ascontiguousarray(X[order])
+    y = y[order].astype(float)
+    g = groups[order]
+    G = int(g.max()) + 1
+    ni = np.bincount(g, minlength=G).astype(float)
+    starts = np.concatenate([[0], np.cumsum(ni)[:-1]]).astype(np.int64)
+    N, p = X.shape
+    beta = np.zeros(p) if beta0 is None else np.asarray(beta0, float).copy()
+    seg = lambda a: np.add.reduceat(a, starts, axis=0)  # noqa: E731
+    converged = False
+    warnings: list[str] = []
+    alpha, phi = 0.0, 1.0
+    first = True
+    for it in range(maxiter):
+        mu = expit(X @ beta)
+        a = mu * (1 - mu)
+        sa = np.sqrt(a)
+        r = (y - mu) / sa
+        phi = float(np.sum(r * r) / N)
+        s1, s2 = seg(r), seg(r * r)
+        alpha = 0.0 if first else float(np.sum(s1 * s1 - s2) / (phi * np.sum(ni * (ni - 1))))
+        Xt = X * sa[:, None]
+        c1 = 1.0 / (1.0 - alpha)
+        c2 = alpha / (1.0 - alpha + ni * alpha)
+        sx = seg(Xt)
+        B = c1 * (Xt.T @ Xt - np.einsum("g,gp,gq->pq", c2, sx, sx))
+        U = c1 * (Xt.T @ r - sx.T @ (c2 * s1))
+        step = np.linalg.solve(B, U)
+        beta = beta + step
+        if first:
+            first = False  # start from the independence fit's first step, then iterate
+            continue
+        if np.max(np.abs(step)) < tol:
+            converged = True
+            break
+    # final quantities at beta
+    mu = expit(X @ beta)
+    a = mu * (1 - mu)
+    sa = np.sqrt(a)
+    r = (y - mu) / sa
+    Xt = X * sa[:, None]
+    c1 = 1.0 / (1.0 - alpha)
+    c2 = alpha / (1.0 - alpha + ni * alpha)
+    sx, s1 = seg(Xt), seg(r)
+    B = c1 * (Xt.T @ Xt - np.einsum("g,gp,gq->pq", c2, sx, sx))
+    Ui = c1 * (seg(Xt * r[:, None]) - c2[:, None] * sx * s1[:, None])   # (G, p)
+    if bias_reduced:
+        Bi = c1 * _cluster_grams(Xt, starts, c2)
+        Ui = np.einsum("pq,gq->gp", B, np.linalg.solve(B[None] - Bi, Ui[:, :, None])[..., 0])
+    Binv = np.linalg.inv(B)
+    meat = Ui.T @ Ui
+    vcov = Binv @ meat @ Binv
+    if not converged:
+        warnings.append(f"not_converged: GEE did not converge in {maxiter} iterations")
+    return GEEResult(beta=beta, vcov=vcov, alpha=alpha, scale=phi, converged=converged,
+                     n_iter=it + 1, warnings=warnings)
