@@ -26,7 +26,8 @@ and max of the panel's ``x_j``)::
     CRS = w_D D + w_S S + w_W W                          (default w = 1/3 each)
 
 Pareto dominance is taken on the normalized axes: ``a`` dominates ``b`` when
-``a_j >= b_j`` on every axis and ``a_j > b_j`` on at least one. When ``AUROC_1 <= 0.5``
+``a_j >= b_j`` on every axis and ``a_j > b_j`` on at least one (differences below 1e-12
+count as ties). When ``AUROC_1 <= 0.5``
 label efficiency and robustness are not estimable (NaN, flag ``not_estimable``), and so
 is every score built on them.
 """
@@ -58,6 +59,8 @@ WEIGHT_KEYS = ("dominance", "similarity", "worst_axis")
 DEFAULT_WEIGHTS = {k: 1.0 / 3.0 for k in WEIGHT_KEYS}
 REFERENCE_KEYS = ("panel", "anchors", "weights", "version", "description")
 OVERALL = "overall"
+#: normalized axis values closer than this are ties in Pareto comparisons
+TIE_TOL = 1e-12
 
 MSG_REF_FILE = "{source}: reference file not found; check the path"
 MSG_REF_YAML = "{source}: not valid YAML ({detail}); fix the syntax"
@@ -388,14 +391,15 @@ def composite(a: np.ndarray, a_panel: np.ndarray, weights: Mapping[str, float]) 
 
     ``a``: (..., K, m) candidates; ``a_panel``: (..., P, m) panel (same leading shape).
     Returns (..., K, 4) with columns D, S, W, CRS. NaN in a candidate's axes gives NaN.
+    Normalized values closer than ``TIE_TOL`` (1e-12) count as ties in the dominance
+    comparisons, so that rounding noise (e.g. a bootstrap seed-mean equal to an anchor up
+    to 1e-16) cannot flip a dominance relation.
     """
     m = a.shape[-1]
-    ge = a[..., :, None, :] >= a_panel[..., None, :, :]   # (..., K, P, m)
-    le = a[..., :, None, :] <= a_panel[..., None, :, :]
-    gt_any = ~le.all(-1)                                   # some axis strictly greater
-    lt_any = ~ge.all(-1)
-    dominates = ge.all(-1) & gt_any
-    dominated = le.all(-1) & lt_any
+    diff = a[..., :, None, :] - a_panel[..., None, :, :]  # (..., K, P, m)
+    ge, le = diff >= -TIE_TOL, diff <= TIE_TOL
+    dominates = ge.all(-1) & (diff > TIE_TOL).any(-1)
+    dominated = le.all(-1) & (diff < -TIE_TOL).any(-1)
     n_panel = a_panel.shape[-2]
     d = (1.0 + (dominates.sum(-1) - dominated.sum(-1)) / n_panel) / 2.0
     s = 1.0 - np.sqrt(((a - 1.0) ** 2).sum(-1)) / math.sqrt(m)
