@@ -1,0 +1,179 @@
+"""Calibration metrics, reliability tables, ECE bootstrap and temperature scaling (issue 5,
+items 1 and 5)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.calibration import calibration_curve
+from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
+from statsmodels.stats.proportion import proportion_confint
+
+from stats import calibration as cal
+from stats.schema import ContractError, check_tidy
+
+
+def overconfident(n, *, true_temp=2.5, seed=0):
+    """Binary outcomes whose true logit is z / true_temp, scored with logit z."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0.0, 2.5, n)
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-z / true_temp))).astype(int)
+    return z, y
+
+
+def sklearn_ece(y, p, n_bins, strategy):
+    """Independent ECE: sklearn's per-bin means times bin counts from numpy.histogram."""
+    prob_true, prob_pred = calibration_curve(y, p, n_bins=n_bins, strategy=strategy)
+    if strategy == "uniform":
+        edges = np.linspace(0, 1, n_bins + 1)
+    else:
+        edges = np.percentile(p, np.linspace(0, 100, n_bins + 1))
+    idx = np.searchsorted(edges[1:-1], p, side="right")
+    counts = np.bincount(idx, minlength=n_bins)
+    counts = counts[counts > 0]
+    return float(np.sum(counts / len(p) * np.abs(prob_true - prob_pred)))
+
+
+def test_ece_hand_example():
+    # two bins: [0, .5) holds .1, .2 (labels 0, 1); [.5, 1] holds .8, .9 (labels 1, 1)
+    y = np.array([0, 1, 1, 1])
+    p = np.array([0.1, 0.2, 0.8, 0.9])
+    # bin 1: |0.5 - 0.15| * 2/4 = 0.175; bin 2: |1 - 0.85| * 2/4 = 0.075
+    assert cal.ece(y, p, n_bins=2) == pytest.approx(0.25, abs=1e-15)
+    assert cal.mce(y, p, n_bins=2) == pytest.approx(0.35, abs=1e-15)
+    # an edge value goes to the upper bin; 1.0 to the last bin
+    assert cal.ece([1, 1], [0.5, 1.0], n_bins=2) == pytest.approx(0.25)
+    # perfectly calibrated bins give 0
+    assert cal.ece([0, 1, 0, 1], [0.5, 0.5, 0.5, 0.5], n_bins=15) == 0.0
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
+@pytest.mark.parametrize("n_bins", [5, 15])
+def test_ece_matches_sklearn_recomputation(strategy, n_bins):
+    rng = np.random.default_rng(n_bins)
+    p = rng.beta(2, 3, 3000)
+    y = (rng.random(3000) < p ** 1.3).astype(int)
+    assert cal.ece(y, p, n_bins=n_bins, strategy=strategy) == pytest.approx(
+        sklearn_ece(y, p, n_bins, strategy), abs=1e-12)
+
+
+def test_top_label_multiclass_by_hand():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(0, 2, size=(500, 4))
+    p = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    y = rng.integers(0, 4, 500)
+    conf, pred = p.max(1), p.argmax(1)
+    total = 0.0
+    for b in range(15):  # slow, obvious loop over bins
+        lo, hi = b / 15, (b + 1) / 15
+        in_bin = (conf >= lo) & ((conf < hi) if b < 14 else (conf <= hi))
+        if in_bin.any():
+            total += in_bin.mean() * abs((pred[in_bin] == y[in_bin]).mean() - conf[in_bin].mean())
+    assert cal.ece(y, p) == pytest.approx(total, abs=1e-12)
+
+
+def test_brier_and_nll_match_sklearn():
+    rng = np.random.default_rng(1)
+    p = rng.uniform(0.01, 0.99, 400)
+    y = rng.integers(0, 2, 400)
+    assert cal.brier(y, p) == pytest.approx(brier_score_loss(y, p), abs=1e-14)
+    assert cal.nll(y, p) == pytest.approx(log_loss(y, p), abs=1e-12)
+    P = rng.dirichlet(np.ones(3), 400)
+    Y = rng.integers(0, 3, 400)
+    assert cal.nll(Y, P) == pytest.approx(log_loss(Y, P), abs=1e-12)
+    onehot = np.eye(3)[Y]
+    assert cal.brier(Y, P) == pytest.approx(np.mean(((P - onehot) ** 2).sum(1)), abs=1e-14)
+
+
+def test_reliability_table():
+    rng = np.random.default_rng(2)
+    p = rng.uniform(0, 0.6, 300)  # bins above 0.6 stay empty
+    y = (rng.random(300) < p).astype(int)
+    tab = cal.reliability_table(y, p, n_bins=10)
+    check_tidy(tab)
+    assert len(tab) == 10 and tab["n"].sum() == 300
+    empty = tab[tab["n"] == 0]
+    assert len(empty) == 4 and (empty["flag"] == "empty").all() and empty["estimate"].isna().all()
+    full = tab[tab["n"] > 0]
+    lo, hi = proportion_confint(full["n_pos"], full["n"], method="wilson")
+    np.testing.assert_allclose(full["conf_low"], lo, atol=1e-12)
+    np.testing.assert_allclose(full["conf_high"], hi, atol=1e-12)
+    ece_from_table = np.nansum(tab["n"] / 300 * np.abs(tab["gap"]))
+    assert ece_from_table == pytest.approx(cal.ece(y, p, n_bins=10), abs=1e-12)
+    assert tab["bin_low"].iloc[3] == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
+def test_ece_bootstrap_replicates_equal_loop(strategy):
+    rng = np.random.default_rng(5)
+    p = rng.uniform(0, 1, 200)
+    y = (rng.random(200) < p ** 2).astype(int)
+    idx = rng.integers(0, 200, size=(30, 200))
+    got = cal._replicate_ece(p, y.astype(float), idx, 15, strategy)
+    want = [cal.ece(y[i], p[i], strategy=strategy) for i in idx]
+    np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def test_ece_ci():
+    z, y = overconfident(1500, seed=4)
+    p = 1 / (1 + np.exp(-z))
+    out = cal.ece_ci(y, p, n_boot=500, seed=1)
+    check_tidy(out)
+    row = out.iloc[0]
+    assert row["estimate"] == pytest.approx(cal.ece(y, p))
+    assert row["conf_low"] < row["estimate"] < row["conf_high"]
+    assert row["n"] == 1500 and row["n_pos"] == y.sum()
+    again = cal.ece_ci(y, p, n_boot=500, seed=1)
+    assert again["conf_low"].item() == row["conf_low"]
+
+
+def test_temperature_scaling_lowers_held_out_nll_and_keeps_auroc():
+    z, y = overconfident(6000, true_temp=2.5, seed=7)
+    z_cal, y_cal, z_test, y_test = z[:3000], y[:3000], z[3000:], y[3000:]
+    fit = cal.temperature_scale(z_cal, y_cal)
+    assert fit.converged and fit.temperature == pytest.approx(2.5, rel=0.12)
+    p_before = 1 / (1 + np.exp(-z_test))
+    p_after = fit.apply(z_test)
+    assert cal.nll(y_test, p_after) < cal.nll(y_test, p_before) - 0.02
+    assert cal.ece(y_test, p_after) < cal.ece(y_test, p_before)
+    assert roc_auc_score(y_test, p_after) == roc_auc_score(y_test, p_before)
+    ev = fit.evaluate(z_test, y_test).set_index(["estimand", "stage"])["estimate"]
+    assert ev["nll", "after"] == pytest.approx(cal.nll(y_test, p_after))
+    # the fitted T minimizes the calibration NLL
+    for t in (fit.temperature * 0.9, fit.temperature * 1.1):
+        assert cal.nll(y_cal, 1 / (1 + np.exp(-z_cal / t))) > fit.nll_after
+    # probabilities in, same fit
+    fit_p = cal.temperature_scale(1 / (1 + np.exp(-z_cal)), y_cal)
+    assert fit_p.kind == "probs" and fit_p.temperature == pytest.approx(fit.temperature, rel=1e-6)
+    check_tidy(fit.tidy())
+
+
+def test_temperature_scaling_multiclass_keeps_predictions():
+    rng = np.random.default_rng(9)
+    true = rng.normal(0, 1.5, size=(4000, 3))
+    y = np.array([rng.choice(3, p=np.exp(r) / np.exp(r).sum()) for r in true])
+    logits = true * 3.0   # overconfident by a factor 3
+    fit = cal.temperature_scale(logits[:2000], y[:2000], kind="logits")
+    assert fit.temperature == pytest.approx(3.0, rel=0.15)
+    after = fit.apply(logits[2000:])
+    before = np.exp(logits[2000:]) / np.exp(logits[2000:]).sum(1, keepdims=True)
+    assert cal.nll(y[2000:], after) < cal.nll(y[2000:], before)
+    np.testing.assert_array_equal(after.argmax(1), before.argmax(1))
+
+
+@pytest.mark.parametrize("label, prob, words", [
+    ([0, 1, 2], [0.1, 0.2, 0.3], "label must be 0/1; rows 3"),
+    ([0, 1], [0.1, 1.2], "finite probabilities in [0, 1]; rows 2"),
+    ([0, 1], [0.1], "prob must have shape"),
+    ([0, 3], [[0.5, 0.5], [0.2, 0.8]], "an integer class in 0..1"),
+])
+def test_input_errors(label, prob, words):
+    with pytest.raises(ContractError) as info:
+        cal.ece(label, prob)
+    assert words in str(info.value)
+
+
+def test_argument_errors():
+    with pytest.raises(ValueError, match="strategy"):
+        cal.ece([0, 1], [0.2, 0.7], strategy="equal")
+    with pytest.raises(ValueError, match="n_bins"):
+        cal.ece([0, 1], [0.2, 0.7], n_bins=0)
