@@ -131,6 +131,10 @@ def marginal_means(fit, by, *, kind: Literal["emmeans", "standardized"] = "emmea
                              estimate=p, std_error=se_eta * p * (1 - p),
                              conf_low=expit(eta - z * se_eta), conf_high=expit(eta + z * se_eta),
                              conf_level=conf_level, n=nrow,
+                             n_pos=nrow if fit.population == "positives" else (
+                                 0 if fit.population == "negatives" else np.nan),
+                             n_neg=nrow if fit.population == "negatives" else (
+                                 0 if fit.population == "positives" else np.nan),
                              method="emmeans-delta" if kind == "emmeans" else "g-computation-delta",
                              flag=mf.flags(), link_estimate=eta, link_std_error=se_eta))
     return tidy(pd.DataFrame(rows), group_cols=("model", "group_var", "group_level"))

@@ -60,6 +60,14 @@ class ModelFit:
         return vf / tot, (vf + vr) / tot
 
 
+def _pos_neg(population, n) -> tuple[float, float]:
+    if population == "positives":
+        return float(n), 0.0
+    if population == "negatives":
+        return 0.0, float(n)
+    return np.nan, np.nan
+
+
 class Fit:
     """Fitted confounding-adjusted models, one per evaluated model.
 
@@ -107,9 +115,10 @@ class Fit:
         Returns the tidy estimate contract with grouping column ``model``; columns
         ``estimand`` (term), ``estimate`` (log-odds; the SD for ``sd__(Intercept)``),
         ``std_error``, ``conf_low``/``conf_high`` (Wald, log-odds), ``statistic`` (z),
-        ``p_value`` (two-sided normal), ``n`` (rows), ``n_pos``/``n_neg`` (rows with
-        outcome 1/0), ``method``, ``flag``; extras ``term``, ``effect``, ``odds_ratio``,
-        ``or_conf_low``, ``or_conf_high``. Terms dropped as empty or aliased stay as rows
+        ``p_value`` (two-sided normal), ``n`` (rows), ``n_pos``/``n_neg`` (label 1 / label
+        0 rows: all of ``n`` for positives / negatives), ``method``, ``flag``; extras
+        ``term``, ``effect``, ``n_events`` (rows with outcome 1: detected or correct),
+        ``odds_ratio``, ``or_conf_low``, ``or_conf_high``. Terms dropped as empty or aliased stay as rows
         with NaN estimates and flag ``empty``/``aliased``.
         """
         level = conf_level or self.conf_level
@@ -121,8 +130,8 @@ class Fit:
             sep = {w.split(" ")[4] for w in f.warnings if w.startswith("separation: every row")}
             est = dict(zip(d.terms, f.beta))
             ses = dict(zip(d.terms, se))
-            npos = float(np.sum(d.y))
-            nneg = float(np.sum(d.trials - d.y))
+            npos, nneg = _pos_neg(self.population, f.nobs)
+            events = float(np.sum(d.y))
             base = f.flags()
             for t in d.all_terms:
                 b, s = est.get(t, np.nan), ses.get(t, np.nan)
@@ -134,14 +143,14 @@ class Fit:
                                  n=f.nobs, n_pos=npos, n_neg=nneg, method=f.method_label,
                                  flag=";".join(x for x in (flag, base) if x),
                                  statistic=b / s, p_value=2 * sps.norm.sf(abs(b / s)),
-                                 term=t, effect="fixed"))
+                                 term=t, effect="fixed", n_events=events))
             if f.theta is not None:
                 s = float(np.sqrt(f.vcov_full[0, 0])) if f.vcov_full is not None else np.nan
                 rows.append(dict(estimand=RE_TERM, model=m, estimate=f.theta, std_error=s,
                                  conf_low=max(f.theta - z * s, 0.0), conf_high=f.theta + z * s,
                                  conf_level=level, n=f.nobs, n_pos=npos, n_neg=nneg,
                                  method=f.method_label, flag=base, term=RE_TERM,
-                                 effect="ran_pars"))
+                                 effect="ran_pars", n_events=events))
         out = pd.DataFrame(rows)
         fixed = out["effect"] == "fixed"
         out["odds_ratio"] = np.where(fixed, np.exp(out["estimate"]), np.nan)
