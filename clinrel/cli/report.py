@@ -1,0 +1,50 @@
+"""``clinrel report``: render a study's appendix (qmd, HTML, PDF, tables, figures, manifest)."""
+from __future__ import annotations
+
+import logging
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ._common import InputError, guarded
+
+
+def demo_plan_path() -> Path:
+    """The embedded demo study's plan inside the installed ``clinrel`` package."""
+    return Path(str(resources.files("clinrel") / "demo_data" / "plan.yaml"))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @guarded
+    def report(
+        out: Annotated[Path, typer.Option(help="Output folder (replaced atomically).")],
+        plan: Annotated[Optional[Path], typer.Option(help="The analysis plan (plan.yaml).")] = None,
+        demo: Annotated[bool, typer.Option("--demo", help="Render the embedded demo study.")] = False,
+        quiet: Annotated[bool, typer.Option("--quiet", help="No progress or summary output.")] = False,
+    ) -> None:
+        """Render the reliability appendix of the study described by PLAN into OUT.
+
+        OUT receives appendix.qmd, appendix.html, appendix.pdf, tables/*.csv,
+        figures/*.png|svg and manifest.json. Nothing is written when the plan or an input
+        is bad (exit 2, the message names the file, key or column and the fix).
+        """
+        if demo == (plan is not None):
+            raise InputError("give exactly one of --plan plan.yaml or --demo")
+        import warnings
+
+        from reports.render import render_report
+
+        logging.getLogger("clinrel.report").setLevel(logging.WARNING)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = render_report(demo_plan_path() if demo else plan, out, quiet=quiet)
+        if not quiet:
+            typer.echo(f"report written to {out} in {result.seconds:.1f} s "
+                       f"({len(result.sections)} sections, {len(result.tables)} tables, "
+                       f"{len(result.figures)} figures; renderer {result.renderer})")
+            for _, title, reason in result.skipped:
+                typer.echo(f"  skipped: {title} ({reason})")
+            typer.echo(f"  open {out / 'appendix.html'} or {out / 'appendix.pdf'}")

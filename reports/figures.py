@@ -1,0 +1,164 @@
+"""Report figures (plotnine): one theme, each figure backed by a tidy table.
+
+Each :class:`ReportFigure` is drawn once and saved twice: ``figures/<name>.png`` (150
+dpi, for HTML) and ``figures/<name>.svg`` (vector, for the PDF). Its data frame is
+written to ``tables/fig_<name>.csv``. Builders take tidy tables and return a ggplot;
+they compute nothing beyond layout (ordering, labels).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+FONT_SIZE = 9
+PALETTE = ("#1b5e8a", "#d1495b", "#edae49", "#00798c", "#66a182", "#8d96a3", "#5e3c99",
+           "#b35806", "#2e4057", "#e377c2")
+
+
+@dataclass(frozen=True)
+class ReportFigure:
+    name: str
+    caption: str
+    alt: str
+    plot: object  # plotnine.ggplot
+    data: pd.DataFrame
+    width: float = 7.0
+    height: float = 4.0
+
+    @property
+    def id(self) -> str:
+        return "fig-" + self.name.replace("_", "-")
+
+    def save(self, folder: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig = self.plot.draw()
+        fig.set_size_inches(self.width, self.height)
+        meta_png = {"Software": None}
+        fig.savefig(folder / f"{self.name}.png", dpi=150, metadata=meta_png)
+        fig.savefig(folder / f"{self.name}.svg", metadata={"Date": None})
+        plt.close(fig)
+
+
+def theme():
+    import plotnine as p9
+
+    return p9.theme_bw(base_size=FONT_SIZE) + p9.theme(
+        panel_grid_minor=p9.element_blank(),
+        strip_background=p9.element_rect(fill="#eef1f4"),
+        legend_position="bottom",
+        plot_background=p9.element_rect(fill="white"),
+    )
+
+
+def _ordered(values) -> list:
+    return list(dict.fromkeys(values))
+
+
+def forest_plot(df: pd.DataFrame, *, overall: pd.DataFrame, xlab: str, facet: str = "model"):
+    """Subgroup estimates with CIs, one panel per ``facet``; dashed line at the overall value.
+
+    ``df`` columns: ``label`` (row label), ``estimate``, ``conf_low``, ``conf_high``,
+    ``small`` (bool), ``facet``; ``overall``: ``facet``, ``estimate``.
+    """
+    import plotnine as p9
+
+    d = df.copy()
+    d["label"] = pd.Categorical(d["label"], categories=_ordered(d["label"])[::-1])
+    d["cell"] = d["small"].map({True: "small n", False: "adequate n"})
+    return (p9.ggplot(d, p9.aes(x="estimate", y="label"))
+            + p9.geom_vline(p9.aes(xintercept="estimate"), data=overall, linetype="dashed",
+                            color="#8d96a3")
+            + p9.geom_errorbarh(p9.aes(xmin="conf_low", xmax="conf_high"), height=0.25,
+                                color="#2e4057")
+            + p9.geom_point(p9.aes(shape="cell"), size=2, fill="white", color="#1b5e8a")
+            + p9.scale_shape_manual(values={"small n": "o", "adequate n": "s"}, name="cells")
+            + p9.facet_wrap(f"~{facet}", nrow=1)
+            + p9.scale_x_continuous(limits=(0, 1), breaks=[0, 0.25, 0.5, 0.75, 1],
+                                    labels=["0", "0.25", "0.5", "0.75", "1"])
+            + p9.labs(x=xlab, y="")
+            + theme())
+
+
+def heatmap(df: pd.DataFrame, *, x: str, y: str, facet: str, fill_label: str):
+    """Tiles coloured by ``estimate`` with the text ``cell_text`` (estimate and n) in each;
+    small cells (``small`` True) hatched by an outline and marked with an asterisk."""
+    import plotnine as p9
+
+    d = df.copy()
+    d[x] = pd.Categorical(d[x].astype(str), categories=_ordered(d[x].astype(str)))
+    d[y] = pd.Categorical(d[y].astype(str), categories=_ordered(d[y].astype(str))[::-1])
+    small = d[d["small"]]
+    return (p9.ggplot(d, p9.aes(x=x, y=y, fill="estimate"))
+            + p9.geom_tile(color="white")
+            + p9.geom_tile(data=small, fill="none", color="#d1495b", size=0.8, linetype="dashed")
+            + p9.geom_text(p9.aes(label="cell_text"), size=6.5, color="black")
+            + p9.scale_fill_gradient(low="#f7f7f7", high="#1b5e8a", limits=(0, 1),
+                                     name=fill_label, na_value="#dddddd")
+            + p9.facet_wrap(f"~{facet}", nrow=1)
+            + p9.labs(x=x.replace("_", " "), y=y.replace("_", " "))
+            + theme() + p9.theme(panel_grid=p9.element_blank()))
+
+
+def flow_diagram(boxes: pd.DataFrame, arrows: pd.DataFrame):
+    """A STARD-style flow diagram: ``boxes`` (x, y, label, kind) and ``arrows`` (x, y, xend, yend)."""
+    import plotnine as p9
+
+    return (p9.ggplot()
+            + p9.geom_segment(p9.aes(x="x", y="y", xend="xend", yend="yend"), data=arrows,
+                              arrow=p9.arrow(length=0.08, type="closed"), color="#2e4057")
+            + p9.geom_label(p9.aes(x="x", y="y", label="label", fill="kind"), data=boxes,
+                            size=7, label_padding=0.4, label_size=0.4)
+            + p9.scale_fill_manual(values={"flow": "#eef1f4", "excluded": "#fbe3e6",
+                                           "result": "#e3f1ea"}, guide=None)
+            + p9.scale_x_continuous(limits=(-0.1, 2.1))
+            + p9.scale_y_continuous(limits=(-0.5, boxes["y"].max() + 0.5))
+            + p9.theme_void() + p9.theme(plot_background=p9.element_rect(fill="white")))
+
+
+def lines(df: pd.DataFrame, *, x: str, y: str, color: str, facet: str | None = None,
+          ribbon: bool = False, xlab: str = "", ylab: str = "", vline: float | None = None):
+    """Lines (optionally with a CI ribbon from conf_low/conf_high) per ``color``."""
+    import plotnine as p9
+
+    p = p9.ggplot(df, p9.aes(x=x, y=y, color=color, group=color))
+    if ribbon:
+        p += p9.geom_ribbon(p9.aes(ymin="conf_low", ymax="conf_high", fill=color), alpha=0.15,
+                            color="none")
+        p += p9.scale_fill_manual(values=PALETTE[: df[color].nunique()], guide=None)
+    p += p9.geom_line() + p9.geom_point(size=1)
+    if vline is not None:
+        p += p9.geom_vline(xintercept=vline, linetype="dashed", color="#8d96a3")
+    if facet:
+        p += p9.facet_wrap(f"~{facet}", scales="free_y")
+    p += p9.scale_color_manual(values=PALETTE[: df[color].nunique()], name=color.replace("_", " "))
+    return p + p9.labs(x=xlab or x, y=ylab or y) + theme()
+
+
+def points_ci(df: pd.DataFrame, *, x: str, y: str, color: str | None = None,
+              facet: str | None = None, xlab: str = "", ylab: str = "", dodge: float = 0.5,
+              hline: float | None = None, flip: bool = True):
+    """Point estimates with CI bars (``conf_low``/``conf_high``), dodged by ``color``."""
+    import plotnine as p9
+
+    d = df.copy()
+    d[x] = pd.Categorical(d[x].astype(str), categories=_ordered(d[x].astype(str)))
+    aes = p9.aes(x=x, y=y, color=color) if color else p9.aes(x=x, y=y)
+    pos = p9.position_dodge(width=dodge)
+    p = (p9.ggplot(d, aes)
+         + p9.geom_errorbar(p9.aes(ymin="conf_low", ymax="conf_high"), width=0.2, position=pos)
+         + p9.geom_point(size=1.8, position=pos))
+    if hline is not None:
+        p += p9.geom_hline(yintercept=hline, linetype="dashed", color="#8d96a3")
+    if color:
+        p += p9.scale_color_manual(values=PALETTE[: d[color].nunique()], name=color.replace("_", " "))
+    if facet:
+        p += p9.facet_wrap(f"~{facet}", scales="free_y" if not flip else "free_x")
+    if flip:
+        p += p9.coord_flip()
+    return p + p9.labs(x=xlab or x, y=ylab or y) + theme()

@@ -1,0 +1,248 @@
+"""Render a study into an appendix folder.
+
+``render_report(plan, out)`` writes, atomically (a temporary sibling folder moved into
+place only on success)::
+
+    out/appendix.qmd      Quarto markdown (cross-references @tbl-/@fig-/@sec-)
+    out/_quarto.yml       so that `quarto render appendix.qmd` works in the folder
+    out/appendix.html     self-contained (pandoc --embed-resources, or quarto)
+    out/appendix.pdf      pandoc -> typst markup -> typst.compile (or quarto), no LaTeX
+    out/tables/*.csv      every number shown, full precision (figures: tables/fig_*.csv)
+    out/figures/*.png|svg PNG for HTML, SVG for the PDF
+    out/manifest.json     versions, input sha256, plan hash, seeds, git revision, times
+
+The three markdown variants come from one Jinja template (``templates/appendix.qmd.j2``)
+with ``target`` = quarto | html | typst: Quarto resolves cross-references itself; for
+pandoc the HTML variant writes "Table N" links and the typst variant lets typst number
+figures and resolve ``@labels``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from . import text
+from .figures import ReportFigure
+from .plan import Plan, load_plan
+from .sections import Section, build_all
+from .study import load_study
+from .tables import ReportTable
+
+log = logging.getLogger("clinrel.report")
+
+_REF = re.compile(r"(?<!\\)@((tbl|fig|sec)-[A-Za-z0-9_-]*[A-Za-z0-9])")
+
+
+@dataclass
+class RenderResult:
+    out: Path
+    sections: list
+    tables: list
+    figures: list
+    skipped: list
+    seconds: float
+    renderer: str
+
+
+def _template_text(name: str) -> str:
+    return resources.files("templates").joinpath(name).read_text(encoding="utf-8")
+
+
+def _yaml_str(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)  # a JSON string is a valid YAML flow scalar
+
+
+def _attr(s: str) -> str:
+    return str(s).replace("\\", "/").replace('"', "'").replace("\n", " ")
+
+
+def dangling_refs(sections: list[Section], index: dict) -> list[str]:
+    """Cross-references in the sections' markdown that name no table, figure or section."""
+    found = [m.group(1) for s in sections for b in s.blocks if isinstance(b, str)
+             for m in _REF.finditer(b)]
+    return sorted({f for f in found if f not in index})
+
+
+def _refs(md: str, target: str, index: dict) -> str:
+    def sub(m):
+        ident, kind = m.group(1), m.group(2)
+        if ident not in index:
+            return m.group(0).replace("@", "\\@")
+        if target == "quarto":
+            return m.group(0)
+        number, title = index[ident]
+        if target == "html":
+            label = {"tbl": f"Table {number}", "fig": f"Figure {number}"}.get(kind, title)
+            return f"[{label}](#{ident})"
+        return f"`@{ident}`{{=typst}}"
+
+    return _REF.sub(sub, md)
+
+
+def _blocks(sections: list[Section], target: str, index: dict, numbers: dict) -> list[dict]:
+    out = []
+    for s in sections:
+        blocks = []
+        for b in s.blocks:
+            if isinstance(b, str):
+                blocks.append({"kind": "md", "text": _refs(b, target, index)})
+            elif isinstance(b, ReportTable):
+                blocks.append({"kind": "table", "id": b.id, "number": numbers[b.id],
+                               "html": b.to_html() if target != "typst" else "",
+                               "typst": b.to_typst() if target != "html" else "",
+                               "caption_md": text.md(b.caption),
+                               "caption_typst": text.typst_str(b.caption), "wide": b.wide})
+            elif isinstance(b, ReportFigure):
+                blocks.append({"kind": "figure", "id": b.id, "number": numbers[b.id],
+                               "name": b.name, "caption_md": text.md(b.caption),
+                               "caption_typst": text.typst_str(b.caption),
+                               "alt_attr": _attr(b.alt), "alt_typst": text.typst_str(b.alt),
+                               "width_pct": 100 if b.width >= 6 else int(100 * b.width / 7)})
+            else:
+                raise TypeError(f"section {s.key}: unknown block {type(b).__name__}")
+        out.append({"id": s.id, "title_md": text.md(s.title), "blocks": blocks})
+    return out
+
+
+def render_markdown(study, sections: list[Section], target: str = "quarto") -> str:
+    """The appendix as markdown for ``target`` (quarto | html | typst)."""
+    import jinja2
+
+    tables = [b for s in sections for b in s.tables]
+    figures = [b for s in sections for b in s.figures]
+    numbers = {t.id: i + 1 for i, t in enumerate(tables)}
+    numbers.update({f.id: i + 1 for i, f in enumerate(figures)})
+    index = {k: (v, "") for k, v in numbers.items()}
+    index.update({s.id: (i + 1, s.title) for i, s in enumerate(sections)})
+    for ident in dangling_refs(sections, index):
+        msg = f"cross-reference @{ident} names nothing in this report; written as text"
+        if msg not in study.notes:
+            study.note(msg)
+    plan = study.plan
+    lead = (f"This appendix was generated by clinrel from the analysis plan "
+            f"{text.md(plan.path.name)}. Every number shown is "
+            f"also in the CSV files under tables/, at full precision; manifest.json records "
+            f"the software versions, input hashes and seeds.")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             autoescape=False, comment_start_string="{##",
+                             comment_end_string="##}")
+    tpl = env.from_string(_template_text("appendix.qmd.j2"))
+    md = tpl.render(target=target, title_yaml=_yaml_str(text.md(plan.title)),
+                    subtitle_yaml=_yaml_str("Reliability evidence appendix"),
+                    lead=lead, sections=_blocks(sections, target, index, numbers))
+    return re.sub(r"\n{3,}", "\n\n", md).rstrip() + "\n"
+
+
+def _check_unique(tables, figures) -> None:
+    seen: set[str] = set()
+    for item in [*tables, *figures]:
+        if item.id in seen:
+            raise RuntimeError(f"two report items share the id {item.id}; rename one")
+        seen.add(item.id)
+
+
+def _pandoc_html(md: str, folder: Path, build: Path) -> None:
+    import pypandoc
+
+    header = build / "style.html"
+    header.write_text("<style>\n" + _template_text("appendix.css") + "</style>\n", encoding="utf-8")
+    pypandoc.convert_text(
+        md, "html5", format="markdown", outputfile=str(folder / "appendix.html"),
+        extra_args=["--standalone", "--embed-resources", "--toc", "--toc-depth=2",
+                    "--number-sections", f"--include-in-header={header}",
+                    f"--resource-path={folder}", "--metadata=lang:en"],
+        cworkdir=str(folder))
+
+
+def _pandoc_pdf(md: str, folder: Path, build: Path) -> None:
+    import pypandoc
+    import typst
+
+    typ = pypandoc.convert_text(md, "typst", format="markdown",
+                                extra_args=["--standalone", "--toc"], cworkdir=str(folder))
+    src = folder / ".appendix.typ"
+    src.write_text(typ, encoding="utf-8")
+    try:
+        typst.compile(str(src), output=str(folder / "appendix.pdf"), root=str(folder))
+    finally:
+        shutil.copyfile(src, build / "appendix.typ")
+        src.unlink()
+
+
+def _quarto(folder: Path) -> None:
+    for fmt in ("html", "typst"):
+        subprocess.run(["quarto", "render", "appendix.qmd", "--to", fmt], cwd=folder, check=True,
+                       capture_output=True, timeout=600)
+
+
+def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = True,
+                  formats: tuple[str, ...] = ("html", "pdf"), only=None) -> RenderResult:
+    """Load the study of ``plan``, build every applicable section and write ``out``.
+
+    ``formats`` selects the rendered documents (``html``, ``pdf``); the .qmd, tables,
+    figures and manifest are always written. ``only`` restricts the sections (keys).
+    """
+    from clinrel.cli._common import atomic_dir, progress
+
+    t0 = time.perf_counter()
+    plan = plan if isinstance(plan, Plan) else load_plan(plan)
+    timings: dict[str, float] = {}
+    study = load_study(plan)
+    timings["load"] = round(time.perf_counter() - t0, 3)
+    out = Path(out)
+    renderer = "quarto" if shutil.which("quarto") else "pandoc+typst"
+    with progress("building sections", total=15, quiet=quiet) as advance:
+        sections = build_all(study, only=only, advance=advance)
+    timings["sections"] = dict(getattr(study, "timings", {}))
+    tables = [t for s in sections for t in s.tables]
+    figures = [f for s in sections for f in s.figures]
+    _check_unique(tables, figures)
+    with atomic_dir(out) as tmp, tempfile.TemporaryDirectory(prefix="clinrel-build-") as b:
+        build = Path(b)
+        tmp.chmod(0o755)
+        (tmp / "tables").mkdir()
+        (tmp / "figures").mkdir()
+        t1 = time.perf_counter()
+        for t in tables:
+            t.data.to_csv(tmp / "tables" / f"{t.name}.csv", index=False, lineterminator="\n")
+        with progress("drawing figures", total=len(figures), quiet=quiet) as advance:
+            for f in figures:
+                f.data.to_csv(tmp / "tables" / f"fig_{f.name}.csv", index=False,
+                              lineterminator="\n")
+                f.save(tmp / "figures")
+                advance()
+        timings["tables_figures"] = round(time.perf_counter() - t1, 3)
+        qmd = render_markdown(study, sections, "quarto")
+        (tmp / "appendix.qmd").write_text(qmd, encoding="utf-8")
+        (tmp / "_quarto.yml").write_text(_template_text("_quarto.yml"), encoding="utf-8")
+        t2 = time.perf_counter()
+        if renderer == "quarto":
+            try:
+                _quarto(tmp)
+            except (subprocess.SubprocessError, OSError) as exc:
+                study.note(f"quarto render failed ({exc}); rendered with pandoc and typst instead")
+                renderer = "pandoc+typst"
+        if renderer != "quarto":
+            if "html" in formats:
+                _pandoc_html(render_markdown(study, sections, "html"), tmp, build)
+            timings["html"] = round(time.perf_counter() - t2, 3)
+            if "pdf" in formats:
+                t3 = time.perf_counter()
+                _pandoc_pdf(render_markdown(study, sections, "typst"), tmp, build)
+                timings["pdf"] = round(time.perf_counter() - t3, 3)
+        seconds = round(time.perf_counter() - t0, 3)
+        timings["total"] = seconds
+        from .manifest import build_manifest, write_manifest
+
+        write_manifest(build_manifest(study, sections=sections, tables=tables, figures=figures,
+                                      renderer=renderer, timings=timings), tmp / "manifest.json")
+    return RenderResult(out=out, sections=sections, tables=tables, figures=figures,
+                        skipped=list(study.skipped), seconds=seconds, renderer=renderer)

@@ -1,0 +1,121 @@
+"""Report sections. Each module ``reports/sections/<name>.py`` defines
+
+- ``TITLE`` (the heading), ``HALF`` (``"detection"``, ``"crs"`` or ``"any"``),
+- ``REQUIRES``: the ``stats`` names it needs (a section whose names are not in the tree
+  is skipped with a logged note; numbers are never substituted),
+- ``build(study) -> Section``.
+
+A :class:`Section` holds ordered blocks: markdown strings (which may cite ``@tbl-x``,
+``@fig-x``, ``@sec-x``), :class:`~reports.tables.ReportTable` and
+:class:`~reports.figures.ReportFigure` objects.
+"""
+from __future__ import annotations
+
+import importlib
+import time
+from dataclasses import dataclass, field
+
+from ..figures import ReportFigure
+from ..tables import ReportTable
+
+#: section modules in report order
+ORDER = ("methods", "flow", "cohort", "twobytwo", "overall", "subgroups", "forest",
+         "failure_map", "threshold", "adjusted", "comparisons", "crs", "calibration",
+         "provenance", "checklist")
+
+
+#: built after the others (they describe them), placed by ORDER
+LATE = ("checklist", "methods")
+
+
+class SkipSection(Exception):
+    """Raised by ``build`` when the section cannot be produced from this study; the message
+    is logged (never a substitute number)."""
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    blocks: list = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return f"sec-{self.key.replace('_', '-')}"
+
+    def add(self, *blocks) -> "Section":
+        self.blocks.extend(b for b in blocks if b is not None)
+        return self
+
+    @property
+    def tables(self) -> list[ReportTable]:
+        return [b for b in self.blocks if isinstance(b, ReportTable)]
+
+    @property
+    def figures(self) -> list[ReportFigure]:
+        return [b for b in self.blocks if isinstance(b, ReportFigure)]
+
+
+def missing_stats(names) -> list[str]:
+    """The ``stats`` names among ``names`` that cannot be imported from this tree."""
+    import stats
+
+    missing = []
+    for name in names:
+        try:
+            obj = stats
+            for part in name.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
+            missing.append(name)
+    return missing
+
+
+def module(name: str):
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def applies(mod, study) -> bool:
+    half = getattr(mod, "HALF", "any")
+    if half == "detection":
+        return study.plan.detection is not None and study.cases is not None
+    if half == "crs":
+        return study.plan.crs is not None and study.runs is not None
+    return True
+
+
+def build_all(study, *, only=None, advance=lambda n=1: None) -> list[Section]:
+    """Build every applicable section in ``ORDER`` (methods last, placed first).
+
+    Returns the built sections; skipped ones are recorded in ``study.skipped`` as
+    ``(key, reason)`` and logged via ``study.note``.
+    """
+    study.skipped = []
+    study.timings = {}
+    built: dict[str, Section] = {}
+    keys = [k for k in ORDER if only is None or k in only]
+    late = [k for k in LATE if k in keys]
+    for key in [k for k in keys if k not in late] + late:
+        if key == late[0]:
+            study.built_sections = {k: module(k).TITLE for k in keys
+                                    if k in built or k in late}
+        mod = module(key)
+        if not applies(mod, study):
+            advance()
+            continue
+        missing = missing_stats(getattr(mod, "REQUIRES", ()))
+        if missing:
+            reason = "needs " + ", ".join(f"stats.{m}" for m in missing) + ", not in this build"
+            study.skipped.append((key, mod.TITLE, reason))
+            study.note(f"section '{mod.TITLE}' skipped: {reason}")
+            advance()
+            continue
+        t0 = time.perf_counter()
+        try:
+            built[key] = mod.build(study)
+        except SkipSection as exc:
+            study.skipped.append((key, mod.TITLE, str(exc)))
+            study.note(f"section '{mod.TITLE}' skipped: {exc}")
+        study.timings[key] = round(time.perf_counter() - t0, 3)
+        advance()
+    return [built[k] for k in keys if k in built]

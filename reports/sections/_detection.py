@@ -1,0 +1,168 @@
+"""Shared detection results for the detection sections, computed once per study by
+``stats`` and cached on ``study.cache``. Nothing here computes a statistic itself."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import text
+from ..study import level_order
+
+PROPORTIONS = ("sensitivity", "specificity", "ppv", "npv", "accuracy")
+
+
+def calls(study) -> pd.DataFrame:
+    """Every input row with its scan-level call (``stats.scan_level``)."""
+    if "calls" not in study.cache:
+        import stats
+
+        det = study.plan.detection
+        if det.threshold_value is not None:
+            df = stats.scan_level(study.cases, threshold=det.threshold_value)
+        else:
+            df = stats.scan_level(study.cases, criterion=det.criterion,
+                                  target_specificity=det.target)
+        study.cache["calls"] = df
+    return study.cache["calls"]
+
+
+def has_split(study) -> bool:
+    c = study.cases
+    return "split" in c.columns and (c["split"] == "test").any()
+
+
+def evaluation(study) -> pd.DataFrame:
+    """The rows the metrics use: the test split when the table has one, else every row."""
+    df = calls(study)
+    if has_split(study):
+        df = df[df["split"] == "test"]
+    return df.reset_index(drop=True)
+
+
+def axes(study) -> list[tuple[str, ...]]:
+    det = study.plan.detection
+    out = list(det.subgroups)
+    if det.failure_map and tuple(det.failure_map) not in out:
+        out.append(tuple(det.failure_map))
+    return out
+
+
+def axis_name(axis: tuple[str, ...]) -> str:
+    return ":".join(axis)
+
+
+def axis_label(axis: tuple[str, ...] | str) -> str:
+    parts = axis.split(":") if isinstance(axis, str) else axis
+    return " \u00d7 ".join(p.replace("_", " ") for p in parts)
+
+
+def metrics(study) -> pd.DataFrame:
+    """Tidy metrics per model x cell (overall, every axis level, intersections).
+
+    ``stats.subgroup_metrics`` when the tree has it; otherwise the proportions from
+    ``stats.confusion_counts`` with ``stats.proportion_ci`` (same definitions).
+    """
+    if "metrics" in study.cache:
+        return study.cache["metrics"]
+    import stats
+
+    det = study.plan.detection
+    ev = evaluation(study)
+    by = axes(study)
+    try:
+        subgroup_metrics = stats.subgroup_metrics
+    except (ImportError, AttributeError):
+        subgroup_metrics = None
+    if subgroup_metrics is not None:
+        kw = {}
+        if det.bootstrap_n:
+            kw = {"bootstrap": det.bootstrap_n, "seed": det.bootstrap_seed}
+        out = subgroup_metrics(ev, by=by, ci=det.ci, conf_level=det.conf_level, **kw)
+    else:
+        study.note("stats.subgroup_metrics not in this build: proportions from "
+                   "stats.confusion_counts + stats.proportion_ci (no bootstrap F1)")
+        out = _from_counts(stats, counts(study), det)
+    study.cache["metrics"] = out
+    return out
+
+
+def with_counts(study, m: pd.DataFrame) -> pd.DataFrame:
+    """``m`` (tidy metrics) with the cell's 2x2 counts ``tp, fp, fn, tn`` appended, so that
+    a table's CSV holds every number its display shows."""
+    keys = ["model", "group_var", "group_level"]
+    c = counts(study)[keys + ["tp", "fp", "fn", "tn"]]
+    out = m.drop(columns=[k for k in ("tp", "fp", "fn", "tn") if k in m.columns])
+    return out.merge(c, on=keys, how="left", sort=False)
+
+
+def counts(study) -> pd.DataFrame:
+    """2x2 counts per model x cell (``stats.confusion_counts``)."""
+    if "counts" not in study.cache:
+        import stats
+
+        study.cache["counts"] = stats.confusion_counts(evaluation(study), by=axes(study))
+    return study.cache["counts"]
+
+
+def _from_counts(stats, c: pd.DataFrame, det) -> pd.DataFrame:
+    defs = {"sensitivity": ("tp", c["n_pos"]), "specificity": ("tn", c["n_neg"]),
+            "ppv": ("tp", c["tp"] + c["fp"]), "npv": ("tn", c["tn"] + c["fn"]),
+            "accuracy": (c["tp"] + c["tn"], c["n"])}
+    frames = []
+    for name, (num, den) in defs.items():
+        num = c[num] if isinstance(num, str) else num
+        num, den = np.asarray(num, float), np.asarray(den, float)
+        lo, hi = stats.proportion_ci(num, den, method=det.ci, conf_level=det.conf_level)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            est = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+        frames.append(pd.DataFrame({
+            "estimand": name, "model": c["model"], "group_var": c["group_var"],
+            "group_level": c["group_level"], "estimate": est, "conf_low": lo, "conf_high": hi,
+            "conf_level": det.conf_level, "n": c["n"], "n_pos": c["n_pos"], "n_neg": c["n_neg"],
+            "method": det.ci, "flag": np.where(den == 0, "empty", ""),
+            "numerator": num, "denominator": den}))
+    return stats.schema.tidy(pd.concat(frames, ignore_index=True),
+                             group_cols=("model", "group_var", "group_level"))
+
+
+def wide(m: pd.DataFrame, estimands=("sensitivity", "specificity")) -> pd.DataFrame:
+    """One row per model x cell with ``<estimand>_{estimate,conf_low,conf_high}`` columns."""
+    keys = ["model", "group_var", "group_level"]
+    base = m[m["estimand"] == estimands[0]][keys + ["n", "n_pos", "n_neg"]].reset_index(drop=True)
+    for e in estimands:
+        part = m[m["estimand"] == e][keys + ["estimate", "conf_low", "conf_high", "flag"]]
+        part = part.rename(columns={c: f"{e}_{c}" for c in ("estimate", "conf_low", "conf_high",
+                                                           "flag")})
+        base = base.merge(part, on=keys, how="left", sort=False)
+    return base
+
+
+def ordered_levels(study, axis: tuple[str, ...]) -> list[str]:
+    """Display order of an axis's levels (categorical order; intersections as products)."""
+    levels = [level_order(study.cases[a]) for a in axis]
+    out = [""]
+    for lv in levels:
+        out = [f"{o}:{v}" if o else v for o in out for v in lv]
+    return out
+
+
+def sort_cells(df: pd.DataFrame, study, axis: tuple[str, ...]) -> pd.DataFrame:
+    order = {lv: i for i, lv in enumerate(ordered_levels(study, axis))}
+    models = list(pd.unique(study.cases["model"]))
+    key = df["group_level"].map(lambda v: order.get(str(v), len(order)))
+    mkey = df["model"].map(lambda v: models.index(v) if v in models else len(models))
+    return df.assign(_m=mkey, _k=key).sort_values(["_m", "_k"], kind="stable").drop(
+        columns=["_m", "_k"]).reset_index(drop=True)
+
+
+def methods_note(det) -> str:
+    return (f"Intervals: {det.ci.replace('-', ' ').title()} {int(round(det.conf_level * 100))}% "
+            f"confidence intervals. Sensitivity = TP / reference positives; specificity = "
+            f"TN / reference negatives.")
+
+
+def small_mark(n, small_n) -> str:
+    return " \u2020" if (np.isfinite(n) and n < small_n) else ""
+
+
+__all__ = ["calls", "evaluation", "metrics", "counts", "wide", "axes", "axis_label", "text"]

@@ -1,0 +1,118 @@
+"""Flow of cases (STARD 2015 item 19): every input row included or excluded, with a reason.
+
+The accountability table sums to the input row count (a check, not an estimate); the
+diagram draws the same counts. Reference-standard positives/negatives per model and the
+calls come from ``stats.confusion_counts``.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from .. import text
+from ..figures import ReportFigure, flow_diagram
+from ..tables import ReportTable
+from . import Section
+from . import _detection as D
+
+KEY = "flow"
+TITLE = "Flow of cases"
+HALF = "detection"
+REQUIRES = ("scan_level", "confusion_counts")
+
+
+def accountability(study) -> pd.DataFrame:
+    """Input rows by disposition and reason; ``rows`` sums to the input row count."""
+    calls = D.calls(study)
+    split = calls["split"] if D.has_split(study) else pd.Series("all", index=calls.index)
+    det = study.plan.detection
+    reason_val = ("validation split: used to choose the threshold (exploratory)"
+                  if det.threshold_value is None else
+                  "validation split: development data, not part of the evaluation")
+    rows = []
+    for value, disposition, reason in (
+            ("validation", "excluded", reason_val),
+            ("test", "included", "test split: evaluated"),
+            ("all", "included", "no split column: every row evaluated")):
+        sel = calls[split == value]
+        if len(sel):
+            rows.append({"disposition": disposition, "reason": reason, "rows": len(sel),
+                         "cases": sel["case_id"].nunique(),
+                         "patients": sel["patient_id"].nunique(),
+                         "positives": int(sel.drop_duplicates("case_id")["label"].sum()),
+                         "negatives": int((sel.drop_duplicates("case_id")["label"] == 0).sum())})
+    other = calls[~split.isin(["validation", "test", "all"])]
+    if len(other):
+        rows.append({"disposition": "excluded", "reason": "split neither validation nor test",
+                     "rows": len(other), "cases": other["case_id"].nunique(),
+                     "patients": other["patient_id"].nunique(),
+                     "positives": int(other.drop_duplicates("case_id")["label"].sum()),
+                     "negatives": int((other.drop_duplicates("case_id")["label"] == 0).sum())})
+    df = pd.DataFrame(rows)
+    total = {"disposition": "total", "reason": "input table",
+             "rows": study.input_rows["cases"], "cases": calls["case_id"].nunique(),
+             "patients": calls["patient_id"].nunique(),
+             "positives": int(calls.drop_duplicates("case_id")["label"].sum()),
+             "negatives": int((calls.drop_duplicates("case_id")["label"] == 0).sum())}
+    if int(df["rows"].sum()) != total["rows"]:
+        raise RuntimeError("flow of cases: dispositions do not sum to the input rows")
+    return pd.concat([df, pd.DataFrame([total])], ignore_index=True)
+
+
+def build(study) -> Section:
+    acc = accountability(study)
+    counts = D.counts(study)
+    overall = counts[counts["group_var"] == "overall"].reset_index(drop=True)
+    n_models = study.cases["model"].nunique()
+    disp = pd.DataFrame({
+        "disposition": acc["disposition"].str.capitalize(), "reason": acc["reason"],
+        "rows": acc["rows"].map(text.count), "cases": acc["cases"].map(text.count),
+        "patients": acc["patients"].map(text.count),
+        "positives": acc["positives"].map(text.count),
+        "negatives": acc["negatives"].map(text.count)})
+    table = ReportTable(
+        name="flow_accountability", caption="Accountability of every input row: included or "
+        "excluded, with the reason; the rows add up to the input table.",
+        data=acc, display=disp,
+        labels={"disposition": "Disposition", "reason": "Reason", "rows": "Rows",
+                "cases": "Cases", "patients": "Patients", "positives": "Reference positive",
+                "negatives": "Reference negative"},
+        spanners=(("Unique cases", ["positives", "negatives"]),),
+        notes=(f"Rows are model \u00d7 case pairs ({n_models} models, one row per model and "
+               "case); cases and patients are unique identifiers.",))
+    inc = acc[acc["disposition"] == "included"]
+    exc = acc[acc["disposition"] == "excluded"]
+    total = acc.iloc[-1]
+    boxes = [{"x": 1.0, "y": 4.0, "kind": "flow",
+              "label": f"Input table\n{int(total['rows'])} rows = {n_models} models \u00d7 "
+                       f"{int(total['cases'])} cases\n({int(total['patients'])} patients)"}]
+    arrows = []
+    if len(exc):
+        boxes.append({"x": 1.85, "y": 3.0, "kind": "excluded", "label": "Excluded\n" + "\n".join(
+            f"{int(r.cases)} cases: {r.reason.split(':')[0]}" for r in exc.itertuples())})
+        arrows.append({"x": 1.0, "y": 3.0, "xend": 1.45, "yend": 3.0})
+    n_inc = int(inc["cases"].sum())
+    boxes.append({"x": 1.0, "y": 2.0, "kind": "flow",
+                  "label": f"Evaluated\n{n_inc} cases"})
+    arrows.append({"x": 1.0, "y": 3.7, "xend": 1.0, "yend": 2.35})
+    pos, neg = int(inc["positives"].sum()), int(inc["negatives"].sum())
+    for x, lab, n, a, b in ((0.45, "Reference positive", pos, "tp", "fn"),
+                            (1.55, "Reference negative", neg, "fp", "tn")):
+        lines = [f"{text.count(r[a])} called positive / {text.count(r[b])} negative ({r['model']})"
+                 for _, r in overall.iterrows()]
+        boxes.append({"x": x, "y": 0.7, "kind": "result",
+                      "label": f"{lab}: {n} cases\n" + "\n".join(lines)})
+        arrows.append({"x": 1.0, "y": 1.7, "xend": x, "yend": 1.15})
+    boxes_df, arrows_df = pd.DataFrame(boxes), pd.DataFrame(arrows)
+    fig = ReportFigure(
+        name="flow_diagram", caption="STARD-style flow of cases: input rows, exclusions with "
+        "reasons, reference-standard results and each model's calls at the operating threshold.",
+        alt=f"Flow diagram: {int(total['cases'])} cases in, {n_inc} evaluated, {pos} reference "
+            f"positive and {neg} reference negative.",
+        plot=flow_diagram(boxes_df, arrows_df), data=boxes_df.assign(
+            label=boxes_df["label"].str.replace("\n", " | ")), width=7.5, height=4.6)
+    md = (f"The cases table has {int(total['rows'])} rows ({n_models} models \u00d7 "
+          f"{int(total['cases'])} cases from {int(total['patients'])} patients). "
+          f"@tbl-flow-accountability accounts for every row and @fig-flow-diagram draws the "
+          f"flow; {n_inc} cases ({pos} reference positive, {neg} reference negative) enter "
+          f"the evaluation.")
+    return Section(KEY, TITLE).add(md, table, fig)

@@ -1,0 +1,127 @@
+"""Methods, written from the plan: inputs, threshold (prespecified or exploratory), CI
+methods, subgroups, bootstrap size and seed, models, CRS reference, software versions,
+and which sections this build could not produce."""
+from __future__ import annotations
+
+from .. import text
+from ..manifest import package_versions
+from . import Section
+
+KEY = "methods"
+TITLE = "Methods"
+HALF = "any"
+REQUIRES = ()
+
+CI_NAMES = {"wilson": "Wilson score", "clopper-pearson": "Clopper-Pearson exact",
+            "jeffreys": "Jeffreys"}
+ADJ_NAMES = {"glmm": "a logistic mixed model with a random intercept per {g} (maximum "
+                     "likelihood, Laplace approximation)",
+             "gee": "a GEE logistic model, exchangeable correlation within {g}, robust "
+                    "standard errors",
+             "fixed": "a logistic model with {g} as a fixed effect and cluster-robust "
+                      "standard errors"}
+
+
+def _detection(study) -> list[str]:
+    plan, det = study.plan, study.plan.detection
+    md = text.md
+    out = []
+    n_rows = study.input_rows.get("cases")
+    models = list(dict.fromkeys(study.cases["model"].astype(str)))
+    split = "split" in study.cases.columns and (study.cases["split"] == "test").any()
+    out.append(
+        f"**Detection.** The cases table ({md(plan.cases.name)}, {n_rows} rows) holds one row "
+        f"per model and case for {len(models)} models ({md(text.human_list(models))}). "
+        + ("Accuracy is estimated on the test split; the validation split is not evaluated. "
+           if split else "Accuracy is estimated on every row (the table has no split column). "))
+    if det.threshold_value is not None:
+        out.append(f"A case is called positive when its score (predicted tumour voxels) is at "
+                   f"least {text.num(det.threshold_value, 0) if float(det.threshold_value).is_integer() else det.threshold_value}; "
+                   f"this threshold was **prespecified** in the plan (STARD 12a).")
+    else:
+        rule = ("maximising Youden's J" if det.criterion == "youden" else
+                f"the lowest threshold reaching specificity {det.target}")
+        thr = ""
+        calls = study.cache.get("calls")
+        if calls is not None and "threshold" in calls.attrs:
+            vals = calls.attrs["threshold"]["values"]
+            thr = " Chosen values: " + md(", ".join(f"{m} {v:g}" for m, v in vals.items())) + "."
+        out.append(f"The threshold was chosen per model on the validation split by {rule} and "
+                   f"then frozen for the test split; the choice is **exploratory** "
+                   f"(data-driven).{thr}")
+    conf = int(round(det.conf_level * 100))
+    out.append(f"Proportions (sensitivity, specificity, PPV, NPV) carry {CI_NAMES[det.ci]} "
+               f"{conf}% confidence intervals; the AUC carries DeLong's interval. Cells with "
+               f"fewer than {det.small_n} reference positives are flagged as small.")
+    axes = text.human_list(" \u00d7 ".join(a) for a in det.subgroups)
+    out.append(f"Prespecified subgroup axes: {md(axes)}.")
+    if det.bins:
+        out.append("Bins (left-closed intervals): " + md("; ".join(
+            f"{b.column} -> {b.name} ({', '.join(b.labels)})" for b in det.bins)) + ".")
+    if det.bootstrap_n:
+        strata = f", stratified by {md(det.bootstrap_strata)}" if det.bootstrap_strata else ""
+        out.append(f"Statistics without a closed-form interval use a cluster bootstrap "
+                   f"(patients resampled with replacement{strata}; one index shared by all "
+                   f"models and subgroups) with {det.bootstrap_n} replicates and seed "
+                   f"{det.bootstrap_seed}.")
+    if det.adjusted:
+        a = det.adjusted
+        methods = "; ".join(ADJ_NAMES[m].format(g=md(a["group"])) for m in a["methods"])
+        out.append(f"Confounding-adjusted models of detection among reference positives: "
+                   f"`{a['formula']}`, fitted as {methods}. Likelihood-ratio tests compare "
+                   f"the full model with the model without each block ("
+                   + md("; ".join(f"{b}: {', '.join(t)}" for b, t in a["blocks"].items()))
+                   + ").")
+    out.append("Paired model comparisons on the same cases use the exact McNemar test and "
+               "Newcombe's interval for differences of proportions, and DeLong's paired test "
+               "for AUCs.")
+    return out
+
+
+def _crs(study) -> list[str]:
+    crs, ref = study.plan.crs, study.reference or {}
+    md = text.md
+    runs = study.runs
+    panel = ref.get("panel", [])
+    out = [f"**Clinical Reliability Score.** The runs table ({md(study.plan.runs.name)}, "
+           f"{len(runs)} runs) covers {runs['encoder'].nunique()} encoders on "
+           f"{runs['dataset'].nunique()} datasets. Axes: discrimination (seed-mean AUROC, clean, "
+           f"full labels), calibration (seed-mean ECE, lower is better), label efficiency and "
+           f"robustness, averaged over datasets. Each axis is normalized against the fixed "
+           f"reference panel ({md(text.human_list(panel))}; reference file "
+           f"{md(study.plan.reference.name) if study.plan.reference else 'not given'}, "
+           f"SHA-256 {study.input_sha256.get('reference', '')[:16]}), and "
+           f"CRS = weighted dominance + similarity + worst axis."]
+    out.append(f"Uncertainty: paired-seed bootstrap with {crs.bootstrap_n} replicates (seed "
+               f"{crs.bootstrap_seed}), anchors held fixed; rank probabilities use top "
+               f"k = {crs.k}.")
+    return out
+
+
+def build(study) -> Section:
+    plan = study.plan
+    sec = Section(KEY, TITLE)
+    sec.add(f"This appendix follows the analysis plan {text.md(plan.path.name)} "
+            f"(SHA-256 `{plan.sha256}`), written before the analysis.")
+    if plan.prespecified:
+        sec.add("Prespecified: " + " ".join(text.md(p) for p in plan.prespecified))
+    if plan.exploratory:
+        sec.add("Exploratory: " + " ".join(text.md(p) for p in plan.exploratory))
+    if plan.detection is not None and study.cases is not None:
+        sec.add(" ".join(_detection(study)))
+    if plan.crs is not None and study.runs is not None:
+        sec.add(" ".join(_crs(study)))
+    if plan.privacy.pseudonymize_ids:
+        sec.add("Case and patient identifiers were replaced by salted SHA-256 pseudonyms "
+                "before analysis; columns that look like direct identifiers are refused.")
+    v = package_versions()
+    soft = ", ".join(f"{k} {v[k]}" for k in ("python", "clinrel", "numpy", "pandas", "scipy",
+                                               "statsmodels", "plotnine", "great-tables",
+                                               "pandoc", "typst") if k in v)
+    sec.add(f"Software: {text.md(soft)}. Input hashes, seeds and the code revision are in "
+            f"manifest.json.")
+    skipped = getattr(study, "skipped", [])
+    if skipped:
+        sec.add("Sections not produced in this build: " + text.md("; ".join(
+            f"{t} ({r})" for _, t, r in skipped)) + ".")
+    return sec

@@ -1,0 +1,272 @@
+"""End-to-end report: the demo study rendered once per session (module fixture), then the
+outputs checked: files, headings in HTML and PDF, table/figure counts, numbers traceable
+to tables/*.csv, determinism, escaping, privacy, CLI exit codes, a browser screenshot."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from reports import text
+from reports.plan import PlanError, load_plan
+from reports.render import render_report
+from reports.study import load_study
+
+DEMO = Path(__file__).resolve().parent.parent / "clinrel" / "demo_data"
+NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "demo"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = render_report(DEMO / "plan.yaml", out)
+    return out, result
+
+
+@pytest.fixture(scope="module")
+def pdf_text(demo):
+    from pypdf import PdfReader
+
+    reader = PdfReader(str(demo[0] / "appendix.pdf"))
+    return " ".join(" ".join((p.extract_text() or "").split()) for p in reader.pages)
+
+
+def _squash(s: str) -> str:
+    return re.sub(r"\s+", " ", s).strip()
+
+
+def test_every_output_is_written(demo):
+    out, result = demo
+    for name in ("appendix.qmd", "appendix.html", "appendix.pdf", "manifest.json", "_quarto.yml"):
+        assert (out / name).stat().st_size > 0, name
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["plan"]["sha256"] == load_plan(DEMO / "plan.yaml").sha256
+    assert set(man["inputs"]) >= {"cases", "runs", "reference"}
+    assert all(len(v["sha256"]) == 64 for v in man["inputs"].values())
+    assert man["seeds"]["crs_bootstrap"] == 7
+    assert man["versions"]["numpy"] and man["versions"]["pandoc"]
+    for t in man["tables"]:
+        assert (out / t["csv"]).is_file()
+    for f in man["figures"]:
+        assert (out / f["png"]).stat().st_size > 5000 and (out / f["svg"]).is_file()
+        assert (out / f["csv"]).is_file()
+    assert not list(out.parent.glob(".demo.tmp-*")), "temporary folder left behind"
+
+
+def test_skeleton_sections_are_present(demo):
+    keys = {s.key for s in demo[1].sections}
+    assert {"methods", "flow", "twobytwo", "overall", "subgroups", "forest", "checklist"} <= keys
+
+
+def test_every_section_heading_in_html_and_pdf(demo, pdf_text):
+    out, result = demo
+    html = (out / "appendix.html").read_text(encoding="utf-8")
+    for s in result.sections:
+        assert re.search(rf'<h1[^>]*id="{s.id}"', html), s.id
+        assert text.html(s.title) in html
+        assert _squash(s.title) in pdf_text, s.title
+
+
+def test_table_and_figure_counts_agree_everywhere(demo, pdf_text):
+    out, result = demo
+    man = json.loads((out / "manifest.json").read_text())
+    qmd = (out / "appendix.qmd").read_text(encoding="utf-8")
+    html = (out / "appendix.html").read_text(encoding="utf-8")
+    n_tab, n_fig = len(result.tables), len(result.figures)
+    assert n_tab == len(man["tables"]) >= 8 and n_fig == len(man["figures"]) >= 3
+    assert len(re.findall(r"^::: \{#tbl-", qmd, flags=re.M)) == n_tab
+    assert len(re.findall(r"^```\{=html\}", qmd, flags=re.M)) == n_tab
+    assert len(re.findall(r"^```\{=typst\}", qmd, flags=re.M)) == n_tab
+    assert len(re.findall(r"^!\[.+\]\(figures/[^)]+\.png\)\{#fig-[^ ]+ fig-alt=", qmd, flags=re.M)) == n_fig
+    assert html.count('class="gt_table"') == n_tab
+    assert len(re.findall(r"<img [^>]*src=\"data:image/png", html)) == n_fig
+    assert f"Table {n_tab}:" in pdf_text and f"Table {n_tab + 1}:" not in pdf_text
+    assert f"Figure {n_fig}:" in pdf_text and f"Figure {n_fig + 1}:" not in pdf_text
+
+
+def test_qmd_is_quarto_markdown_with_resolved_crossrefs(demo):
+    out, result = demo
+    qmd = (out / "appendix.qmd").read_text(encoding="utf-8")
+    assert qmd.startswith("---\n")
+    header = yaml.safe_load(qmd.split("---\n")[1])
+    assert header["title"] and "html" in header["format"] and "typst" in header["format"]
+    ids = set(re.findall(r"\{#((?:tbl|fig|sec)-[\w-]+)", qmd))
+    refs = set(re.findall(r"(?<!\\)@((?:tbl|fig|sec)-[\w-]*\w)", qmd))
+    assert refs and refs <= ids, refs - ids
+    assert not re.search(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}", qmd), "timestamp in the qmd"
+    html = (out / "appendix.html").read_text(encoding="utf-8")
+    assert "@tbl-" not in html and "@fig-" not in html
+    assert re.search(r'<a href="#tbl-[\w-]+">Table \d+</a>', html)
+
+
+def _numbers_in(values) -> list[str]:
+    return [tok for v in values for tok in NUMBER.findall(str(v))]
+
+
+def test_numbers_shown_are_traceable_to_the_csv(demo):
+    """Every number in a numeric display column equals a CSV value rounded as shown."""
+    out, result = demo
+    from reports.tables import _numeric
+
+    checked = 0
+    for t in result.tables:
+        csv = pd.read_csv(out / "tables" / f"{t.name}.csv")
+        vals = pd.to_numeric(csv.select_dtypes("number").to_numpy().ravel(), errors="coerce")
+        vals = vals[np.isfinite(vals)]
+        for col in t.columns[1:]:  # the first column holds row labels ("<40", "40-59")
+            if not _numeric(t.display[col]):
+                continue
+            for tok in _numbers_in(t.display[col]):
+                dec = len(tok.split(".")[1]) if "." in tok else 0
+                hit = np.isclose(np.round(vals, dec), float(tok), atol=10 ** -(dec + 3)).any()
+                assert hit, f"{t.name}.{col}: {tok} not in tables/{t.name}.csv"
+                checked += 1
+    assert checked > 500
+
+
+def test_figure_tables_hold_the_plotted_estimates(demo):
+    out, result = demo
+    for f in result.figures:
+        csv = pd.read_csv(out / "tables" / f"fig_{f.name}.csv")
+        assert len(csv) == len(f.data)
+        if "estimate" in f.data.columns:
+            np.testing.assert_allclose(csv["estimate"], f.data["estimate"], rtol=1e-12)
+
+
+def test_deterministic_qmd_and_tables(demo, tmp_path):
+    out, _ = demo
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        render_report(DEMO / "plan.yaml", tmp_path / "again", formats=())
+    again = tmp_path / "again"
+    assert (again / "appendix.qmd").read_bytes() == (out / "appendix.qmd").read_bytes()
+    names = sorted(p.name for p in (out / "tables").glob("*.csv"))
+    assert names == sorted(p.name for p in (again / "tables").glob("*.csv"))
+    for name in names:
+        assert (again / "tables" / name).read_bytes() == (out / "tables" / name).read_bytes(), name
+    assert not (again / "appendix.html").exists()
+
+
+# --------------------------------------------------------------------------- small studies
+
+HOSTILE_SITE = 'S<b>&amp; "1" #2 $x @y *z* _w_ [a]'
+HOSTILE_MODEL = "m<1>&'q'"
+
+
+def _small_study(folder: Path, *, detection_only=True, extra_cols=None, privacy=None) -> Path:
+    from stats import simulate
+
+    cases = simulate.benchx_cohort(240, n_models=2, n_sites=3, seed=3).data
+    cases["site"] = cases["site"].astype(str).replace({"site_01": HOSTILE_SITE})
+    cases["model"] = cases["model"].replace({"model_A": HOSTILE_MODEL})
+    for k, v in (extra_cols or {}).items():
+        cases[k] = v
+    cases.to_csv(folder / "cases.csv", index=False)
+    raw = {"version": 1, "title": "Escaping <test> & \"quotes\" #1 $5",
+           "inputs": {"cases": "cases.csv"},
+           "detection": {"threshold": {"value": 50}, "subgroups": ["site", "phase"]}}
+    if privacy:
+        raw["privacy"] = privacy
+    p = folder / "plan.yaml"
+    p.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return p
+
+
+def test_user_strings_are_escaped_in_html_and_typst(tmp_path):
+    from pypdf import PdfReader
+
+    plan = _small_study(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        render_report(plan, tmp_path / "out", only=("methods", "flow", "twobytwo", "subgroups"))
+    html = (tmp_path / "out" / "appendix.html").read_text(encoding="utf-8")
+    assert "S<b>" not in html and "m<1>" not in html
+    assert "S&lt;b&gt;&amp;amp; &quot;1&quot; #2 $x @y *z* _w_ [a]" in html
+    assert re.search(r'<th class="gt_group_heading"[^>]*>m&lt;1&gt;&amp;&#(39|x27);q&#(39|x27);</th>', html)
+    assert "Escaping &lt;test&gt; &amp;" in html
+    pdf = " ".join((p.extract_text() or "") for p in PdfReader(str(tmp_path / "out" / "appendix.pdf")).pages)
+    pdf = _squash(pdf)
+    assert 'S<b>&amp; "1" #2 $x @y *z* _w_ [a]' in pdf.replace("“", '"').replace("”", '"')
+    assert "m<1>&" in pdf
+
+
+def test_identifier_columns_are_refused_unless_allowed(tmp_path):
+    plan = _small_study(tmp_path, extra_cols={"patient_name": "x", "MRN": "123"})
+    with pytest.raises(PlanError, match=r"'patient_name', 'MRN' look like direct identifiers.*allow_identifiers"):
+        load_study(load_plan(plan))
+    plan = _small_study(tmp_path, extra_cols={"patient_name": "x"},
+                        privacy={"allow_identifiers": True})
+    assert "patient_name" in load_study(load_plan(plan)).cases.columns
+
+
+def test_ids_are_pseudonymized_with_the_salt(tmp_path):
+    plan = _small_study(tmp_path, privacy={"pseudonymize_ids": True, "salt": "s1"})
+    a = load_study(load_plan(plan)).cases
+    assert a["case_id"].str.match(r"^id-[0-9a-f]{12}$").all()
+    assert not a["case_id"].str.startswith("C0").any()
+    plan = _small_study(tmp_path, privacy={"pseudonymize_ids": True, "salt": "s2"})
+    b = load_study(load_plan(plan)).cases
+    assert (a["case_id"] != b["case_id"]).all()
+    assert a["case_id"].nunique() == b["case_id"].nunique()
+
+
+def _cli(*args):
+    exe = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "clinrel"
+    cmd = [str(exe)] if exe.exists() else ["clinrel"]
+    return subprocess.run([*cmd, "report", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_bad_plan_exits_2_and_leaves_out_untouched(tmp_path):
+    bad = tmp_path / "plan.yaml"
+    bad.write_text("version: 1\ninputs: {cases: nope.csv}\ndetection: {}\n")
+    r = _cli("--plan", str(bad), "--out", str(tmp_path / "new"), "--quiet")
+    assert r.returncode == 2 and "inputs.cases" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "new").exists()
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "keep.txt").write_text("x")
+    r = _cli("--plan", str(bad), "--out", str(old), "--quiet")
+    assert r.returncode == 2 and sorted(p.name for p in old.iterdir()) == ["keep.txt"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    r = _cli("--out", str(tmp_path / "x"))
+    assert r.returncode == 2 and "exactly one of --plan" in r.stderr
+
+
+# --------------------------------------------------------------------------- browser
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.mark.browser
+def test_html_screenshot_is_not_blank(demo, tmp_path):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} missing: install Debian's chromium (make install does)")
+    from PIL import Image
+
+    shot = tmp_path / "shot.png"
+    profile = tempfile.mkdtemp(prefix="chromium-profile-")
+    try:
+        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                        "--no-first-run", "--disable-background-networking",
+                        "--disable-component-update", "--disable-sync",
+                        f"--user-data-dir={profile}", f"--screenshot={shot}",
+                        "--window-size=1200,2000", (demo[0] / "appendix.html").as_uri()],
+                       capture_output=True, timeout=120)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    assert shot.is_file(), "chromium wrote no screenshot"
+    img = np.asarray(Image.open(shot).convert("L"), dtype=float)
+    assert img.shape[0] >= 1000 and img.std() > 10
+    dark = (img < 128).mean()
+    assert 0.005 < dark < 0.5, f"screenshot looks blank or black ({dark:.3f} dark pixels)"
