@@ -36,8 +36,8 @@ from stats.schema import ContractError, tidy
 
 CIMethod = Literal["percentile", "bca"]
 BOOT_METRICS = ("sensitivity", "specificity", "ppv", "npv", "accuracy", "f1")
-#: elements (replicates x clusters) of one block: int32 indices of 32 MiB, W of 32 MiB
-_BLOCK_ELEMENTS = 2 ** 23
+#: elements (replicates x clusters) of one block: uint32 indices and float32 W of 64 MiB each
+_BLOCK_ELEMENTS = 2 ** 24
 
 MSG_STRATA = ("strata: cluster(s) {clusters} appear in more than one '{col}' stratum; a "
               "cluster must sit in one stratum; drop strata or fix the cluster ids")
@@ -119,13 +119,15 @@ def boot_counts(cm: CaseMatrix, *, strata: str | None = None) -> BootCounts:
 
 
 def draw_indices(rng: np.random.Generator, strata: np.ndarray, size: int) -> np.ndarray:
-    """Cluster indices of ``size`` replicates (size x clusters, int32): in each stratum
+    """Cluster indices of ``size`` replicates (size x clusters, uint32): in each stratum
     ``h`` with ``n_h`` clusters, ``n_h`` draws with replacement from that stratum."""
     order = np.argsort(strata, kind="stable")
     bounds = np.r_[0, np.flatnonzero(np.diff(strata[order])) + 1, len(order)]
-    parts = [order[a:b][rng.integers(0, b - a, size=(size, b - a), dtype=np.int32)]
+    if len(bounds) == 2:  # one stratum: order is the identity
+        return rng.integers(0, len(order), size=(size, len(order)), dtype=np.uint32)
+    parts = [order[a:b].astype(np.uint32)[rng.integers(0, b - a, size=(size, b - a), dtype=np.uint32)]
              for a, b in zip(bounds[:-1], bounds[1:])]
-    return np.concatenate(parts, axis=1).astype(np.int32, copy=False)
+    return np.concatenate(parts, axis=1)
 
 
 def _block(rng: np.random.Generator, K: np.ndarray, strata: np.ndarray, size: int) -> np.ndarray:
@@ -224,7 +226,7 @@ def _nan_sd(flat: np.ndarray, valid: np.ndarray) -> np.ndarray:
 
 
 def metric_arrays(counts: dict[str, np.ndarray], metrics: Sequence[str]) -> dict[str, np.ndarray]:
-    fr = metric_fractions(counts["tp"], counts["fp"], counts["fn"], counts["tn"])
+    fr = metric_fractions(counts["tp"], counts["fp"], counts["fn"], counts["tn"], metrics)
     return {k: ratio(*fr[k]) for k in metrics}
 
 

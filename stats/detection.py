@@ -189,20 +189,23 @@ def _product(names: list[list[str]]) -> list[tuple[str, ...]]:
 
 
 def ratio(num, den) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+    """``num / den`` as float64, NaN where ``den == 0``."""
+    num, den = np.broadcast_arrays(np.asarray(num, dtype="float64"), np.asarray(den, dtype="float64"))
+    return np.divide(num, den, out=np.full(num.shape, np.nan), where=den > 0)
 
 
-def metric_fractions(tp, fp, fn, tn) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Numerator and denominator of every count metric (any matching array shapes)."""
-    return {
-        "sensitivity": (tp, tp + fn),
-        "specificity": (tn, tn + fp),
-        "ppv": (tp, tp + fp),
-        "npv": (tn, tn + fn),
-        "accuracy": (tp + tn, tp + fp + fn + tn),
-        "f1": (2 * tp, 2 * tp + fp + fn),
+def metric_fractions(tp, fp, fn, tn, metrics: Sequence[str] = METRICS
+                     ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Numerator and denominator of each count metric in ``metrics`` (any matching shapes)."""
+    parts = {
+        "sensitivity": lambda: (tp, tp + fn),
+        "specificity": lambda: (tn, tn + fp),
+        "ppv": lambda: (tp, tp + fp),
+        "npv": lambda: (tn, tn + fn),
+        "accuracy": lambda: (tp + tn, tp + fp + fn + tn),
+        "f1": lambda: (2 * tp, 2 * tp + fp + fn),
     }
+    return {k: parts[k]() for k in metrics if k in parts}
 
 
 # --------------------------------------------------------------------------- scan level

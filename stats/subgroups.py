@@ -54,10 +54,22 @@ def grouped_auc(cm: CaseMatrix) -> dict[str, np.ndarray]:
     G, M = cm.n_cells, len(cm.models)
     grp = (cell[:, None] * M + np.arange(M)[None, :]).ravel()
     y = np.repeat(cm.label[case], M)
-    d = delong_placements(grp, y, cm.score[case].ravel(), G * M)
+    d = delong_placements(grp, y, cm.score[case].ravel(), G * M,
+                          ranks=dense_ranks(cm.score)[case].ravel())
     return {"auc": d["auc"].reshape(G, M), "var": d["var"].reshape(G, M),
             "m": d["m"].reshape(G, M), "k": d["k"].reshape(G, M),
             "v": d["v"].reshape(-1, M), "cell": cell, "case": case}
+
+
+def dense_ranks(score: np.ndarray) -> np.ndarray:
+    """Dense ranks (0-based, ties equal) of each column of ``score`` (n x M)."""
+    order = np.argsort(score, axis=0)
+    srt = np.take_along_axis(score, order, axis=0)
+    dense = np.cumsum(np.vstack([np.zeros((1, score.shape[1]), dtype=np.int64),
+                                 (np.diff(srt, axis=0) != 0).astype(np.int64)]), axis=0)
+    out = np.empty_like(dense)
+    np.put_along_axis(out, order, dense, axis=0)
+    return out
 
 
 def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
