@@ -16,6 +16,9 @@ tests/test_crs_bootstrap.py).
 """
 from __future__ import annotations
 
+import contextlib
+import sys
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from ._rng import spawn
-from .crs import (AXES, SCORE_ESTIMANDS, composite, crs_scores, normalize, prepare_runs,
-                  read_reference)
+from .crs import (AXES, SCORE_ESTIMANDS, _dataset_axes, _mean_over_datasets, composite,
+                  crs_from_axes, normalize, prepare_runs, read_reference)
 from .schema import tidy
 
 __all__ = ["crs_bootstrap", "CRSBootstrap", "BLOCK_SIZE"]
@@ -168,11 +171,22 @@ def _draw_counts(rng: np.random.Generator, n: int, n_seeds: int) -> tuple[np.nda
     return idx, counts
 
 
+def _single_blas_thread():
+    """The products here are small ((block, S) x (S, E*C)); BLAS threads only add
+    contention on a busy machine (10-50x slower), so one thread per block."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
 def _run_block(denses: list[_Dense], rng: np.random.Generator, n: int):
     out = []
-    for dense in denses:           # regimes
-        draws, counts = zip(*(_draw_counts(rng, n, arr.n_seeds) for arr in dense.arrays))
-        out.append((list(draws), _replicate_scores(dense, list(counts))))
+    with _single_blas_thread():
+        for dense in denses:           # regimes
+            draws, counts = zip(*(_draw_counts(rng, n, arr.n_seeds) for arr in dense.arrays))
+            out.append((list(draws), _replicate_scores(dense, list(counts))))
     return out
 
 
@@ -405,7 +419,7 @@ def crs_bootstrap(runs, reference, *, n_boot: int = 10_000, seed=None, conf_leve
         raise ValueError(f"conf_level must lie in (0, 1); got {conf_level}")
     df = prepare_runs(runs)
     ref = read_reference(reference, encoders=pd.unique(df["encoder"]))
-    point = crs_scores(df, ref, weights=weights)
+    point = crs_from_axes(_mean_over_datasets(_dataset_axes(df)), ref, weights=weights)
     w = dict(ref.weights) if weights is None else {
         k: float(v) for k, v in weights.items()}
     denses = []
@@ -427,3 +441,16 @@ def crs_bootstrap(runs, reference, *, n_boot: int = 10_000, seed=None, conf_leve
     return CRSBootstrap(point=point, replicates=replicates, draws=draws, seeds=seeds,
                         encoders=encoders, n_boot=n_boot, conf_level=float(conf_level),
                         reference_hash=ref.hash, reference_version=ref.version)
+
+
+class _CallableModule(types.ModuleType):
+    """``stats.crs_bootstrap`` is both this submodule and its main function (DESIGN.md's
+    API). Once the submodule is imported, Python binds the package attribute to the
+    module; making the module callable keeps ``stats.crs_bootstrap(runs, ...)`` working
+    whatever the import order."""
+
+    def __call__(self, *args, **kwargs):
+        return crs_bootstrap(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
