@@ -129,3 +129,33 @@ def test_kendall_tau_b_matches_scipy():
     got = det.kendall_tau_b(X, r)
     want = [sps.kendalltau(x, r).statistic for x in X]
     np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def test_cli_subgroups_and_compare(tmp_path, sim):
+    from typer.testing import CliRunner
+
+    from clinrel.cli import app
+
+    src = tmp_path / "cases.csv"
+    sim.to_csv(src, index=False)
+    runner = CliRunner()
+    out = tmp_path / "sub.csv"
+    res = runner.invoke(app, ["subgroups", str(src), "--by", "phase", "--by", "age_group",
+                              "--by", "age_group:phase", "--threshold", "50", "--bootstrap", "0",
+                              "--seed", "1", "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    table = pd.read_csv(out, keep_default_na=False, na_values=[""])
+    assert set(table.group_var) == {"overall", "phase", "age_group", "age_group:phase"}
+    assert len(table) == 3 * (1 + 4 + 4 + 16) * 7
+    out2 = tmp_path / "cmp.parquet"
+    res = runner.invoke(app, ["compare", str(src), "--threshold", "50", "--out", str(out2), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert set(pd.read_parquet(out2).estimand) == {"sensitivity_difference",
+                                                   "specificity_difference", "auc_difference"}
+    bad = runner.invoke(app, ["subgroups", str(src), "--by", "nope", "--threshold", "50",
+                              "--out", str(tmp_path / "x.csv"), "--quiet"])
+    assert bad.exit_code == 2 and "nope" in bad.output
+    assert not (tmp_path / "x.csv").exists()
+    chosen = runner.invoke(app, ["subgroups", str(src), "--criterion", "youden",
+                                 "--out", str(tmp_path / "y.csv"), "--quiet"])
+    assert chosen.exit_code == 0, chosen.output

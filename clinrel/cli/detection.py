@@ -1,0 +1,110 @@
+"""Detection commands: ``subgroups`` (per-subgroup metrics) and ``compare`` (model pairs)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ._common import InputError, guarded, progress, write_table
+
+CRITERIA = ("youden", "target_specificity")
+
+
+def _called(cases, threshold, criterion, target_specificity):
+    """Scan-level calls: --threshold (prespecified), else the existing ``pred`` column,
+    else a threshold chosen on the validation split (then only test rows are analysed)."""
+    import stats
+
+    if threshold is not None:
+        return stats.scan_level(cases, threshold=threshold)
+    if "pred" in cases.columns and criterion is None:
+        return cases
+    crit = criterion or "youden"
+    if crit not in CRITERIA:
+        raise InputError(f"--criterion must be one of {', '.join(CRITERIA)}; got {crit!r}")
+    called = stats.scan_level(cases, criterion=crit, target_specificity=target_specificity)
+    test = called[called["split"] == "test"]
+    if test.empty:
+        raise InputError("no rows with split == 'test' to evaluate the validation-chosen "
+                         "threshold on; give --threshold or add a test split")
+    return test.reset_index(drop=True)
+
+
+def _by(values: list[str] | None) -> list:
+    return [tuple(v.split(":")) if ":" in v else v for v in (values or [])]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @guarded
+    def subgroups(
+        cases: Annotated[Path, typer.Argument(help="Cases table (.csv or .parquet).")],
+        out: Annotated[Path, typer.Option(help="Output tidy table (.csv or .parquet).")],
+        by: Annotated[Optional[list[str]], typer.Option(
+            help="Subgroup axis (repeatable); 'a:b' for an intersection.")] = None,
+        threshold: Annotated[Optional[float], typer.Option(
+            help="Prespecified threshold: pred = score >= THRESHOLD.")] = None,
+        criterion: Annotated[Optional[str], typer.Option(
+            help="Choose the threshold on the validation split: youden or target_specificity.")] = None,
+        target_specificity: Annotated[Optional[float], typer.Option()] = None,
+        ci: Annotated[str, typer.Option(help="wilson, clopper-pearson, jeffreys or bootstrap.")] = "wilson",
+        bootstrap: Annotated[int, typer.Option(
+            help="Cluster-bootstrap replicates for F1 (all metrics with --ci bootstrap); 0: none.")] = 0,
+        seed: Annotated[Optional[int], typer.Option(help="Bootstrap seed.")] = None,
+        conf_level: Annotated[float, typer.Option()] = 0.95,
+        small_n: Annotated[int, typer.Option(help="Flag cells whose denominator is below this.")] = 10,
+        scheduler: Annotated[Optional[str], typer.Option(help="Dask scheduler address.")] = None,
+        quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+    ) -> None:
+        """Sensitivity, specificity, PPV, NPV, accuracy, F1 and AUC per model x subgroup."""
+        import stats
+
+        with progress("subgroup metrics", total=2, quiet=quiet) as advance:
+            df = _called(stats.read_cases(cases), threshold, criterion, target_specificity)
+            advance()
+            try:
+                table = stats.subgroup_metrics(df, by=_by(by), ci=ci, conf_level=conf_level,
+                                               bootstrap=bootstrap or None, seed=seed,
+                                               small_n=small_n, scheduler=scheduler)
+            except ValueError as exc:
+                if isinstance(exc, stats.ContractError):
+                    raise
+                raise InputError(str(exc)) from exc
+            advance()
+        write_table(table, out)
+        if not quiet:
+            typer.echo(f"{len(table)} rows written to {out}")
+
+    @app.command()
+    @guarded
+    def compare(
+        cases: Annotated[Path, typer.Argument(help="Cases table (.csv or .parquet).")],
+        out: Annotated[Path, typer.Option(help="Output tidy table (.csv or .parquet).")],
+        by: Annotated[Optional[list[str]], typer.Option(
+            help="Subgroup axis (repeatable); 'a:b' for an intersection.")] = None,
+        threshold: Annotated[Optional[float], typer.Option(
+            help="Prespecified threshold: pred = score >= THRESHOLD.")] = None,
+        criterion: Annotated[Optional[str], typer.Option(
+            help="Choose the threshold on the validation split: youden or target_specificity.")] = None,
+        target_specificity: Annotated[Optional[float], typer.Option()] = None,
+        conf_level: Annotated[float, typer.Option()] = 0.95,
+        quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+    ) -> None:
+        """Every pair of models: sensitivity/specificity differences (Newcombe, exact
+        McNemar) and AUC differences (paired DeLong), Holm and BH adjusted."""
+        import stats
+
+        with progress("model comparisons", total=2, quiet=quiet) as advance:
+            df = _called(stats.read_cases(cases), threshold, criterion, target_specificity)
+            advance()
+            try:
+                table = stats.compare_models(df, by=_by(by), conf_level=conf_level)
+            except ValueError as exc:
+                if isinstance(exc, stats.ContractError):
+                    raise
+                raise InputError(str(exc)) from exc
+            advance()
+        write_table(table, out)
+        if not quiet:
+            typer.echo(f"{len(table)} rows written to {out}")
