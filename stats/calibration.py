@@ -33,7 +33,7 @@ from ._rng import as_generator
 from .schema import ContractError, tidy
 
 __all__ = ["ece", "mce", "brier", "nll", "reliability_table", "ece_ci", "temperature_scale",
-           "TemperatureFit"]
+           "TemperatureFit", "calibration_repair"]
 
 Strategy = Literal["uniform", "quantile"]
 EPS = 1e-15
@@ -384,3 +384,49 @@ def temperature_scale(scores_cal, label_cal, *, kind: Literal["auto", "logits", 
                           n_classes=2 if z.ndim == 1 else z.shape[1], n=len(z),
                           nll_before=_nll_logits(1.0, z, y)[0], nll_after=float(res.fun),
                           converged=bool(res.success))
+
+
+# --------------------------------------------------------------------------- runs level
+
+MSG_NO_TS = ("{source}: column 'ece_after_ts' (ECE after temperature scaling) is missing from "
+             "the runs table; add it to measure calibration repair")
+
+
+def calibration_repair(runs) -> pd.DataFrame:
+    """Calibration repair by temperature scaling, from a runs table (tidy).
+
+    At ``condition == "clean"`` and label fraction 1, per regime x encoder x dataset:
+    seed-mean ECE before (``ece``) and after temperature scaling (``ece_after_ts``) and
+    the relative reduction ``1 - after / before``; ``dataset == "overall"`` rows use the
+    means over the encoder's datasets.
+
+    Returns
+    -------
+    DataFrame (tidy)
+        ``estimand`` in ece_before, ece_after, relative_reduction; ``encoder``, ``regime``,
+        ``dataset``; ``estimate``; ``n`` (runs); ``method`` "seed-mean"; ``flag``
+        "not_estimable" where ECE before is 0 or a value is missing.
+    """
+    from .schema import read_runs
+
+    df = read_runs(runs)
+    if "ece_after_ts" not in df.columns:
+        raise ContractError(MSG_NO_TS.format(source="<runs>"), column="ece_after_ts")
+    base = df[(df["condition"] == "clean") & (df["label_fraction"] == 1.0)]
+    keys = ["regime", "encoder", "dataset"]
+    g = base.groupby(keys, sort=True)
+    per = g.agg(ece_before=("ece", "mean"), ece_after=("ece_after_ts", "mean"),
+                n=("ece", "size")).reset_index()
+    overall = per.groupby(["regime", "encoder"], sort=True).agg(
+        ece_before=("ece_before", "mean"), ece_after=("ece_after", "mean"),
+        n=("n", "sum")).reset_index().assign(dataset="overall")
+    wide = pd.concat([per, overall], ignore_index=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        wide["relative_reduction"] = np.where(wide["ece_before"] > 0,
+                                              1.0 - wide["ece_after"] / wide["ece_before"], np.nan)
+    long = wide.melt(id_vars=[*keys, "n"], value_vars=["ece_before", "ece_after", "relative_reduction"],
+                     var_name="estimand", value_name="estimate")
+    long = long.sort_values(keys, kind="stable")
+    long["method"] = "seed-mean"
+    long["flag"] = np.where(long["estimate"].isna(), "not_estimable", "")
+    return tidy(long, group_cols=("encoder", "regime", "dataset"))

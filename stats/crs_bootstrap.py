@@ -214,6 +214,14 @@ def _percentiles(x: np.ndarray, conf_level: float) -> tuple[np.ndarray, np.ndarr
     return q[0], q[1]
 
 
+def _boot_p(d: np.ndarray) -> np.ndarray:
+    """Two-sided bootstrap p of H0: difference = 0, per column of replicates ``d`` (B, m):
+    ``min(1, 2 min((1 + #{d <= 0}) / (B + 1), (1 + #{d >= 0}) / (B + 1)))``."""
+    B = d.shape[0]
+    return np.minimum(1.0, 2.0 * np.minimum((1 + (d <= 0).sum(0)) / (B + 1),
+                                            (1 + (d >= 0).sum(0)) / (B + 1)))
+
+
 def _ranks(crs: np.ndarray) -> np.ndarray:
     """Rank 1 = best; ties share the better rank; NaN ranks last."""
     c = np.where(np.isnan(crs), -np.inf, crs)
@@ -329,9 +337,7 @@ class CRSBootstrap:
             i, j = order[i], order[j]
             d = crs[:, i] - crs[:, j]                               # (B, pairs)
             lo, hi = _percentiles(d, self.conf_level)
-            B = d.shape[0]
-            p = np.minimum(1.0, 2.0 * np.minimum((1 + (d <= 0).sum(0)) / (B + 1),
-                                                 (1 + (d >= 0).sum(0)) / (B + 1)))
+            p = _boot_p(d)
             enc = np.asarray(self.encoders[regime], dtype=object)
             frames.append(pd.DataFrame({
                 "estimand": "crs_difference", "encoder": enc[i], "comparator": enc[j],
@@ -358,9 +364,7 @@ class CRSBootstrap:
             b = int(np.nanargmax(point))
             d = crs - crs[:, [b]]
             lo, hi = _percentiles(d, self.conf_level)
-            B = d.shape[0]
-            p = np.minimum(1.0, 2.0 * np.minimum((1 + (d <= 0).sum(0)) / (B + 1),
-                                                 (1 + (d >= 0).sum(0)) / (B + 1)))
+            p = _boot_p(d)
             p[b] = 1.0
             enc = self.encoders[regime]
             frames.append(pd.DataFrame({

@@ -177,3 +177,25 @@ def test_argument_errors():
         cal.ece([0, 1], [0.2, 0.7], strategy="equal")
     with pytest.raises(ValueError, match="n_bins"):
         cal.ece([0, 1], [0.2, 0.7], n_bins=0)
+
+
+def test_calibration_repair_from_runs():
+    from stats import simulate
+
+    runs = simulate.crs_runs(n_encoders=3, n_datasets=2, n_seeds=2, perturbations=("blur",),
+                             seed=6).data
+    out = cal.calibration_repair(runs)
+    check_tidy(out)
+    base = runs[(runs["condition"] == "clean") & (runs["label_fraction"] == 1.0)
+                & (runs["encoder"] == "enc_02") & (runs["dataset"] == "dataset_B")]
+    got = out[(out["encoder"] == "enc_02") & (out["dataset"] == "dataset_B")].set_index("estimand")
+    assert got.loc["ece_before", "estimate"] == pytest.approx(base["ece"].mean())
+    assert got.loc["relative_reduction", "estimate"] == pytest.approx(
+        1 - base["ece_after_ts"].mean() / base["ece"].mean())
+    assert got.loc["ece_before", "n"] == 2
+    overall = out[(out["encoder"] == "enc_02") & (out["dataset"] == "overall")].set_index("estimand")
+    per = out[(out["encoder"] == "enc_02") & (out["dataset"] != "overall")
+              & (out["estimand"] == "ece_after")]["estimate"]
+    assert overall.loc["ece_after", "estimate"] == pytest.approx(per.mean())
+    with pytest.raises(ContractError, match="ece_after_ts"):
+        cal.calibration_repair(runs.drop(columns="ece_after_ts"))
