@@ -83,6 +83,10 @@ MSG_REF_WEIGHTS = ("{source}: weights must be finite and >= 0 and sum to 1; got 
                    "(sum {total}); rescale them")
 MSG_REF_DEGENERATE = ("{source}: the reference panel's {axis} values are all equal ({value}); "
                       "normalization needs hi > lo; give anchors.{axis}: [lo, hi] in the reference")
+MSG_REF_NO_VALUES = ("{source}: no reference panel encoder has an estimable {axis} axis in regime "
+                     "'{regime}' (label_efficiency needs clean runs at label fractions < 1, "
+                     "robustness perturbed or shift runs at fraction 1, both AUROC_1 > 0.5); add "
+                     "those runs or give anchors.{axis}: [lo, hi] in the reference")
 MSG_SEVERITY_CLEAN = ("{source}: column 'severity' must be 0 for condition '{condition}'; rows "
                       "{rows} have {values}; recode them")
 
@@ -304,8 +308,8 @@ def _mean_over_datasets(per_ds: pd.DataFrame) -> pd.DataFrame:
     """Mean of each axis over an encoder's datasets (NaN if any dataset's axis is NaN)."""
     g = per_ds.groupby(["regime", "encoder"], sort=True)
     out = g[list(AXES)].sum(min_count=1) / g.size().to_numpy()[:, None]
-    nan_any = g[list(AXES)].agg(lambda s: s.isna().any())
-    out = out.mask(nan_any.astype(bool))
+    nan_any = per_ds[list(AXES)].isna().groupby([per_ds["regime"], per_ds["encoder"]], sort=True).any()
+    out = out.mask(nan_any)
     counts = g[[f"n_{a}" for a in AXES] + ["n_runs"]].sum()
     return out.join(counts).reset_index()
 
@@ -370,8 +374,10 @@ def resolve_anchors(table: pd.DataFrame, reference: Reference, *, regime: str = 
             _ref_fail(MSG_REF_PANEL_REGIME, source=reference.source, names=missing, regime=regime)
         vals = table.loc[in_panel, axis].to_numpy(dtype=float)
         finite = vals[np.isfinite(vals)]
-        lo, hi = (finite.min(), finite.max()) if finite.size else (np.nan, np.nan)
-        if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
+        if not finite.size:
+            _ref_fail(MSG_REF_NO_VALUES, source=reference.source, axis=axis, regime=regime)
+        lo, hi = finite.min(), finite.max()
+        if not hi > lo:
             _ref_fail(MSG_REF_DEGENERATE, source=reference.source, axis=axis, value=lo)
         out[j] = (lo, hi)
     return out

@@ -39,7 +39,8 @@ def kendall_tau_b(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     ``tau_b = sum_{i<j} s_a s_b / sqrt(sum s_a^2 * sum s_b^2)`` with
     ``s = sign(x_i - x_j)``; i.e. ``(C - D) / sqrt((n0 - n1)(n0 - n2))`` (ties in a, b
-    excluded from the denominators). NaN when either ranking is constant. Agrees with
+    excluded from the denominators). NaN when either ranking is constant. Validated
+    against R's ``cor(x, y, method = "kendall")`` (tests/r/crs_kendall.R) and
     ``scipy.stats.kendalltau`` (variant "b") to 1e-12 (tests/test_ranking.py).
     """
     sa, sb = _pair_signs(np.asarray(a, dtype=float)), _pair_signs(np.asarray(b, dtype=float))

@@ -235,3 +235,13 @@ def test_clean_severity_must_be_zero():
     runs.loc[0, "severity"] = 2
     with pytest.raises(ContractError, match="must be 0 for condition 'clean'"):
         stats.crs_scores(runs, {"panel": ["A", "B"]})
+
+
+def test_panel_without_estimable_axis_names_the_fix():
+    runs = hand_runs()
+    runs = runs[~((runs["condition"] == "clean") & (runs["label_fraction"] < 1))]
+    with pytest.raises(ContractError, match="no reference panel encoder has an estimable "
+                                            "label_efficiency axis"):
+        stats.crs_scores(runs, {"panel": ["A", "B"]})
+    got = stats.crs_scores(runs, {"panel": ["A", "B"], "anchors": {"label_efficiency": [0, 1]}})
+    assert got.loc[got["estimand"] == "crs", "flag"].eq("not_estimable").all()
