@@ -51,9 +51,9 @@ def _ragged(runs):
 @pytest.mark.parametrize("ragged", [False, True])
 def test_vectorized_equals_loop_per_replicate(runs, ragged):
     data = _ragged(runs) if ragged else runs
-    res = crs_bootstrap(data, {"panel": PANEL}, n_boot=25, seed=7)
+    res = crs_bootstrap(data, {"panel": PANEL}, n_boot=12, seed=7)
     for regime in ("frozen", "adapted"):
-        for b in range(25):
+        for b in range(12):
             want = slow_replicate(data, res, b, regime)
             got = res.replicates[regime][b]
             np.testing.assert_allclose(got, want.to_numpy(), rtol=1e-12, atol=1e-13, equal_nan=True)
