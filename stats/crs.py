@@ -396,8 +396,9 @@ def composite(a: np.ndarray, a_panel: np.ndarray, weights: Mapping[str, float]) 
     """Dominance, similarity, worst axis and CRS from normalized axes.
 
     ``a``: (..., K, m) candidates; ``a_panel``: (..., P, m) panel (same leading shape).
-    Returns (..., K, 4) with columns D, S, W, CRS. NaN in a candidate's axes gives NaN.
-    Normalized values closer than ``TIE_TOL`` (1e-12) count as ties in the dominance
+    Returns (..., K, 4) with columns D, S, W, CRS. NaN in a candidate's axes gives NaN;
+    a panel member with a NaN axis makes every dominance (and CRS) NaN, since the
+    comparison set is then undefined. Normalized values closer than ``TIE_TOL`` (1e-12) count as ties in the dominance
     comparisons, so that rounding noise (e.g. a bootstrap seed-mean equal to an anchor up
     to 1e-16) cannot flip a dominance relation.
     """
