@@ -110,7 +110,8 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
 
     Notes
     -----
-    sensitivity = TP/(TP+FN), specificity = TN/(TN+FP), PPV = TP/(TP+FP),
+    Every row passed is analysed: after a threshold chosen on the validation split, pass
+    the test rows only (the CLI does). sensitivity = TP/(TP+FN), specificity = TN/(TN+FP), PPV = TP/(TP+FP),
     NPV = TN/(TN+FN), accuracy = (TP+TN)/n, F1 = 2TP/(2TP+FP+FN); AUC with DeLong's
     variance and a Wald interval clipped to [0, 1] (as pROC). Closed-form intervals
     treat scans as independent; the cluster bootstrap respects patients with several scans.

@@ -144,7 +144,7 @@ def test_dask_gives_identical_results(cases, monkeypatch):
     distributed = pytest.importorskip("distributed")
     monkeypatch.setattr(bs, "_BLOCK_ELEMENTS", 40 * 160)
     local = bs.cluster_bootstrap(cases, by=BY, n_boot=200, seed=17)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1,
                                   dashboard_address=None) as lc, distributed.Client(lc) as client:
         remote = bs.cluster_bootstrap(cases, by=BY, n_boot=200, seed=17, scheduler=client)
     pd.testing.assert_frame_equal(local, remote)

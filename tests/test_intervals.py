@@ -167,3 +167,34 @@ def test_auc_edge_cases():
         iv.auc_ci([2, 0], [1, 2])
     same = iv.delong_test([1, 0, 1, 0], [1, 2, 3, 0], [1, 2, 3, 0])
     assert np.isnan(same.p_value[0]) and same.flag[0] == "not_estimable"
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.integers(0, 60), b=st.integers(0, 60), c=st.integers(0, 60), d=st.integers(0, 60),
+       n2=st.integers(1, 80), frac=st.floats(0, 1))
+def test_newcombe_properties(a, b, c, d, n2, frac):
+    if a + b + c + d == 0:
+        return
+    est, lo, hi = iv.newcombe_diff_ci(None, None, None, None, paired_counts=(a, b, c, d))
+    assert -1 - 1e-12 <= lo <= est <= hi <= 1 + 1e-12
+    x2 = int(round(frac * n2))
+    est, lo, hi = iv.newcombe_diff_ci(a, a + b + 1, x2, n2)
+    assert -1 - 1e-12 <= lo <= est <= hi <= 1 + 1e-12
+    p = iv.mcnemar_exact(b, c)
+    assert 0 <= p <= 1 and p == iv.mcnemar_exact(c, b)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 6)), min_size=4, max_size=60))
+def test_auc_ci_properties(rows):
+    y = np.array([r[0] for r in rows], dtype=int)
+    s = np.array([r[1] for r in rows], dtype=float)
+    out = iv.auc_ci(y, s)
+    if y.min() == y.max():
+        assert np.isnan(out.estimate[0])
+        return
+    pos, neg = s[y == 1], s[y == 0]
+    want = ((pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])).mean()
+    assert out.estimate[0] == pytest.approx(want, abs=1e-12)  # Mann-Whitney with ties 1/2
+    if not np.isnan(out.conf_low[0]):
+        assert 0 <= out.conf_low[0] <= out.estimate[0] <= out.conf_high[0] <= 1

@@ -35,19 +35,44 @@ def _by(values: list[str] | None) -> list:
     return [tuple(v.split(":")) if ":" in v else v for v in (values or [])]
 
 
+def _run(label, cases, out, threshold, criterion, target_specificity, quiet, compute) -> None:
+    """Read, call, compute (bad options become exit 2), write atomically, report."""
+    import stats
+
+    with progress(label, total=2, quiet=quiet) as advance:
+        df = _called(stats.read_cases(cases), threshold, criterion, target_specificity)
+        advance()
+        try:
+            table = compute(df)
+        except ValueError as exc:
+            if isinstance(exc, stats.ContractError):
+                raise
+            raise InputError(str(exc)) from exc
+        advance()
+    write_table(table, out)
+    if not quiet:
+        typer.echo(f"{len(table)} rows written to {out}")
+
+
+CasesArg = Annotated[Path, typer.Argument(help="Cases table (.csv or .parquet).")]
+OutOpt = Annotated[Path, typer.Option(help="Output tidy table (.csv or .parquet).")]
+ByOpt = Annotated[Optional[list[str]], typer.Option(
+    help="Subgroup axis (repeatable); 'a:b' for an intersection.")]
+ThresholdOpt = Annotated[Optional[float], typer.Option(
+    help="Prespecified threshold: pred = score >= THRESHOLD.")]
+CriterionOpt = Annotated[Optional[str], typer.Option(
+    help="Choose the threshold on the validation split (youden or target_specificity) "
+         "and analyse the test split.")]
+TargetOpt = Annotated[Optional[float], typer.Option(help="For --criterion target_specificity.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress output.")]
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     @guarded
     def subgroups(
-        cases: Annotated[Path, typer.Argument(help="Cases table (.csv or .parquet).")],
-        out: Annotated[Path, typer.Option(help="Output tidy table (.csv or .parquet).")],
-        by: Annotated[Optional[list[str]], typer.Option(
-            help="Subgroup axis (repeatable); 'a:b' for an intersection.")] = None,
-        threshold: Annotated[Optional[float], typer.Option(
-            help="Prespecified threshold: pred = score >= THRESHOLD.")] = None,
-        criterion: Annotated[Optional[str], typer.Option(
-            help="Choose the threshold on the validation split: youden or target_specificity.")] = None,
-        target_specificity: Annotated[Optional[float], typer.Option()] = None,
+        cases: CasesArg, out: OutOpt, by: ByOpt = None, threshold: ThresholdOpt = None,
+        criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
         ci: Annotated[str, typer.Option(help="wilson, clopper-pearson, jeffreys or bootstrap.")] = "wilson",
         bootstrap: Annotated[int, typer.Option(
             help="Cluster-bootstrap replicates for F1 (all metrics with --ci bootstrap); 0: none.")] = 0,
@@ -55,56 +80,26 @@ def register(app: typer.Typer) -> None:
         conf_level: Annotated[float, typer.Option()] = 0.95,
         small_n: Annotated[int, typer.Option(help="Flag cells whose denominator is below this.")] = 10,
         scheduler: Annotated[Optional[str], typer.Option(help="Dask scheduler address.")] = None,
-        quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Sensitivity, specificity, PPV, NPV, accuracy, F1 and AUC per model x subgroup."""
         import stats
 
-        with progress("subgroup metrics", total=2, quiet=quiet) as advance:
-            df = _called(stats.read_cases(cases), threshold, criterion, target_specificity)
-            advance()
-            try:
-                table = stats.subgroup_metrics(df, by=_by(by), ci=ci, conf_level=conf_level,
+        _run("subgroup metrics", cases, out, threshold, criterion, target_specificity, quiet,
+             lambda df: stats.subgroup_metrics(df, by=_by(by), ci=ci, conf_level=conf_level,
                                                bootstrap=bootstrap or None, seed=seed,
-                                               small_n=small_n, scheduler=scheduler)
-            except ValueError as exc:
-                if isinstance(exc, stats.ContractError):
-                    raise
-                raise InputError(str(exc)) from exc
-            advance()
-        write_table(table, out)
-        if not quiet:
-            typer.echo(f"{len(table)} rows written to {out}")
+                                               small_n=small_n, scheduler=scheduler))
 
     @app.command()
     @guarded
     def compare(
-        cases: Annotated[Path, typer.Argument(help="Cases table (.csv or .parquet).")],
-        out: Annotated[Path, typer.Option(help="Output tidy table (.csv or .parquet).")],
-        by: Annotated[Optional[list[str]], typer.Option(
-            help="Subgroup axis (repeatable); 'a:b' for an intersection.")] = None,
-        threshold: Annotated[Optional[float], typer.Option(
-            help="Prespecified threshold: pred = score >= THRESHOLD.")] = None,
-        criterion: Annotated[Optional[str], typer.Option(
-            help="Choose the threshold on the validation split: youden or target_specificity.")] = None,
-        target_specificity: Annotated[Optional[float], typer.Option()] = None,
-        conf_level: Annotated[float, typer.Option()] = 0.95,
-        quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
+        cases: CasesArg, out: OutOpt, by: ByOpt = None, threshold: ThresholdOpt = None,
+        criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
+        conf_level: Annotated[float, typer.Option()] = 0.95, quiet: QuietOpt = False,
     ) -> None:
         """Every pair of models: sensitivity/specificity differences (Newcombe, exact
         McNemar) and AUC differences (paired DeLong), Holm and BH adjusted."""
         import stats
 
-        with progress("model comparisons", total=2, quiet=quiet) as advance:
-            df = _called(stats.read_cases(cases), threshold, criterion, target_specificity)
-            advance()
-            try:
-                table = stats.compare_models(df, by=_by(by), conf_level=conf_level)
-            except ValueError as exc:
-                if isinstance(exc, stats.ContractError):
-                    raise
-                raise InputError(str(exc)) from exc
-            advance()
-        write_table(table, out)
-        if not quiet:
-            typer.echo(f"{len(table)} rows written to {out}")
+        _run("model comparisons", cases, out, threshold, criterion, target_specificity, quiet,
+             lambda df: stats.compare_models(df, by=_by(by), conf_level=conf_level))
