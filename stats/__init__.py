@@ -48,14 +48,19 @@ _EXPORTS: dict[str, str] = {
     "crs_scores": "crs",
     "crs_axes": "crs",
     "read_reference": "crs",
-    "crs_bootstrap": "crs_bootstrap",
+    "crs_bootstrap": "crs_resample",
+    "mce": "calibration",
+    "brier": "calibration",
+    "nll": "calibration",
+    "ece_ci": "calibration",
+    "calibration_repair": "calibration",
     "rank_agreement": "ranking",
     "ranking_stability": "ranking",
 }
 
 _SUBMODULES = {
     "schema", "intervals", "detection", "subgroups", "bootstrap", "compare", "models",
-    "adjust", "calibration", "crs", "crs_bootstrap", "ranking", "simulate",
+    "adjust", "calibration", "crs", "crs_resample", "ranking", "simulate",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -8,7 +8,7 @@ import pytest
 
 import stats
 from stats import crs
-from stats.crs_bootstrap import crs_bootstrap
+from stats.crs_resample import crs_bootstrap
 from stats.schema import check_tidy
 
 

@@ -17,8 +17,6 @@ tests/test_crs_bootstrap.py).
 from __future__ import annotations
 
 import contextlib
-import sys
-import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -445,16 +443,3 @@ def crs_bootstrap(runs, reference, *, n_boot: int = 10_000, seed=None, conf_leve
     return CRSBootstrap(point=point, replicates=replicates, draws=draws, seeds=seeds,
                         encoders=encoders, n_boot=n_boot, conf_level=float(conf_level),
                         reference_hash=ref.hash, reference_version=ref.version)
-
-
-class _CallableModule(types.ModuleType):
-    """``stats.crs_bootstrap`` is both this submodule and its main function (DESIGN.md's
-    API). Once the submodule is imported, Python binds the package attribute to the
-    module; making the module callable keeps ``stats.crs_bootstrap(runs, ...)`` working
-    whatever the import order."""
-
-    def __call__(self, *args, **kwargs):
-        return crs_bootstrap(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
