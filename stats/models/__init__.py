@@ -6,6 +6,7 @@ Public: :func:`fit_adjusted`, :func:`likelihood_ratio_test`, :func:`block_tests`
 """
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Literal
 
@@ -136,8 +137,23 @@ def fit_adjusted(cases: pd.DataFrame, formula: str, *, group: str | None = "site
                             trials=trials, threshold=threshold, model=model))
 
 
-def _fit_one(name, data, formula, *, group, method, nagq, bias_reduced, cluster, trials,
-             outcome) -> ModelFit:
+def _blas_single_thread():
+    """One BLAS thread during a fit: the products are matrix-vector sized, and OpenBLAS's
+    spinning threads make a fit 2-3x slower on a shared machine."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
+def _fit_one(name, data, formula, **kw) -> ModelFit:
+    with _blas_single_thread():
+        return _fit_one_inner(name, data, formula, **kw)
+
+
+def _fit_one_inner(name, data, formula, *, group, method, nagq, bias_reduced, cluster, trials,
+                   outcome) -> ModelFit:
     d = _design.build(data, formula, group=group, outcome=outcome, trials=trials,
                       cluster=cluster)
     warnings = list(d.warnings) + _design.separation_warnings(d)
