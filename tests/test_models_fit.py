@@ -240,6 +240,8 @@ def test_block_tests_match_anova(benchx, ref):
         _r(ref, "benchx", "model_A", "lrt_demographics", "p_value").iloc[0], rel=2e-2)
     r2 = bt[bt.estimand.str.startswith("r2_")].set_index("estimand").estimate
     assert 0 < r2["r2_marginal"] < r2["r2_conditional"] < 1
+    for k in ("marginal", "conditional"):  # R's recomputation on the glmer fit
+        assert r2[f"r2_{k}"] == pytest.approx(_r(ref, "benchx", "model_A", "r2", k).iloc[0], rel=5e-3)
 
 
 def test_public_names():

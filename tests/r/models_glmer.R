@@ -84,6 +84,10 @@ for (m in sort(unique(d$model))) {
       add("benchx", m, paste0("lrt_", b), "df", "", a$Df[2])
       add("benchx", m, paste0("lrt_", b), "p_value", "", a[["Pr(>Chisq)"]][2])
     }
+    # Nakagawa & Schielzeth latent-scale R2 (logit link: residual variance pi^2 / 3)
+    vf <- var(as.vector(model.matrix(g) %*% fixef(g))); vr <- getME(g, "theta")^2
+    add("benchx", m, "r2", "marginal", "", vf / (vf + vr + pi^2 / 3))
+    add("benchx", m, "r2", "conditional", "", (vf + vr) / (vf + vr + pi^2 / 3))
     g0 <- glm(fpos, family = binomial, data = pos)
     st <- as.numeric(2 * (logLik(g) - logLik(g0)))
     add("benchx", m, "lrt_site", "statistic", "", st)
