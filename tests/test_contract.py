@@ -1,0 +1,123 @@
+"""One test guards the tidy estimate contract over every public ``stats`` function
+(the broom ``check_tidy_output`` habit). A public name must either be exercised here or
+be listed in ``EXEMPT`` with the reason it does not return a tidy table; adding an export
+without doing either fails ``test_every_public_name_is_covered``."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import stats
+from stats import simulate
+from stats.schema import check_tidy
+
+EXEMPT = {
+    "ContractError": "exception class",
+    "ESTIMATE_COLUMNS": "constant",
+    "GLOSSARY": "constant",
+    "as_generator": "returns a numpy Generator",
+    "read_cases": "validated input table (input contract, tested in test_schema)",
+    "read_runs": "validated input table (input contract, tested in test_schema)",
+    "read_reference": "returns a Reference object (validated input)",
+    "add_bins": "returns the cases table with binned columns added (input contract)",
+    "scan_level": "returns the cases table with pred/threshold added (input contract)",
+    "confusion_counts": "count table (tp, fp, tn, fn) feeding the estimators",
+    "proportion_ci": "(low, high) arrays, as DESIGN.md specifies",
+    "newcombe_diff_ci": "(estimate, low, high) arrays, vectorized primitive",
+    "mcnemar_exact": "p-value array, vectorized primitive",
+    "ece": "a scalar (float) summary; tidy form via reliability_table / ece_ci",
+    "mce": "a scalar (float) summary",
+    "brier": "a scalar (float) summary",
+    "nll": "a scalar (float) summary",
+    "fit_adjusted": "returns a Fit; its .tidy(), .random_effects(), .marginal_means() are checked",
+    "temperature_scale": "returns a TemperatureFit; its .tidy() is checked",
+    "crs_bootstrap": "returns a result; .scores(), .rank_probabilities(), .differences() are checked",
+}
+
+
+@pytest.fixture(scope="module")
+def cases():
+    sim = simulate.benchx_cohort(600, n_models=2, n_sites=6, seed=21)
+    return stats.scan_level(stats.read_cases(sim.data), threshold=50)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return stats.read_runs(simulate.crs_runs(n_encoders=6, n_datasets=2, n_seeds=3, seed=21).data)
+
+
+@pytest.fixture(scope="module")
+def reference(runs):
+    return {"panel": sorted(runs["encoder"].unique())[:3], "version": "t1"}
+
+
+def _outputs(cases, runs, reference):
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 300)
+    p = np.clip(0.3 + 0.4 * y + rng.normal(0, 0.2, 300), 0.01, 0.99)
+    m = cases[cases["model"] == "model_A"]
+    m2 = cases[cases["model"] == "model_B"]
+    fit = stats.fit_adjusted(cases, "detected ~ phase + np.log(tumor_size_mm)", method="glmm",
+                             model="model_A")
+    fit_small = stats.fit_adjusted(cases, "detected ~ np.log(tumor_size_mm)", method="glmm",
+                                   model="model_A")
+    boot = stats.crs_bootstrap(runs, reference, n_boot=50, seed=1)
+    ts = stats.temperature_scale(p[:150], y[:150])
+    return {
+        "auc_ci": stats.auc_ci(m["label"], m["score"]),
+        "delong_test": stats.delong_test(m["label"], m["score"], m2["score"].to_numpy()),
+        "subgroup_metrics": stats.subgroup_metrics(cases, by=["phase", ("age_group", "phase")]),
+        "subgroup_vs_rest": stats.subgroup_vs_rest(cases, by=["phase"]),
+        "failure_map": stats.failure_map(cases),
+        "threshold_sweep": stats.threshold_sweep(cases, [10, 50, 100]),
+        "cluster_bootstrap": stats.cluster_bootstrap(cases, by=["phase"], n_boot=50, seed=1),
+        "compare_models": stats.compare_models(cases, by=["phase"]),
+        "fit_adjusted.tidy": fit.tidy(),
+        "fit_adjusted.random_effects": fit.random_effects(),
+        "fit_adjusted.marginal_means": fit.marginal_means("phase"),
+        "likelihood_ratio_test": stats.likelihood_ratio_test(fit, fit_small),
+        "block_tests": stats.block_tests(cases[cases["model"] == "model_A"],
+                                         "detected ~ phase + np.log(tumor_size_mm)",
+                                         {"protocol": ["phase"], "tumour": ["np.log(tumor_size_mm)"]}),
+        "reliability_table": stats.reliability_table(y, p),
+        "ece_ci": stats.ece_ci(y, p, n_boot=50, seed=1),
+        "temperature_scale.tidy": ts.tidy(),
+        "calibration_repair": stats.calibration_repair(runs),
+        "crs_axes": stats.crs_axes(runs),
+        "crs_scores": stats.crs_scores(runs, reference),
+        "crs_bootstrap.scores": boot.scores(),
+        "crs_bootstrap.rank_probabilities": boot.rank_probabilities(3),
+        "crs_bootstrap.differences": boot.differences(),
+        "rank_agreement": stats.rank_agreement(pd.Series([3.0, 2, 1], index=list("abc")),
+                                               pd.Series([1.0, 2, 3], index=list("abc"))),
+        "ranking_stability": stats.ranking_stability(runs, reference, n_weights=20, seed=1),
+    }
+
+
+@pytest.fixture(scope="module")
+def outputs(cases, runs, reference):
+    return _outputs(cases, runs, reference)
+
+
+def test_every_output_meets_the_tidy_contract(outputs):
+    for name, df in outputs.items():
+        try:
+            check_tidy(df)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from None
+        assert len(df) > 0, name
+
+
+def test_every_public_name_is_covered(outputs):
+    covered = {k.split(".")[0] for k in outputs}
+    missing = [n for n in stats.__all__ if n not in covered and n not in EXEMPT]
+    assert not missing, f"public names neither checked nor exempt: {missing}"
+
+
+def test_dtypes_do_not_depend_on_the_input(cases):
+    """An empty-cell input and a full input give identical column dtypes."""
+    full = stats.subgroup_metrics(cases, by=["phase"])
+    tiny = stats.subgroup_metrics(cases.iloc[:3], by=["phase"])
+    assert list(full.columns) == list(tiny.columns)
+    assert (full.dtypes == tiny.dtypes).all()
