@@ -105,11 +105,15 @@ def baseline_run(cases, n_boot, seed=1):
 
 
 def _median_time(fn, repeats):
-    times = []
+    """Median wall time, all wall times, the last output and the median CPU time (all
+    threads; on a shared, loaded machine wall time exceeds CPU time / cores)."""
+    times, cpu = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = fn()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    _median_time.cpu = statistics.median(cpu)
     return statistics.median(times), times, out
 
 
@@ -131,7 +135,9 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     cases = cohort(n_cases, n_models)
     sim_s = time.perf_counter() - t0
+    load_before = os.getloadavg()[0]
     wall, runs, out = _median_time(lambda: clinrel_run(cases, n_boot), repeats)
+    cpu = _median_time.cpu
     n_cells = int(out[["group_var", "group_level"]].drop_duplicates().shape[0])
 
     tracemalloc.start()
@@ -149,6 +155,8 @@ def main(argv=None) -> dict:
         "n_cases": n_cases, "n_models": n_models, "n_boot": n_boot, "n_cells": n_cells,
         "n_rows_out": int(len(out)), "simulate_s": round(sim_s, 3),
         "wall_s_median": round(wall, 3), "wall_s_runs": [round(t, 3) for t in runs],
+        "cpu_s_median": round(cpu, 3), "load_avg_1m_before": round(load_before, 2),
+        "cores": os.cpu_count(),
         "target_s": TARGET_S, "meets_time_target": bool(wall <= TARGET_S) if full else None,
         "peak_tracemalloc_gb": round(peak / 2 ** 30, 3), "target_mem_gb": TARGET_MEM_GB,
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20, 3),
