@@ -93,16 +93,20 @@ def heatmap(df: pd.DataFrame, *, x: str, y: str, facet: str, fill_label: str):
     d = df.copy()
     d[x] = pd.Categorical(d[x].astype(str), categories=_ordered(d[x].astype(str)))
     d[y] = pd.Categorical(d[y].astype(str), categories=_ordered(d[y].astype(str))[::-1])
+    d["ink"] = (d["estimate"] > 0.55).map({True: "light", False: "dark"})
     small = d[d["small"]]
     return (p9.ggplot(d, p9.aes(x=x, y=y, fill="estimate"))
             + p9.geom_tile(color="white")
             + p9.geom_tile(data=small, fill="none", color="#d1495b", size=0.8, linetype="dashed")
-            + p9.geom_text(p9.aes(label="cell_text"), size=6.5, color="black")
+            + p9.geom_text(p9.aes(label="cell_text", color="ink"), size=6.5)
+            + p9.scale_color_manual(values={"light": "white", "dark": "black"}, guide=None)
             + p9.scale_fill_gradient(low="#f7f7f7", high="#1b5e8a", limits=(0, 1),
                                      name=fill_label, na_value="#dddddd")
             + p9.facet_wrap(f"~{facet}", nrow=1)
             + p9.labs(x=x.replace("_", " "), y=y.replace("_", " "))
-            + theme() + p9.theme(panel_grid=p9.element_blank()))
+            + theme() + p9.theme(panel_grid=p9.element_blank(),
+                                 axis_text_x=p9.element_text(rotation=30, ha="right"),
+                                 legend_key_width=60))
 
 
 def flow_diagram(boxes: pd.DataFrame, arrows: pd.DataFrame):
@@ -122,7 +126,8 @@ def flow_diagram(boxes: pd.DataFrame, arrows: pd.DataFrame):
 
 
 def lines(df: pd.DataFrame, *, x: str, y: str, color: str, facet: str | None = None,
-          ribbon: bool = False, xlab: str = "", ylab: str = "", vline: float | None = None):
+          ribbon: bool = False, xlab: str | None = None, ylab: str | None = None,
+          vline: float | None = None):
     """Lines (optionally with a CI ribbon from conf_low/conf_high) per ``color``."""
     import plotnine as p9
 
@@ -131,17 +136,18 @@ def lines(df: pd.DataFrame, *, x: str, y: str, color: str, facet: str | None = N
         p += p9.geom_ribbon(p9.aes(ymin="conf_low", ymax="conf_high", fill=color), alpha=0.15,
                             color="none")
         p += p9.scale_fill_manual(values=PALETTE[: df[color].nunique()], guide=None)
-    p += p9.geom_line() + p9.geom_point(size=1)
+    p = p + p9.geom_line() + p9.geom_point(size=1)
     if vline is not None:
         p += p9.geom_vline(xintercept=vline, linetype="dashed", color="#8d96a3")
     if facet:
         p += p9.facet_wrap(f"~{facet}", scales="free_y")
     p += p9.scale_color_manual(values=PALETTE[: df[color].nunique()], name=color.replace("_", " "))
-    return p + p9.labs(x=xlab or x, y=ylab or y) + theme()
+    return p + p9.labs(x=x if xlab is None else xlab, y=y if ylab is None else ylab) + theme()
 
 
 def points_ci(df: pd.DataFrame, *, x: str, y: str, color: str | None = None,
-              facet: str | None = None, xlab: str = "", ylab: str = "", dodge: float = 0.5,
+              facet: str | None = None, xlab: str | None = None, ylab: str | None = None,
+              dodge: float = 0.5,
               hline: float | None = None, flip: bool = True):
     """Point estimates with CI bars (``conf_low``/``conf_high``), dodged by ``color``."""
     import plotnine as p9
@@ -161,4 +167,4 @@ def points_ci(df: pd.DataFrame, *, x: str, y: str, color: str | None = None,
         p += p9.facet_wrap(f"~{facet}", scales="free_y" if not flip else "free_x")
     if flip:
         p += p9.coord_flip()
-    return p + p9.labs(x=xlab or x, y=ylab or y) + theme()
+    return p + p9.labs(x=x if xlab is None else xlab, y=y if ylab is None else ylab) + theme()

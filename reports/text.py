@@ -73,6 +73,8 @@ def num(x, digits: int = 2) -> str:
     """A number rounded to ``digits`` decimals; em dash when missing."""
     if not _finite(x):
         return DASH
+    if abs(float(x)) >= 1e5:  # e.g. an odds ratio under separation
+        return f"{float(x):.1e}"
     return f"{float(x):.{digits}f}"
 
 

@@ -22,7 +22,7 @@ from reports.render import render_report
 from reports.study import load_study
 
 DEMO = Path(__file__).resolve().parent.parent / "clinrel" / "demo_data"
-NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")
+NUMBER = re.compile(r"(?<![\w.<>])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 
 @pytest.fixture(scope="module")
@@ -124,12 +124,19 @@ def test_numbers_shown_are_traceable_to_the_csv(demo):
         csv = pd.read_csv(out / "tables" / f"{t.name}.csv")
         vals = pd.to_numeric(csv.select_dtypes("number").to_numpy().ravel(), errors="coerce")
         vals = vals[np.isfinite(vals)]
+        shown: dict[int, set] = {}
         for col in t.columns[1:]:  # the first column holds row labels ("<40", "40-59")
             if not _numeric(t.display[col]):
                 continue
             for tok in _numbers_in(t.display[col]):
+                if "e" in tok:  # scientific: 2 significant digits
+                    hit = np.isclose(vals, float(tok), rtol=0.05).any()
+                    assert hit, f"{t.name}.{col}: {tok} not in tables/{t.name}.csv"
+                    continue
                 dec = len(tok.split(".")[1]) if "." in tok else 0
-                hit = np.isclose(np.round(vals, dec), float(tok), atol=10 ** -(dec + 3)).any()
+                if dec not in shown:  # the CSV values formatted as reports.text does
+                    shown[dec] = {f"{v:.{dec}f}" for v in vals} | {f"{-v:.{dec}f}" for v in vals}
+                hit = tok in shown[dec] or tok.lstrip("-") in shown[dec]
                 assert hit, f"{t.name}.{col}: {tok} not in tables/{t.name}.csv"
                 checked += 1
     assert checked > 500

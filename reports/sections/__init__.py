@@ -12,11 +12,14 @@ A :class:`Section` holds ordered blocks: markdown strings (which may cite ``@tbl
 from __future__ import annotations
 
 import importlib
+import logging
 import time
 from dataclasses import dataclass, field
 
 from ..figures import ReportFigure
 from ..tables import ReportTable
+
+log = logging.getLogger("clinrel.report")
 
 #: section modules in report order
 ORDER = ("methods", "flow", "cohort", "twobytwo", "overall", "subgroups", "forest",
@@ -84,6 +87,21 @@ def applies(mod, study) -> bool:
     return True
 
 
+def _input_errors() -> tuple:
+    from stats.schema import ContractError
+
+    from ..plan import PlanError
+
+    return (ContractError, PlanError)
+
+
+def _failed(study, key, title, exc) -> None:
+    reason = f"failed with {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    study.skipped.append((key, title, reason))
+    study.note(f"section '{title}' {reason}")
+    log.warning("section %s failed", key, exc_info=exc)
+
+
 def build_all(study, *, only=None, advance=lambda n=1: None) -> list[Section]:
     """Build every applicable section in ``ORDER`` (methods last, placed first).
 
@@ -96,7 +114,7 @@ def build_all(study, *, only=None, advance=lambda n=1: None) -> list[Section]:
     keys = [k for k in ORDER if only is None or k in only]
     late = [k for k in LATE if k in keys]
     for key in [k for k in keys if k not in late] + late:
-        if key == late[0]:
+        if late and key == late[0]:
             study.built_sections = {k: module(k).TITLE for k in keys
                                     if k in built or k in late}
         mod = module(key)
@@ -116,6 +134,12 @@ def build_all(study, *, only=None, advance=lambda n=1: None) -> list[Section]:
         except SkipSection as exc:
             study.skipped.append((key, mod.TITLE, str(exc)))
             study.note(f"section '{mod.TITLE}' skipped: {exc}")
+        except ValueError as exc:  # bad user input (ContractError, PlanError): exit 2
+            if isinstance(exc, _input_errors()):
+                raise
+            _failed(study, key, mod.TITLE, exc)
+        except Exception as exc:  # a failing statistic must not take the whole report down
+            _failed(study, key, mod.TITLE, exc)
         study.timings[key] = round(time.perf_counter() - t0, 3)
         advance()
     return [built[k] for k in keys if k in built]

@@ -1,13 +1,113 @@
-"""Calibration (placeholder until its statistics land)."""
+"""Calibration: reliability diagrams before and after temperature scaling, fitted on the
+validation (calibration) split and evaluated on the test split (``stats.temperature_scale``,
+``stats.reliability_table``). Sources: the detection models' ``max_prob`` in the cases
+table, and per-case probe probabilities (``inputs.probe_predictions``, clean runs at label
+fraction 1) when given."""
 from __future__ import annotations
 
+import pandas as pd
+
+from .. import text
+from ..figures import PALETTE, ReportFigure, theme
+from ..tables import ReportTable
 from . import Section, SkipSection
 
 KEY = "calibration"
 TITLE = "Calibration"
-HALF = "crs"
-REQUIRES = ("reliability_table",)
+HALF = "any"
+REQUIRES = ("temperature_scale", "reliability_table")
+N_BINS = 10
+CAL_SPLITS = ("validation", "calibration")
+
+
+def _groups(study):
+    """(source, unit, calibration frame, test frame) with columns label, prob."""
+    out = []
+    c = study.cases
+    if c is not None and {"max_prob", "split"} <= set(c.columns):
+        for model, g in c.groupby("model", sort=False):
+            cal, test = g[g["split"].isin(CAL_SPLITS)], g[g["split"] == "test"]
+            if len(cal) and len(test):
+                out.append(("detection model", str(model),
+                            cal[["label", "max_prob"]].rename(columns={"max_prob": "prob"}),
+                            test[["label", "max_prob"]].rename(columns={"max_prob": "prob"})))
+    pp = study.probe_predictions
+    if pp is not None and {"encoder", "label", "prob", "split"} <= set(pp.columns):
+        sel = pp
+        if "condition" in sel.columns:
+            sel = sel[sel["condition"].astype(str).str.lower() == "clean"]
+        if "label_fraction" in sel.columns:
+            sel = sel[sel["label_fraction"] == 1.0]
+        for enc, g in sel.groupby("encoder", sort=False):
+            cal, test = g[g["split"].isin(CAL_SPLITS)], g[g["split"] == "test"]
+            if len(cal) and len(test):
+                out.append(("encoder probe", str(enc), cal[["label", "prob"]], test[["label", "prob"]]))
+    return out
 
 
 def build(study) -> Section:
-    raise SkipSection("not implemented yet")
+    import plotnine as p9
+    import stats
+
+    groups = _groups(study)
+    if not groups:
+        raise SkipSection("no probabilities with a validation/calibration and a test split "
+                          "(cases max_prob + split, or inputs.probe_predictions)")
+    summary, rel = [], []
+    for source, unit, cal, test in groups:
+        tf = stats.temperature_scale(cal["prob"].to_numpy(float), cal["label"].to_numpy())
+        ev = tf.evaluate(test["prob"].to_numpy(float), test["label"].to_numpy())
+        summary.append(ev.assign(source=source, unit=unit))
+        y = test["label"].to_numpy()
+        for stage, prob in (("before", test["prob"].to_numpy(float)),
+                            ("after", tf.apply(test["prob"].to_numpy(float)))):
+            rt = stats.reliability_table(y, prob, n_bins=N_BINS)
+            rel.append(rt.assign(source=source, unit=unit, stage=stage))
+    summ = pd.concat(summary, ignore_index=True)
+    rel = pd.concat(rel, ignore_index=True)
+    rows = []
+    for (source, unit), g in summ.groupby(["source", "unit"], sort=False):
+        row = {"source": source, "unit": unit,
+               "temperature": text.num(g["temperature"].iloc[0], 3)}
+        for e in ("ece", "brier", "nll"):
+            for stage in ("before", "after"):
+                v = g[(g["estimand"] == e) & (g["stage"] == stage)]["estimate"]
+                row[f"{e}_{stage}"] = text.num(v.iloc[0], 3) if len(v) else text.DASH
+        rows.append(row)
+    disp = pd.DataFrame(rows)
+    table = ReportTable(
+        name="calibration_summary", caption="Calibration on the test split before and after "
+        "temperature scaling fitted on the validation split.", data=summ, display=disp,
+        group_col="source",
+        labels={"unit": "Model", "temperature": "Temperature", "ece_before": "before",
+                "ece_after": "after", "brier_before": "before", "brier_after": "after",
+                "nll_before": "before", "nll_after": "after"},
+        spanners=(("ECE (15 bins)", ["ece_before", "ece_after"]),
+                  ("Brier", ["brier_before", "brier_after"]), ("NLL", ["nll_before", "nll_after"])),
+        notes=("Temperature T minimises the validation negative log-likelihood of "
+               "sigmoid(logit(p) / T); ECE with 15 equal-width bins. The reliability diagram "
+               f"uses {N_BINS} equal-width bins (tables/fig_reliability.csv).",))
+    d = rel[rel["n"] > 0].copy()
+    d["stage"] = pd.Categorical(d["stage"].map({"before": "before scaling",
+                                                "after": "after scaling"}),
+                                categories=["before scaling", "after scaling"])
+    plot = (p9.ggplot(d, p9.aes("mean_confidence", "estimate", color="stage"))
+            + p9.geom_abline(slope=1, intercept=0, linetype="dashed", color="#8d96a3")
+            + p9.geom_errorbar(p9.aes(ymin="conf_low", ymax="conf_high"), width=0.02)
+            + p9.geom_line() + p9.geom_point(p9.aes(size="n"))
+            + p9.scale_size_continuous(range=(0.8, 3), name="cases in bin")
+            + p9.scale_color_manual(values=PALETTE[:2], name="")
+            + p9.facet_wrap("~unit", nrow=1)
+            + p9.coord_fixed(xlim=(0, 1), ylim=(0, 1))
+            + p9.labs(x="Mean predicted probability", y="Observed frequency") + theme())
+    fig = ReportFigure(
+        name="reliability", caption="Reliability diagrams on the test split before and after "
+        "temperature scaling, with Wilson intervals per bin; the dashed diagonal is perfect "
+        "calibration.", alt="Reliability diagrams per model before and after temperature scaling.",
+        plot=plot, data=rel[["source", "unit", "stage", "bin", "bin_low", "bin_high",
+                             "mean_confidence", "estimate", "conf_low", "conf_high", "n"]],
+        width=7.5, height=3.3)
+    md = ("@tbl-calibration-summary and @fig-reliability show how well predicted probabilities "
+          "match observed frequencies, before and after temperature scaling (a monotone "
+          "rescaling: discrimination is unchanged).")
+    return Section(KEY, TITLE).add(md, table, fig)

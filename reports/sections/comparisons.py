@@ -1,13 +1,59 @@
-"""Model comparisons (placeholder until its statistics land)."""
+"""Paired model comparisons on the same cases (``stats.compare_models``): differences in
+sensitivity, specificity (exact McNemar, Newcombe intervals) and AUC (paired DeLong)."""
 from __future__ import annotations
 
+import pandas as pd
+
+from .. import text
+from ..figures import ReportFigure, points_ci
+from ..tables import ReportTable
 from . import Section, SkipSection
+from . import _detection as D
 
 KEY = "comparisons"
 TITLE = "Model comparisons"
 HALF = "detection"
-REQUIRES = ("compare_models",)
+REQUIRES = ("scan_level", "compare_models")
+LABEL = {"sensitivity_difference": "Sensitivity", "specificity_difference": "Specificity",
+         "auc_difference": "AUC"}
 
 
 def build(study) -> Section:
-    raise SkipSection("not implemented yet")
+    import stats
+
+    det = study.plan.detection
+    ev = D.evaluation(study)
+    if ev["model"].nunique() < 2:
+        raise SkipSection("only one model: nothing to compare")
+    cmp = stats.compare_models(ev, by=None, conf_level=det.conf_level, small_n=det.small_n)
+    ov = cmp[cmp["group_var"] == "overall"].reset_index(drop=True)
+    disp = pd.DataFrame({
+        "metric": ov["estimand"].map(LABEL).fillna(ov["estimand"]),
+        "pair": ov["model"].astype(str),
+        "diff": text.ci_vec(ov, 3),
+        "disc": [text.DASH if pd.isna(a) else f"{int(a)} / {int(b)}"
+                 for a, b in zip(ov.get("discordant_a"), ov.get("discordant_b"))],
+        "p": [text.pvalue(p) for p in ov["p_value"]],
+        "p_adj": [text.pvalue(p) for p in ov["p_adjusted"]]})
+    table = ReportTable(
+        name="model_comparisons", caption="Paired differences between models (first minus "
+        f"second) on the evaluation set, estimate [{int(round(det.conf_level * 100))}% CI].",
+        data=cmp, display=disp, group_col="metric",
+        labels={"pair": "Models (A - B)", "diff": "Difference [CI]",
+                "disc": "Discordant A/B", "p": "p", "p_adj": "Holm p"},
+        notes=("Sensitivity and specificity: exact McNemar test on discordant pairs (A right "
+               "and B wrong / B right and A wrong) and Newcombe's paired hybrid score interval; "
+               "AUC: paired DeLong test and Wald interval with the DeLong covariance. Holm "
+               "adjustment over all pairs per metric.",))
+    ov_plot = ov.assign(metric=ov["estimand"].map(LABEL))
+    fig = ReportFigure(
+        name="model_comparisons", caption="Paired differences between models with confidence "
+        "intervals; the dashed line marks no difference.",
+        alt="Dot plot of paired model differences in sensitivity, specificity and AUC.",
+        plot=points_ci(ov_plot, x="model", y="estimate", facet="metric", xlab="",
+                       ylab="Difference (A - B)", hline=0.0),
+        data=ov_plot[["metric", "model", "estimate", "conf_low", "conf_high", "p_value",
+                      "p_adjusted"]], width=7.5, height=2.6)
+    md = ("@tbl-model-comparisons and @fig-model-comparisons compare every pair of models on "
+          "the same cases, so differences are paired.")
+    return Section(KEY, TITLE).add(md, table, fig)

@@ -1,13 +1,197 @@
-"""Clinical Reliability Score (placeholder until its statistics land)."""
+"""Clinical Reliability Score: axes, normalized profiles, dominance/similarity, CRS with
+paired-seed bootstrap CIs, rank probabilities, stability and AUROC-vs-CRS inversions
+(``stats.crs_scores``, ``stats.crs_bootstrap``, ``stats.ranking_stability``)."""
 from __future__ import annotations
 
+import pandas as pd
+
+from .. import text
+from ..figures import PALETTE, ReportFigure, points_ci, theme
+from ..tables import ReportTable
 from . import Section, SkipSection
 
 KEY = "crs"
 TITLE = "Clinical Reliability Score"
 HALF = "crs"
-REQUIRES = ("crs_bootstrap",)
+REQUIRES = ("crs_scores", "crs_bootstrap", "ranking_stability")
+AXES = ("discrimination", "calibration", "label_efficiency", "robustness")
+AXIS_LABEL = {"discrimination": "Discrimination (AUROC)", "calibration": "Calibration (ECE)",
+              "label_efficiency": "Label efficiency", "robustness": "Robustness"}
+
+
+def _enc_label(df: pd.DataFrame) -> pd.Series:
+    if df["regime"].nunique() > 1:
+        return df["encoder"].astype(str) + " (" + df["regime"].astype(str) + ")"
+    return df["encoder"].astype(str)
 
 
 def build(study) -> Section:
-    raise SkipSection("not implemented yet")
+    import plotnine as p9
+    import stats
+
+    plan = study.plan
+    if study.reference is None:
+        raise SkipSection("the plan names no inputs.reference (the CRS reference panel)")
+    runs, ref, crs = study.runs, study.reference, plan.crs
+    boot = stats.crs_bootstrap(runs, ref, n_boot=crs.bootstrap_n, seed=crs.bootstrap_seed)
+    scores = boot.scores()
+    scores = scores.assign(label=_enc_label(scores))
+    wide = scores.pivot_table(index=["regime", "encoder", "label"], columns="estimand",
+                              values="estimate", sort=False).reset_index()
+    crs_rows = scores[scores["estimand"] == "crs"].sort_values("estimate", ascending=False)
+    order = list(crs_rows["label"])
+    panel = set(ref.get("panel", []))
+    # ---- axes table
+    wide["_o"] = wide["label"].map({v: i for i, v in enumerate(order)})
+    wide = wide.sort_values("_o").drop(columns="_o").reset_index(drop=True)
+    dagger = " \u2021"
+    disp_axes = pd.DataFrame({"encoder": [lab + (dagger if e in panel else "")
+                                          for lab, e in zip(wide["label"], wide["encoder"])]})
+    for a in AXES:
+        disp_axes[a] = [text.num(x, 3) for x in wide[a]]
+    for a in AXES:
+        disp_axes[f"norm_{a}"] = [text.num(x) for x in wide[f"norm_{a}"]]
+    axes_data = scores[scores["estimand"].isin([*AXES, *[f"norm_{a}" for a in AXES]])]
+    t_axes = ReportTable(
+        name="crs_axes", caption="Reliability axes per encoder (mean over datasets) and their "
+        "reference-anchored normalization.", data=axes_data, display=disp_axes,
+        labels={"encoder": "Encoder", **{a: AXIS_LABEL[a].split(" (")[0] for a in AXES},
+                **{f"norm_{a}": AXIS_LABEL[a].split(" (")[0] for a in AXES}},
+        spanners=(("Raw axis", list(AXES)), ("Normalized (0-1, higher better)",
+                                             [f"norm_{a}" for a in AXES])),
+        notes=("\u2021 reference panel member. Calibration is the ECE (lower is better; its "
+               "normalization is flipped). Anchors (lo, hi) per axis are in "
+               "tables/crs_axes.csv.",))
+    # ---- scores table with CIs and ranks
+    rp = boot.rank_probabilities(crs.k)
+    rp = rp.assign(label=_enc_label(rp))
+    rpw = rp.pivot_table(index="label", columns="estimand", values="estimate", sort=False)
+    rank_ci = rp[rp["estimand"] == "rank"].set_index("label")
+    s_ci = scores[scores["estimand"].isin(["dominance", "similarity", "worst_axis", "crs"])]
+    disp_s = []
+    for lab in order:
+        row = {"encoder": lab}
+        for e in ("dominance", "similarity", "worst_axis"):
+            r = s_ci[(s_ci["label"] == lab) & (s_ci["estimand"] == e)].iloc[0]
+            row[e] = text.num(r["estimate"])
+        r = s_ci[(s_ci["label"] == lab) & (s_ci["estimand"] == "crs")].iloc[0]
+        row["crs"] = text.ci(r["estimate"], r["conf_low"], r["conf_high"], 3)
+        rk = rank_ci.loc[lab]
+        row["rank"] = f"{text.count(rk['estimate'])} [{text.count(rk['conf_low'])}, {text.count(rk['conf_high'])}]"
+        row["p1"] = text.num(rpw.loc[lab, "p_rank_1"])
+        row["pk"] = text.num(rpw.loc[lab, "p_top_k"])
+        disp_s.append(row)
+    t_scores = ReportTable(
+        name="crs_scores", caption=f"CRS components and CRS with paired-seed bootstrap "
+        f"{int(round(100 * float(s_ci['conf_level'].dropna().iloc[0] if s_ci['conf_level'].notna().any() else 0.95)))}% CIs, rank "
+        f"[CI], P(rank 1) and P(rank \u2264 {crs.k}).",
+        data=pd.concat([s_ci, rp], ignore_index=True), display=pd.DataFrame(disp_s),
+        labels={"encoder": "Encoder", "dominance": "Dominance", "similarity": "Similarity",
+                "worst_axis": "Worst axis", "crs": "CRS [CI]", "rank": "Rank [CI]",
+                "p1": "P(rank 1)", "pk": f"P(top {crs.k})"},
+        spanners=(("Components", ["dominance", "similarity", "worst_axis"]),),
+        notes=(f"{crs.bootstrap_n} paired-seed bootstrap replicates (seed "
+               f"{crs.bootstrap_seed}); anchors held fixed. CRS = weighted sum of dominance, "
+               f"similarity and worst axis (weights in the reference file).",))
+    # ---- differences
+    diff = boot.differences()
+    disp_d = pd.DataFrame({
+        "pair": diff["encoder"].astype(str) + " \u2212 " + diff["comparator"].astype(str),
+        "diff": text.ci_vec(diff, 3), "p": [text.pvalue(p) for p in diff["p_value"]],
+        "p_adj": [text.pvalue(p) for p in diff["p_adjusted"]]})
+    t_diff = ReportTable(
+        name="crs_differences", caption="Pairwise CRS differences (higher-ranked minus lower-"
+        "ranked encoder) with bootstrap percentile CIs.", data=diff, display=disp_d,
+        labels={"pair": "Encoders", "diff": "Difference [CI]", "p": "Bootstrap p",
+                "p_adj": "Holm p"},
+        notes=("Two-sided bootstrap p-values; Holm adjustment over all pairs.",))
+    # ---- stability
+    st = stats.ranking_stability(runs, ref, seed=crs.bootstrap_seed, k=crs.k)
+    names = {"kendall_tau": "Kendall tau", "kendall_tau_min": "Kendall tau, minimum",
+             "kendall_tau_mean": "Kendall tau, mean [95% band]",
+             "kendall_tau_median": "Kendall tau, median", "p_tau_1": "P(identical ranking)",
+             "p_same_best": "P(same best encoder)", "pairs": "Encoder pairs",
+             "inversions": "Inverted pairs", "mean_abs_displacement": "Mean |rank shift|",
+             "top_k_overlap": f"Top-{crs.k} overlap"}
+    analyses = {"leave_one_out": "Leave one panel member out",
+                "dirichlet_weights": "Dirichlet(1,1,1) weights",
+                "auroc_vs_crs": "AUROC ranking vs CRS ranking",
+                "frozen_vs_adapted": "Frozen vs adapted"}
+    disp_st = pd.DataFrame({
+        "analysis": st["analysis"].map(analyses).fillna(st["analysis"]),
+        "what": [names.get(e, e) + (f" (without {v})" if a == "leave_one_out" and v != "all" else "")
+                 for e, a, v in zip(st["estimand"], st["analysis"], st["variant"])],
+        "value": [text.ci(e, lo, hi) if e_name == "kendall_tau_mean" else
+                  (text.count(e) if e_name in ("pairs", "inversions") else text.num(e))
+                  for e, lo, hi, e_name in zip(st["estimate"], st["conf_low"], st["conf_high"],
+                                               st["estimand"])]})
+    t_stab = ReportTable(
+        name="crs_stability", caption="Stability of the CRS ranking and its consequences: "
+        "leave-one-out reference panels, random weights, and ranking by AUROC instead.",
+        data=st, display=disp_st, group_col="analysis",
+        labels={"what": "Statistic", "value": "Value"},
+        notes=("Kendall tau-b against the base CRS ranking; inversions: encoder pairs ordered "
+               "oppositely by AUROC and CRS, out of all pairs.",))
+    # ---- figures
+    prof = scores[scores["estimand"].isin([f"norm_{a}" for a in AXES])].copy()
+    prof["axis"] = pd.Categorical(prof["estimand"].str.replace("norm_", "").map(
+        lambda a: AXIS_LABEL[a].split(" (")[0]), categories=[AXIS_LABEL[a].split(" (")[0] for a in AXES])
+    prof["label"] = pd.Categorical(prof["label"], categories=order)
+    colors = dict(zip(order, (PALETTE * 3)[:len(order)]))
+    fig_prof = ReportFigure(
+        name="crs_profiles", caption="Normalized reliability profiles: each encoder's four "
+        "axes after anchoring to the reference panel (1 = best panel value).",
+        alt="Line plot of normalized axis values for each encoder.",
+        plot=(p9.ggplot(prof, p9.aes("axis", "estimate", color="label", group="label"))
+              + p9.geom_line() + p9.geom_point(size=1.5)
+              + p9.scale_color_manual(values=colors, name="encoder")
+              + p9.labs(x="", y="Normalized axis") + theme()),
+        data=prof[["encoder", "regime", "estimand", "estimate"]], width=7.0, height=3.6)
+    dom = wide[["label", "encoder", "dominance", "similarity", "worst_axis", "crs",
+                "discrimination"]].copy()
+    dom["panel"] = dom["encoder"].isin(panel).map({True: "reference panel", False: "candidate"})
+    fig_dom = ReportFigure(
+        name="crs_dominance", caption="Dominance against the reference panel versus similarity "
+        "to the ideal profile; point size is the worst normalized axis.",
+        alt="Scatter plot of dominance versus similarity per encoder.",
+        plot=(p9.ggplot(dom, p9.aes("dominance", "similarity", label="label", shape="panel"))
+              + p9.geom_point(p9.aes(size="worst_axis"), color="#1b5e8a")
+              + p9.geom_text(nudge_y=0.025, size=7)
+              + p9.scale_size_continuous(range=(1.5, 5), name="worst axis")
+              + p9.labs(x="Dominance D", y="Similarity S", shape="") + theme()),
+        data=dom, width=6.5, height=4.0)
+    cr = crs_rows.copy()
+    cr["label"] = pd.Categorical(cr["label"], categories=order[::-1])
+    fig_crs = ReportFigure(
+        name="crs_scores", caption="CRS per encoder with paired-seed bootstrap confidence "
+        "intervals, best first.", alt="Dot plot of CRS with intervals per encoder.",
+        plot=points_ci(cr.assign(label=cr["label"].astype(str)).iloc[::-1], x="label",
+                       y="estimate", xlab="", ylab="CRS"),
+        data=crs_rows[["encoder", "regime", "estimate", "conf_low", "conf_high"]],
+        width=6.0, height=0.8 + 0.28 * len(order))
+    rpp = rp[rp["estimand"].isin(["p_rank_1", "p_top_k"])].copy()
+    rpp["what"] = rpp["estimand"].map({"p_rank_1": "P(rank 1)", "p_top_k": f"P(rank \u2264 {crs.k})"})
+    rpp["label"] = pd.Categorical(rpp["label"], categories=order)
+    fig_rank = ReportFigure(
+        name="crs_rank_probabilities", caption=f"Rank probabilities from the paired-seed "
+        f"bootstrap: probability of ranking first and of ranking in the top {crs.k}.",
+        alt="Bar chart of rank probabilities per encoder.",
+        plot=(p9.ggplot(rpp, p9.aes("label", "estimate", fill="what"))
+              + p9.geom_col(position="dodge", width=0.7)
+              + p9.scale_fill_manual(values=PALETTE[:2], name="")
+              + p9.scale_y_continuous(limits=(0, 1))
+              + p9.labs(x="", y="Probability", fill="") + theme()
+              + p9.theme(axis_text_x=p9.element_text(rotation=30, ha="right"))),
+        data=rpp[["encoder", "regime", "estimand", "estimate"]], width=7.0, height=3.2)
+    inv = st[(st["analysis"] == "auroc_vs_crs") & (st["estimand"] == "inversions")]
+    n_inv = text.count(inv["estimate"].iloc[0]) if len(inv) else text.DASH
+    pairs = st[(st["analysis"] == "auroc_vs_crs") & (st["estimand"] == "pairs")]
+    n_pairs = text.count(pairs["estimate"].iloc[0]) if len(pairs) else text.DASH
+    md = (f"The reference panel ({text.md(text.human_list(sorted(panel)))}) anchors every axis "
+          f"(@tbl-crs-axes, @fig-crs-profiles). @tbl-crs-scores and @fig-crs-scores give the CRS "
+          f"with its uncertainty, @fig-crs-rank-probabilities the rank probabilities and "
+          f"@fig-crs-dominance the dominance/similarity trade-off. Ranking by AUROC instead of "
+          f"CRS inverts {n_inv} of {n_pairs} encoder pairs (@tbl-crs-stability); "
+          f"@tbl-crs-differences lists every pairwise difference.")
+    return Section(KEY, TITLE).add(md, t_axes, fig_prof, t_scores, fig_crs, fig_rank, fig_dom,
+                                   t_stab, t_diff)

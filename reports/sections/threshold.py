@@ -1,13 +1,95 @@
-"""Threshold sweep and ranking stability (placeholder until its statistics land)."""
+"""Threshold sweep: every metric per model across thresholds and the stability of the
+model ranking (Kendall tau against the ranking at the operating threshold), from
+``stats.threshold_sweep``."""
 from __future__ import annotations
 
-from . import Section, SkipSection
+import numpy as np
+import pandas as pd
+
+from .. import text
+from ..figures import ReportFigure, lines
+from ..tables import ReportTable
+from . import Section
+from . import _detection as D
 
 KEY = "threshold"
 TITLE = "Threshold sweep and ranking stability"
 HALF = "detection"
-REQUIRES = ("threshold_sweep",)
+REQUIRES = ("scan_level", "threshold_sweep")
+N_GRID = 25
 
 
 def build(study) -> Section:
-    raise SkipSection("not implemented yet")
+    import stats
+
+    det = study.plan.detection
+    ev = D.evaluation(study)
+    chosen = D.calls(study).attrs["threshold"]["values"]
+    score = ev["score"].to_numpy(float)
+    grid = np.unique(np.round(np.quantile(score, np.linspace(0.05, 0.95, N_GRID)), 6))
+    grid = np.unique(np.concatenate([grid, list(chosen.values())]))
+    sweep = stats.threshold_sweep(ev, grid, chosen=chosen, ci=det.ci, conf_level=det.conf_level)
+    m = sweep[sweep["estimand"].isin(["sensitivity", "specificity"])].reset_index(drop=True)
+    logx = score.min() >= 0 and np.quantile(score, 0.95) > 50 * max(np.quantile(score, 0.05), 1)
+    fig_m = lines(m.assign(threshold=m["threshold"].clip(lower=1) if logx else m["threshold"]),
+                  x="threshold", y="estimate", color="model", facet="estimand", ribbon=True,
+                  xlab="Threshold (score)" + (", log scale" if logx else ""), ylab="Estimate",
+                  vline=float(np.median(list(chosen.values()))))
+    if logx:
+        import plotnine as p9
+
+        fig_m += p9.scale_x_log10()
+    fig1 = ReportFigure(
+        name="threshold_sweep", caption="Sensitivity and specificity per model across "
+        "thresholds, with pointwise confidence bands; the dashed line is the operating "
+        "threshold.", alt="Sensitivity and specificity curves over the threshold for each model.",
+        plot=fig_m, data=m[["estimand", "model", "threshold", "estimate", "conf_low", "conf_high",
+                            "numerator", "denominator"]], width=7.5, height=3.2)
+    tau = sweep[sweep["estimand"] == "kendall_tau"].reset_index(drop=True)
+    tau_plot = tau[tau["ranked_by"].isin(["sensitivity", "specificity", "youden"])]
+    fig_t = lines(tau_plot.assign(threshold=tau_plot["threshold"].clip(lower=1) if logx
+                                  else tau_plot["threshold"]),
+                  x="threshold", y="estimate", color="ranked_by",
+                  xlab="Threshold (score)", ylab="Kendall tau vs operating ranking",
+                  vline=float(np.median(list(chosen.values()))))
+    if logx:
+        import plotnine as p9
+
+        fig_t += p9.scale_x_log10()
+    fig2 = ReportFigure(
+        name="ranking_stability_threshold", caption="Stability of the model ranking across "
+        "thresholds: Kendall's tau-b between the ranking at each threshold and at the "
+        "operating threshold, by the metric ranked.",
+        alt="Kendall tau of the model ranking against threshold.", plot=fig_t,
+        data=tau_plot[["ranked_by", "threshold", "estimate", "n"]], width=7.5, height=3.0)
+    picks = grid[np.linspace(0, len(grid) - 1, min(9, len(grid))).round().astype(int)]
+    sel = sweep[sweep["threshold"].isin(picks)]
+    rows = []
+    models = list(pd.unique(ev["model"]))
+    for t in picks:
+        s = sel[sel["threshold"] == t]
+        row = {"threshold": text.num(t, 1)}
+        for mdl in models:
+            v = s[(s["estimand"] == "sensitivity") & (s["model"] == mdl)]["estimate"]
+            row[f"sens_{mdl}"] = text.num(v.iloc[0]) if len(v) else text.DASH
+        for rb in ("sensitivity", "youden"):
+            v = s[(s["estimand"] == "kendall_tau") & (s["ranked_by"] == rb)]["estimate"]
+            row[f"tau_{rb}"] = text.num(v.iloc[0]) if len(v) else text.DASH
+        rows.append(row)
+    disp = pd.DataFrame(rows)
+    table = ReportTable(
+        name="threshold_sweep", caption="Sensitivity per model and ranking agreement at "
+        "selected thresholds.", data=sweep, display=disp,
+        labels={"threshold": "Threshold", **{f"sens_{mm}": str(mm) for mm in models},
+                "tau_sensitivity": "by sensitivity", "tau_youden": "by Youden's J"},
+        spanners=(("Sensitivity", [f"sens_{mm}" for mm in models]),
+                  ("Kendall tau vs operating ranking", ["tau_sensitivity", "tau_youden"])),
+        notes=("Thresholds are quantiles of the evaluation scores; the full sweep (every "
+               "metric, threshold and interval) is in tables/threshold_sweep.csv. "
+               "The sweep is exploratory (STARD 12a).",))
+    tmin = tau_plot.groupby("ranked_by")["estimate"].min()
+    md = (f"@fig-threshold-sweep shows the trade-off around the operating threshold; "
+          f"@fig-ranking-stability-threshold and @tbl-threshold-sweep show how far the "
+          f"model ranking depends on it (lowest Kendall tau by sensitivity: "
+          f"{text.num(tmin.get('sensitivity', np.nan))}).")
+    return Section(KEY, TITLE).add(md, fig1, fig2, table)
