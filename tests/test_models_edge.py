@@ -226,3 +226,12 @@ def test_recovery_large_n():
     assert (np.abs(z) < 1.96).sum() >= len(z) - 2, z
     sd = td.loc["sd__(Intercept)"]
     assert abs(sd.estimate - sim.truth["site_sd"]) < 3.3 * sd.std_error
+
+
+def test_scheduler_gives_identical_fits(cohort):
+    distributed = pytest.importorskip("dask.distributed")
+    local = fit_adjusted(cohort.data, "~ phase + sex", threshold=50)
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=2,
+                            dashboard_address=None) as client:
+        remote = fit_adjusted(cohort.data, "~ phase + sex", threshold=50, scheduler=client)
+    pd.testing.assert_frame_equal(local.tidy(), remote.tidy())
