@@ -158,6 +158,15 @@ def test_per_model_and_pooled(cohort):
     pooled = fit_adjusted(d, FORMULA, threshold=50, model="pooled")
     assert "model[T.model_B]" in set(pooled.tidy().estimand)
     assert pooled.glance().nobs.iloc[0] == td.groupby("model").n.first().sum()
+    mm = pooled.marginal_means("model")   # adjusted sensitivity of each model
+    assert list(mm.group_level) == ["model_A", "model_B"] and mm.estimate.between(0, 1).all()
+
+
+def test_numeric_group_is_a_factor(cohort):
+    d = cohort.data.assign(site=cohort.data.site.cat.codes + 1)  # sites coded 1..12
+    fixed = fit_adjusted(d, "~ phase", threshold=50, model="model_A", method="fixed")
+    terms = set(fixed.tidy().estimand)
+    assert "site[T.2]" in terms and "site[T.12]" in terms
 
 
 def test_warnings_never_crash(cohort):

@@ -101,16 +101,18 @@ def formula_columns(formula: str, data: pd.DataFrame) -> list[str]:
     return [c for c in data.columns if c in names]
 
 
-def _categorical(data: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+def _categorical(data: pd.DataFrame, cols: list[str], force: tuple = ()) -> pd.DataFrame:
     out = data
     for c in cols:
         s = data[c]
         if isinstance(s.dtype, pd.CategoricalDtype):
             continue
-        if s.dtype == object or pd.api.types.is_string_dtype(s) or pd.api.types.is_bool_dtype(s):
+        if (c in force or s.dtype == object or pd.api.types.is_string_dtype(s)
+                or pd.api.types.is_bool_dtype(s)):
             if out is data:
                 out = data.copy()
-            levels = sorted(pd.unique(s.dropna()).tolist(), key=str)
+            levels = sorted(pd.unique(s.dropna()).tolist(),
+                            key=(lambda v: v) if pd.api.types.is_numeric_dtype(s) else str)
             out[c] = pd.Categorical(s, categories=levels)
     return out
 
@@ -127,7 +129,8 @@ def build(data: pd.DataFrame, formula: str, *, group: str | None, outcome: str,
         raise ContractError(MSG_NO_COLUMN.format(columns=missing, present=", ".join(map(str, data.columns))))
     used = formula_columns(formula, data)
     extra = [c for c in (group, trials, cluster) if c]
-    sub = _categorical(data[list(dict.fromkeys(used + extra))], used)
+    # the group is always a factor (a numeric site code too), as R's factor(site)
+    sub = _categorical(data[list(dict.fromkeys(used + extra))], used, force=(group,))
     rhs = formula.partition("~")[2]
     complete = sub.notna().all(axis=1).to_numpy()
     n_missing = int((~complete).sum())

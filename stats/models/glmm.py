@@ -25,7 +25,7 @@ Hessian of the deviance with respect to ``(theta, beta)``; the ``beta`` block gi
 fixed-effect covariance and the ``theta`` diagonal the SE of the group SD.
 
 Validated against R's lme4 1.1-31 ``glmer`` (Laplace and ``nAGQ = 10``) on ``cbpp`` and
-on simulator data: see tests/test_models_glmm.py for the tolerances reached.
+on simulator data: tests/test_models_fit.py states the tolerances reached.
 """
 from __future__ import annotations
 
