@@ -244,3 +244,28 @@ def test_scheduler_gives_identical_fits(cohort):
                             dashboard_address=None) as client:
         remote = fit_adjusted(cohort.data, "~ phase + sex", threshold=50, scheduler=client)
     pd.testing.assert_frame_equal(local.tidy(), remote.tidy())
+
+
+def _degenerate(kind):
+    rng = np.random.default_rng(0)
+    n = 200
+    df = pd.DataFrame({"site": rng.integers(0, 6, n).astype(str), "x": rng.normal(size=n),
+                       "f": rng.choice(["a", "b"], n)})
+    if kind == "all_ones":
+        return df.assign(y=1)
+    if kind == "one_group":
+        return df.assign(site="s", y=(rng.random(n) < .5).astype(int))
+    return df.assign(y=(df.x > 0).astype(int))   # x separates the outcome completely
+
+
+@pytest.mark.parametrize("kind,expect", [("all_ones", "separation"), ("one_group", "few_groups"),
+                                         ("x_separates", "separation")])
+@pytest.mark.parametrize("method", ["glmm", "gee", "fixed"])
+def test_degenerate_data_warn_not_crash(kind, expect, method):
+    with np.errstate(all="raise"):   # and no floating-point warning escapes
+        fit = fit_adjusted(_degenerate(kind), "y ~ x + f", population=None, method=method)
+    g = fit.glance().iloc[0]
+    if method == "fixed" and expect == "few_groups":
+        expect = ""   # site as a fixed effect with one level is a plain logistic model
+    assert expect in g.warnings
+    check_tidy(fit.tidy())

@@ -46,9 +46,10 @@ class ModelFit:
         return int(len(self.design.y))
 
     def flags(self) -> str:
-        codes = [w.split(":", 1)[0] for w in self.warnings]
-        return ";".join(dict.fromkeys(c for c in codes if c not in ("separation", "empty_level",
-                                                                      "aliased")))
+        """Fit-level flag codes (term-specific ones go on their term's row only)."""
+        term_specific = ("separation: every row", "empty_level", "aliased")
+        codes = [w.split(":", 1)[0] for w in self.warnings if not w.startswith(term_specific)]
+        return ";".join(dict.fromkeys(codes))
 
     def r2(self) -> tuple[float, float]:
         """Nakagawa & Schielzeth latent-scale R2 (marginal, conditional); logistic residual
@@ -58,6 +59,13 @@ class ModelFit:
         vr = float(self.theta ** 2) if self.theta is not None else 0.0
         tot = vf + vr + np.pi ** 2 / 3
         return vf / tot, (vf + vr) / tot
+
+
+def _odds_ratios(out: pd.DataFrame, fixed: pd.Series) -> pd.DataFrame:
+    out["odds_ratio"] = np.where(fixed, np.exp(out["estimate"]), np.nan)
+    out["or_conf_low"] = np.where(fixed, np.exp(out["conf_low"]), np.nan)
+    out["or_conf_high"] = np.where(fixed, np.exp(out["conf_high"]), np.nan)
+    return out
 
 
 def _pos_neg(population, n) -> tuple[float, float]:
@@ -126,7 +134,8 @@ class Fit:
         rows = []
         for m, f in self.fits.items():
             d = f.design
-            se = np.sqrt(np.diag(f.vcov))
+            with np.errstate(invalid="ignore"):
+                se = np.sqrt(np.diag(f.vcov))
             sep = {w.split(" ")[4] for w in f.warnings if w.startswith("separation: every row")}
             est = dict(zip(d.terms, f.beta))
             ses = dict(zip(d.terms, se))
@@ -153,9 +162,8 @@ class Fit:
                                  effect="ran_pars", n_events=events))
         out = pd.DataFrame(rows)
         fixed = out["effect"] == "fixed"
-        out["odds_ratio"] = np.where(fixed, np.exp(out["estimate"]), np.nan)
-        out["or_conf_low"] = np.where(fixed, np.exp(out["conf_low"]), np.nan)
-        out["or_conf_high"] = np.where(fixed, np.exp(out["conf_high"]), np.nan)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            out = _odds_ratios(out, fixed)
         return tidy(out, group_cols=("model",))
 
     def glance(self) -> pd.DataFrame:

@@ -51,6 +51,16 @@ def _cluster_grams(Xt, starts, c2):
     return gram - c2[:, None, None] * sx[:, :, None] * sx[:, None, :]
 
 
+def _admissible(alpha: float, ni: np.ndarray) -> float:
+    """Keep the exchangeable correlation inside the range where R(alpha) is positive
+    definite for every cluster size: (-1 / (max n_i - 1), 1)."""
+    if not np.isfinite(alpha):
+        return 0.0
+    nmax = float(ni.max())
+    lo = -1.0 / (nmax - 1.0) + 1e-6 if nmax > 1 else -0.999
+    return float(np.clip(alpha, lo, 0.999))
+
+
 def fit_gee(X, y, groups, *, bias_reduced=False, beta0=None, maxiter=100, tol=1e-10) -> GEEResult:
     order = np.argsort(groups, kind="stable")
     X = np.ascontiguousarray(X[order])
@@ -67,20 +77,24 @@ def fit_gee(X, y, groups, *, bias_reduced=False, beta0=None, maxiter=100, tol=1e
     alpha, phi = 0.0, 1.0
     first = True
     for it in range(maxiter):
-        mu = expit(X @ beta)
+        mu = np.clip(expit(X @ beta), 1e-12, 1 - 1e-12)
         a = mu * (1 - mu)
         sa = np.sqrt(a)
         r = (y - mu) / sa
         phi = float(np.sum(r * r) / N)
         s1, s2 = seg(r), seg(r * r)
-        alpha = 0.0 if first else float(np.sum(s1 * s1 - s2) / (phi * np.sum(ni * (ni - 1))))
+        pairs = float(np.sum(ni * (ni - 1)))
+        alpha = 0.0 if first or pairs == 0 else float(np.sum(s1 * s1 - s2) / (phi * pairs))
+        alpha = _admissible(alpha, ni)
         Xt = X * sa[:, None]
         c1 = 1.0 / (1.0 - alpha)
         c2 = alpha / (1.0 - alpha + ni * alpha)
         sx = seg(Xt)
         B = c1 * (Xt.T @ Xt - np.einsum("g,gp,gq->pq", c2, sx, sx))
         U = c1 * (Xt.T @ r - sx.T @ (c2 * s1))
-        step = np.linalg.solve(B, U)
+        step = np.linalg.lstsq(B, U, rcond=None)[0]
+        if not np.all(np.isfinite(step)):
+            break
         beta = beta + step
         if first:
             first = False  # start from the independence fit's first step, then iterate
@@ -89,7 +103,7 @@ def fit_gee(X, y, groups, *, bias_reduced=False, beta0=None, maxiter=100, tol=1e
             converged = True
             break
     # final quantities at beta
-    mu = expit(X @ beta)
+    mu = np.clip(expit(X @ beta), 1e-12, 1 - 1e-12)
     a = mu * (1 - mu)
     sa = np.sqrt(a)
     r = (y - mu) / sa
@@ -101,8 +115,13 @@ def fit_gee(X, y, groups, *, bias_reduced=False, beta0=None, maxiter=100, tol=1e
     Ui = c1 * (seg(Xt * r[:, None]) - c2[:, None] * sx * s1[:, None])   # (G, p)
     if bias_reduced:
         Bi = c1 * _cluster_grams(Xt, starts, c2)
-        Ui = np.einsum("pq,gq->gp", B, np.linalg.solve(B[None] - Bi, Ui[:, :, None])[..., 0])
-    Binv = np.linalg.inv(B)
+        try:
+            Ui = np.einsum("pq,gq->gp", B, np.linalg.solve(B[None] - Bi, Ui[:, :, None])[..., 0])
+        except np.linalg.LinAlgError:  # a cluster carries all the information on a term
+            Ui = np.full_like(Ui, np.nan)
+            warnings.append("not_estimable: the bias-reduced SE needs every term informed by "
+                            "more than one cluster")
+    Binv = np.linalg.pinv(B)
     meat = Ui.T @ Ui
     vcov = Binv @ meat @ Binv
     if not converged:
