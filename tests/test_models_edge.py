@@ -269,3 +269,16 @@ def test_degenerate_data_warn_not_crash(kind, expect, method):
         expect = ""   # site as a fixed effect with one level is a plain logistic model
     assert expect in g.warnings
     check_tidy(fit.tidy())
+
+
+def test_r_style_formula(cohort):
+    d = cohort.data
+    a = fit_adjusted(d, "detected ~ phase + log(tumor_size_mm) + (1 | site)", threshold=50,
+                     model="model_A")
+    b = fit_adjusted(d, "~ phase + np.log(tumor_size_mm)", threshold=50, model="model_A")
+    assert "log(tumor_size_mm)" in set(a.tidy().estimand)
+    np.testing.assert_allclose(a.fits["model_A"].beta, b.fits["model_A"].beta)
+    assert a.marginal_means("phase").estimate.tolist() == pytest.approx(
+        b.marginal_means("phase").estimate.tolist())
+    with pytest.raises(ValueError, match="random intercept"):
+        fit_adjusted(d, "~ phase + (age | site)", threshold=50)

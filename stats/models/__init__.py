@@ -54,8 +54,9 @@ def fit_adjusted(cases: pd.DataFrame, formula: str, *, group: str | None = "site
         A cases table (stats.read_cases); with ``population=None`` any binomial data.
     formula : str
         R/patsy formula, e.g. ``"detected ~ phase + age_group + sex + race +
-        np.log(tumor_size_mm)"``; the left side may be omitted (``"~ phase"``). Factor
-        levels follow a categorical's order (first = reference), else sorted, as R.
+        log(tumor_size_mm)"`` (``np.log`` works too); the left side may be omitted
+        (``"~ phase"``); an lme4-style ``+ (1 | site)`` sets ``group``. Factor levels
+        follow a categorical's order (first = reference), else sorted, as R.
     group : str or None
         Random-intercept group (glmm), working-correlation cluster (gee) or fixed-effect
         factor (fixed). ``method="fixed", group=None`` is a plain logistic regression.
@@ -98,6 +99,11 @@ def fit_adjusted(cases: pd.DataFrame, formula: str, *, group: str | None = "site
         raise ValueError(f"method must be 'glmm', 'gee' or 'fixed'; got {method!r}")
     if method in ("glmm", "gee") and group is None:
         raise ValueError(f"method={method!r} needs a group column (group='site')")
+    formula, re_group = _design.split_random_term(formula)
+    if re_group is not None:
+        if method != "glmm":
+            raise ValueError(f"the formula's '(1 | {re_group})' needs method='glmm'")
+        group = re_group
     data, outcome = _design.with_outcome(cases, population=population, threshold=threshold)
     formula = _design.complete_formula(formula, outcome)
     outcome = formula.partition("~")[0].strip()

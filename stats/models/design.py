@@ -37,6 +37,28 @@ MSG_OUTCOME = ("cases: outcome '{outcome}' must be 0/1 (or a count with trials=)
                "have {values}")
 
 
+#: Names a formula may use besides its columns: ``np.*`` and R's ``log``, ``exp``,
+#: ``sqrt``, ``log2``, ``log10`` (so ``log(tumor_size_mm)`` works as in R).
+FORMULA_FUNCTIONS = {"np": np, "log": np.log, "exp": np.exp, "sqrt": np.sqrt,
+                     "log2": np.log2, "log10": np.log10}
+
+_RANDOM_TERM = re.compile(r"\+\s*\(\s*1\s*\|\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\)")
+
+
+def split_random_term(formula: str) -> tuple[str, str | None]:
+    """Remove an lme4-style ``+ (1 | group)`` from ``formula``; return it and the group."""
+    m = _RANDOM_TERM.search(formula)
+    if not m:
+        if "|" in formula:
+            raise ValueError(f"formula {formula!r}: only a random intercept '+ (1 | group)' is "
+                             "supported; write the group as group='site'")
+        return formula, None
+    rest = formula[:m.start()] + formula[m.end():]
+    if _RANDOM_TERM.search(rest) or "|" in rest:
+        raise ValueError(f"formula {formula!r}: only one random intercept '(1 | group)' is supported")
+    return rest, m.group(1)
+
+
 @dataclass
 class Design:
     """Model arrays for one fit (one model's rows)."""
@@ -139,7 +161,8 @@ def build(data: pd.DataFrame, formula: str, *, group: str | None, outcome: str,
         raise ContractError(f"no complete rows for formula {formula!r} ({n_missing} rows have a "
                             "missing value); check the formula's columns")
     try:
-        X_df = patsy.dmatrix(rhs, sub, return_type="dataframe", NA_action="raise")
+        X_df = patsy.dmatrix(rhs, sub, return_type="dataframe", NA_action="raise",
+                             eval_env=patsy.EvalEnvironment([FORMULA_FUNCTIONS]))
     except patsy.PatsyError as exc:
         raise ContractError(f"formula {formula!r}: {exc}; fix the formula (R/patsy syntax, e.g. "
                             "'detected ~ phase + age_group + np.log(tumor_size_mm)')") from exc
