@@ -244,6 +244,7 @@ def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
         except UnicodeDecodeError as exc:
             _fail(MSG_ENCODING, source=source, detail=f"byte {exc.start}")
         sep = "\t" if suffix == ".tsv" else None
+        _check_header(raw, source, "\t" if suffix == ".tsv" else None)
         try:
             df = pd.read_csv(path, sep=sep, engine="python", encoding="utf-8-sig",
                              skipinitialspace=True)
@@ -256,6 +257,29 @@ def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
     else:
         _fail(MSG_BAD_SUFFIX, source=source, suffix=suffix or "(none)")
     return _checked_columns(df, source), source
+
+
+def _check_header(raw: bytes, source: str, sep: str | None) -> None:
+    """pandas silently renames a repeated CSV header ('site', 'site.1'); refuse it instead."""
+    import csv
+    import io
+
+    first = raw.decode("utf-8-sig", errors="replace").splitlines()[:1]
+    if not first:
+        return
+    if sep is None:
+        try:
+            sep = csv.Sniffer().sniff(first[0], delimiters=",;\t|").delimiter
+        except csv.Error:
+            sep = ","
+    names = [c.strip() for c in next(csv.reader(io.StringIO(first[0]), delimiter=sep), [])]
+    seen, dup = set(), []
+    for name in names:
+        if name in seen and name and name not in dup:
+            dup.append(name)
+        seen.add(name)
+    if dup:
+        _fail(MSG_DUP_COLUMNS, source=source, column=dup[0], columns=", ".join(f"'{c}'" for c in dup))
 
 
 def _checked_columns(df: pd.DataFrame, source: str) -> pd.DataFrame:
