@@ -167,6 +167,23 @@ def test_deterministic_qmd_and_tables(demo, tmp_path):
 
 # --------------------------------------------------------------------------- small studies
 
+
+def test_a_plan_may_leave_out_the_detection_half(tmp_path):
+    for name in ("runs.parquet", "reference.yaml"):
+        shutil.copy(DEMO / name, tmp_path / name)
+    raw = yaml.safe_load((DEMO / "plan.yaml").read_text())
+    raw.pop("detection")
+    raw["inputs"].pop("cases")
+    raw["crs"]["bootstrap"]["n"] = 200
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = render_report(tmp_path / "plan.yaml", tmp_path / "out", formats=())
+    assert [s.key for s in res.sections] == ["methods", "crs", "checklist"]
+    qmd = (tmp_path / "out" / "appendix.qmd").read_text()
+    assert "Flow of cases" not in qmd and "Clinical Reliability Score" in qmd
+    assert "**Detection.**" not in qmd
+
 HOSTILE_SITE = 'S<b>&amp; "1" #2 $x @y *z* _w_ [a]'
 HOSTILE_MODEL = "m<1>&'q'"
 
@@ -206,6 +223,38 @@ def test_user_strings_are_escaped_in_html_and_typst(tmp_path):
     pdf = _squash(pdf)
     assert 'S<b>&amp; "1" #2 $x @y *z* _w_ [a]' in pdf.replace("“", '"').replace("”", '"')
     assert "m<1>&" in pdf
+
+
+def test_metadata_provenance_section(tmp_path):
+    plan_path = _small_study(tmp_path)
+    cases = pd.read_csv(tmp_path / "cases.csv")
+    ids = cases["case_id"].drop_duplicates().to_numpy()[:40]
+    rng = np.random.default_rng(0)
+    dicom = rng.choice(["venous", "arterial"], size=len(ids))
+    report = np.where(rng.random(len(ids)) < 0.8, dicom, "delayed")
+    rows = [{"case_id": c, "field": "phase", "value": v, "extractor": e,
+             "evidence": f"{v} phase" if e == "report" else "(0018,0010)", "start": 0, "end": 5,
+             "source": f"{c}.txt"}
+            for e, vals in (("dicom", dicom), ("report", report)) for c, v in zip(ids, vals)]
+    rows.append({"case_id": ids[0], "field": "phase", "value": "venous", "extractor": "review",
+                 "evidence": "", "start": None, "end": None, "source": ""})
+    pd.DataFrame(rows).to_csv(tmp_path / "metadata.csv", index=False)
+    raw = yaml.safe_load(plan_path.read_text())
+    raw["inputs"]["metadata"] = "metadata.csv"
+    plan_path.write_text(yaml.safe_dump(raw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = render_report(plan_path, tmp_path / "out", only=("provenance",), formats=())
+    assert [s.key for s in res.sections] == ["provenance"]
+    ag = pd.read_csv(tmp_path / "out" / "tables" / "metadata_agreement.csv")
+    row = ag.iloc[0]
+    agree = int((dicom == report).sum())
+    assert row["n_both"] == len(ids) and row["n_agree"] == agree
+    assert row["conf_low"] < agree / len(ids) < row["conf_high"] and row["reviewed"] == 1
+    src = pd.read_csv(tmp_path / "out" / "tables" / "metadata_sources.csv")
+    assert set(src["extractor"]) == {"dicom", "report", "review"}
+    qmd = (tmp_path / "out" / "appendix.qmd").read_text()
+    assert "(0018,0010)" not in qmd and "phase.txt" not in qmd
 
 
 def test_identifier_columns_are_refused_unless_allowed(tmp_path):

@@ -3,7 +3,8 @@
 - ``TITLE`` (the heading), ``HALF`` (``"detection"``, ``"crs"`` or ``"any"``),
 - ``REQUIRES``: the ``stats`` names it needs (a section whose names are not in the tree
   is skipped with a logged note; numbers are never substituted),
-- ``build(study) -> Section``.
+- ``build(study) -> Section``,
+- optionally ``applies(study) -> bool`` (False: the study lacks the input it describes).
 
 A :class:`Section` holds ordered blocks: markdown strings (which may cite ``@tbl-x``,
 ``@fig-x``, ``@sec-x``), :class:`~reports.tables.ReportTable` and
@@ -79,6 +80,11 @@ def module(name: str):
 
 
 def applies(mod, study) -> bool:
+    """Whether the study has what the section describes (else it is left out silently,
+    like the half of the report a plan leaves out)."""
+    own = getattr(mod, "applies", None)
+    if own is not None and not own(study):
+        return False
     half = getattr(mod, "HALF", "any")
     if half == "detection":
         return study.plan.detection is not None and study.cases is not None

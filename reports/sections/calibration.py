@@ -45,6 +45,10 @@ def _groups(study):
     return out
 
 
+def applies(study) -> bool:
+    return bool(_groups(study))
+
+
 def build(study) -> Section:
     import plotnine as p9
     import stats

@@ -87,9 +87,9 @@ def build(study) -> Section:
                        f"{int(total['cases'])} cases\n({int(total['patients'])} patients)"}]
     arrows = []
     if len(exc):
-        boxes.append({"x": 1.85, "y": 3.0, "kind": "excluded", "label": "Excluded\n" + "\n".join(
+        boxes.append({"x": 1.78, "y": 3.0, "kind": "excluded", "label": "Excluded\n" + "\n".join(
             f"{int(r.cases)} cases: {r.reason.split(':')[0]}" for r in exc.itertuples())})
-        arrows.append({"x": 1.0, "y": 3.0, "xend": 1.45, "yend": 3.0})
+        arrows.append({"x": 1.0, "y": 3.0, "xend": 1.5, "yend": 3.0})
     n_inc = int(inc["cases"].sum())
     boxes.append({"x": 1.0, "y": 2.0, "kind": "flow",
                   "label": f"Evaluated\n{n_inc} cases"})
