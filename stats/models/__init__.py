@@ -156,7 +156,7 @@ def _blas_single_thread():
 def _fit_one(name, data, formula, **kw) -> ModelFit:
     with _blas_single_thread(), np.errstate(all="ignore"):
         mf = _fit_one_inner(name, data, formula, **kw)
-    eta = mf.design.X @ mf.beta
+        eta = mf.design.X @ mf.beta
     if np.all(np.isfinite(eta)) and np.max(np.abs(eta), initial=0.0) > 30 and not any(
             w.startswith("separation: fitted") for w in mf.warnings):
         mf.warnings.append("separation: fitted probabilities of 0 or 1 occurred (|linear "
