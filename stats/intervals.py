@@ -199,7 +199,8 @@ def _labels(label, *scores) -> tuple[np.ndarray, list[np.ndarray]]:
 
 
 def delong_placements(group, label, score, n_groups: int | None = None, *,
-                      ranks: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                      ranks: np.ndarray | None = None, placements: bool = True
+                      ) -> dict[str, np.ndarray]:
     """DeLong structural components per group (Sun & Xu 2014), vectorized over groups.
 
     Parameters
@@ -207,18 +208,21 @@ def delong_placements(group, label, score, n_groups: int | None = None, *,
     group : int array (codes 0..G-1), label : bool array, score : float array.
     ranks : optional int array, the dense rank of ``score`` (equal scores, equal rank),
         when the caller has it already (saves one sort).
+    placements : also return the per-observation placement values ``v``.
 
     Returns
     -------
-    dict with ``auc``, ``var``, ``m`` (cases), ``k`` (controls) per group (length G) and
-    ``v`` per observation: V10 for cases (fraction of controls below, ties 1/2) and
-    V01 for controls (fraction of cases above, ties 1/2).
+    dict with ``auc``, ``var``, ``m`` (cases), ``k`` (controls) per group (length G) and,
+    with ``placements``, ``v`` per observation: V10 for cases (fraction of controls below,
+    ties 1/2) and V01 for controls (fraction of cases above, ties 1/2).
 
     Notes
     -----
-    One sort of ``(group, score)``; within each run of tied scores the placement of a
-    case is ``(controls below + controls tied / 2) / k`` (the midrank difference of
-    Sun & Xu), and of a control ``1 - (cases below + cases tied / 2) / m``.
+    One sort of ``(group, score)``. Placement values are constant within a run of tied
+    scores, so everything is computed per run: a case's placement is
+    ``(controls below + controls tied / 2) / k`` (the midrank difference of Sun & Xu), a
+    control's ``1 - (cases below + cases tied / 2) / m``; AUC and the variances are
+    count-weighted sums over runs.
     """
     group = np.asarray(group, dtype=np.int64)
     y = np.asarray(label, dtype=bool)
@@ -227,35 +231,41 @@ def delong_placements(group, label, score, n_groups: int | None = None, *,
     m = np.bincount(group[y], minlength=G).astype("float64")
     k = np.bincount(group[~y], minlength=G).astype("float64")
     N = len(s)
-    v = np.empty(N)
-    if N:
-        srank = np.unique(s, return_inverse=True)[1].ravel() if ranks is None else ranks
-        key = group * (int(srank.max()) + 1) + srank
-        order = np.argsort(key)
-        ks, ys, gs = key[order], y[order], group[order]
-        run_start = np.r_[True, ks[1:] != ks[:-1]]
-        run_id = np.cumsum(run_start) - 1
-        first = np.flatnonzero(run_start)
-        last = np.r_[first[1:], N]
-        gfirst = np.maximum.accumulate(np.where(np.r_[True, gs[1:] != gs[:-1]], np.arange(N), 0))
-        cpos = np.r_[0, np.cumsum(ys)]
-        cneg = np.r_[0, np.cumsum(~ys)]
-        pos_below = (cpos[first] - cpos[gfirst[first]])[run_id]
-        neg_below = (cneg[first] - cneg[gfirst[first]])[run_id]
-        pos_tied = (cpos[last] - cpos[first])[run_id]
-        neg_tied = (cneg[last] - cneg[first])[run_id]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            v[order] = np.where(ys, (neg_below + neg_tied / 2) / k[gs],
-                                1 - (pos_below + pos_tied / 2) / m[gs])
     with np.errstate(divide="ignore", invalid="ignore"):
-        auc = np.bincount(group[y], weights=v[y], minlength=G) / m
-        dev2 = (v - auc[group]) ** 2
-        s10 = np.bincount(group[y], weights=dev2[y], minlength=G) / (m - 1)
-        s01 = np.bincount(group[~y], weights=dev2[~y], minlength=G) / (k - 1)
+        if N:
+            srank = np.unique(s, return_inverse=True)[1].ravel() if ranks is None else ranks
+            key = group * (int(srank.max()) + 1) + srank
+            order = np.argsort(key)
+            ks = key[order]
+            run_start = np.r_[True, ks[1:] != ks[:-1]]
+            first = np.flatnonzero(run_start)
+            cpos = np.r_[0, np.cumsum(y[order])]
+            bounds = np.r_[first, N]
+            pos_tied = np.diff(cpos[bounds]).astype("float64")
+            neg_tied = np.diff(bounds) - pos_tied
+            g = group[order[first]]
+            gfirst = np.maximum.accumulate(np.where(np.r_[True, g[1:] != g[:-1]],
+                                                    np.arange(len(first)), 0))
+            pos_below = (cpos[first] - cpos[first[gfirst]]).astype("float64")
+            neg_below = (first - first[gfirst]) - pos_below
+            v_pos = (neg_below + neg_tied / 2) / k[g]
+            v_neg = 1 - (pos_below + pos_tied / 2) / m[g]
+        else:
+            g = np.zeros(0, dtype=np.int64)
+            v_pos = v_neg = pos_tied = neg_tied = np.zeros(0)
+        auc = np.bincount(g, weights=pos_tied * v_pos, minlength=G) / m
+        s10 = np.bincount(g, weights=pos_tied * (v_pos - auc[g]) ** 2, minlength=G) / (m - 1)
+        s01 = np.bincount(g, weights=neg_tied * (v_neg - auc[g]) ** 2, minlength=G) / (k - 1)
         var = s10 / m + s01 / k
-    auc = np.where((m > 0) & (k > 0), auc, np.nan)
-    var = np.where((m > 1) & (k > 1), var, np.nan)
-    return {"auc": auc, "var": var, "m": m, "k": k, "v": v}
+    out = {"auc": np.where((m > 0) & (k > 0), auc, np.nan),
+           "var": np.where((m > 1) & (k > 1), var, np.nan), "m": m, "k": k}
+    if placements:
+        v = np.empty(N)
+        if N:
+            run_id = np.cumsum(run_start) - 1
+            v[order] = np.where(y[order], v_pos[run_id], v_neg[run_id])
+        out["v"] = v
+    return out
 
 
 def delong_covariance(group, label, v_a, v_b, auc_a, auc_b, m, k) -> np.ndarray:

@@ -46,7 +46,7 @@ def _frame(cm: CaseMatrix, estimand: str, values: Mapping[str, np.ndarray], coun
         "n_neg": np.tile(counts["n_neg"], M), **cols})
 
 
-def grouped_auc(cm: CaseMatrix) -> dict[str, np.ndarray]:
+def grouped_auc(cm: CaseMatrix, *, placements: bool = True) -> dict[str, np.ndarray]:
     """DeLong AUC per cell x model (G x M arrays ``auc``, ``var``) plus the placement
     values ``v`` (memberships x M) and the membership arrays, in one vectorized pass."""
     coo = cm.member.tocoo()
@@ -55,10 +55,12 @@ def grouped_auc(cm: CaseMatrix) -> dict[str, np.ndarray]:
     grp = (cell[:, None] * M + np.arange(M)[None, :]).ravel()
     y = np.repeat(cm.label[case], M)
     d = delong_placements(grp, y, cm.score[case].ravel(), G * M,
-                          ranks=dense_ranks(cm.score)[case].ravel())
-    return {"auc": d["auc"].reshape(G, M), "var": d["var"].reshape(G, M),
-            "m": d["m"].reshape(G, M), "k": d["k"].reshape(G, M),
-            "v": d["v"].reshape(-1, M), "cell": cell, "case": case}
+                          ranks=dense_ranks(cm.score)[case].ravel(), placements=placements)
+    out = {"auc": d["auc"].reshape(G, M), "var": d["var"].reshape(G, M),
+           "m": d["m"].reshape(G, M), "k": d["k"].reshape(G, M), "cell": cell, "case": case}
+    if placements:
+        out["v"] = d["v"].reshape(-1, M)
+    return out
 
 
 def dense_ranks(score: np.ndarray) -> np.ndarray:
@@ -161,7 +163,7 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
                     f[col] = b[col].to_numpy()
                 f["n_boot"] = b["n_boot"].to_numpy()
     if "auc" in metrics:
-        a = grouped_auc(cm)
+        a = grouped_auc(cm, placements=False)
         se, lo, hi = _auc_ci_from(a["auc"], a["var"], conf_level)
         nmin = np.minimum(a["m"], a["k"])
         flag = np.where(counts["n"][:, None] == 0, "empty",
