@@ -6,12 +6,11 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from scipy import sparse
-from statsmodels.stats.multitest import multipletests
 
 from stats.detection import GROUP_COLS, case_matrix
 from stats.intervals import _paired_auc_frame, delong_covariance, mcnemar_exact, newcombe_diff_ci
 from stats.schema import tidy
-from stats.subgroups import grouped_auc
+from stats.subgroups import adjust_p, grouped_auc
 
 COMPARE_METRICS = ("sensitivity", "specificity", "auc")
 
@@ -114,15 +113,7 @@ def compare_models(cases: pd.DataFrame, *, by=None,
         for k in ("n", "n_pos", "n_neg"):
             cat.pop(k)
         frames.append(pd.DataFrame({**base, **cat}))
-    out = pd.concat(frames, ignore_index=True)
-    out["p_adjusted"] = np.nan
-    out["p_adjusted_bh"] = np.nan
-    for _, idx in out.groupby("estimand", sort=False).groups.items():
-        sub = out.loc[idx, "p_value"]
-        ok = sub.notna()
-        if ok.any():
-            out.loc[sub.index[ok], "p_adjusted"] = multipletests(sub[ok], method="holm")[1]
-            out.loc[sub.index[ok], "p_adjusted_bh"] = multipletests(sub[ok], method="fdr_bh")[1]
+    out = adjust_p(pd.concat(frames, ignore_index=True), ["estimand"])
     return tidy(out, group_cols=GROUP_COLS)
 
 

@@ -229,6 +229,21 @@ def add_bins(cases: pd.DataFrame, bins: Mapping[str, Mapping]) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- vs rest
 
+def adjust_p(out: pd.DataFrame, family: list[str]) -> pd.DataFrame:
+    """Add ``p_adjusted`` (Holm) and ``p_adjusted_bh`` (Benjamini-Hochberg), computed by
+    statsmodels' ``multipletests`` within each family (rows sharing ``family`` columns);
+    NaN p-values stay NaN and do not count in the family."""
+    out["p_adjusted"] = np.nan
+    out["p_adjusted_bh"] = np.nan
+    for _, idx in out.groupby(family, sort=False).groups.items():  # one call per family
+        sub = out.loc[idx, "p_value"]
+        ok = sub.notna()
+        if ok.any():
+            out.loc[sub.index[ok], "p_adjusted"] = multipletests(sub[ok], method="holm")[1]
+            out.loc[sub.index[ok], "p_adjusted_bh"] = multipletests(sub[ok], method="fdr_bh")[1]
+    return out
+
+
 def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha: float = 0.05,
                      adjust: str = "holm") -> pd.DataFrame:
     """Sensitivity and specificity of each subgroup against the rest of its axis.
@@ -291,15 +306,7 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
             "flag": np.where(np.isnan(p), "not_estimable", ""),
             "estimate_subgroup": ratio(x, n), "estimate_rest": ratio(x2, n2), "n_rest": n2}, c))
     out = pd.concat(frames, ignore_index=True)
-    out = out[out["group_var"] != OVERALL].reset_index(drop=True)
-    out["p_adjusted"] = np.nan
-    out["p_adjusted_bh"] = np.nan
-    for _, idx in out.groupby(["model", "estimand"], sort=False).groups.items():
-        sub = out.loc[idx, "p_value"]
-        ok = sub.notna()
-        if ok.any():
-            out.loc[sub.index[ok], "p_adjusted"] = multipletests(sub[ok], method="holm")[1]
-            out.loc[sub.index[ok], "p_adjusted_bh"] = multipletests(sub[ok], method="fdr_bh")[1]
+    out = adjust_p(out[out["group_var"] != OVERALL].reset_index(drop=True), ["model", "estimand"])
     padj = out["p_adjusted"] if adjust == "holm" else out["p_adjusted_bh"]
     sig_low = (out["estimate"] < 0) & (padj < alpha)
     key = ["model", "group_var", "group_level"]
