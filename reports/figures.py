@@ -37,11 +37,12 @@ class ReportFigure:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig = self.plot.draw()
-        fig.set_size_inches(self.width, self.height)
-        meta_png = {"Software": None}
-        fig.savefig(folder / f"{self.name}.png", dpi=150, metadata=meta_png)
-        fig.savefig(folder / f"{self.name}.svg", metadata={"Date": None})
+        # user strings (model, site, level names) may hold "$": never parse them as math
+        with matplotlib.rc_context({"text.parse_math": False, "svg.hashsalt": "clinrel"}):
+            fig = self.plot.draw()
+            fig.set_size_inches(self.width, self.height)
+            fig.savefig(folder / f"{self.name}.png", dpi=150, metadata={"Software": None})
+            fig.savefig(folder / f"{self.name}.svg", metadata={"Date": None})
         plt.close(fig)
 
 

@@ -184,7 +184,7 @@ def test_a_plan_may_leave_out_the_detection_half(tmp_path):
     assert "Flow of cases" not in qmd and "Clinical Reliability Score" in qmd
     assert "**Detection.**" not in qmd
 
-HOSTILE_SITE = 'S<b>&amp; "1" #2 $x @y *z* _w_ [a]'
+HOSTILE_SITE = 'S<b>&amp; "1" #2 $x @y *z* _w_ [a] $\\q$'
 HOSTILE_MODEL = "m<1>&'q'"
 
 
@@ -213,15 +213,16 @@ def test_user_strings_are_escaped_in_html_and_typst(tmp_path):
     plan = _small_study(tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        render_report(plan, tmp_path / "out", only=("methods", "flow", "twobytwo", "subgroups"))
+        render_report(plan, tmp_path / "out",
+                      only=("methods", "flow", "twobytwo", "subgroups", "forest"))
     html = (tmp_path / "out" / "appendix.html").read_text(encoding="utf-8")
     assert "S<b>" not in html and "m<1>" not in html
-    assert "S&lt;b&gt;&amp;amp; &quot;1&quot; #2 $x @y *z* _w_ [a]" in html
+    assert "S&lt;b&gt;&amp;amp; &quot;1&quot; #2 $x @y *z* _w_ [a] $\\q$" in html
     assert re.search(r'<th class="gt_group_heading"[^>]*>m&lt;1&gt;&amp;&#(39|x27);q&#(39|x27);</th>', html)
     assert "Escaping &lt;test&gt; &amp;" in html
     pdf = " ".join((p.extract_text() or "") for p in PdfReader(str(tmp_path / "out" / "appendix.pdf")).pages)
     pdf = _squash(pdf)
-    assert 'S<b>&amp; "1" #2 $x @y *z* _w_ [a]' in pdf.replace("“", '"').replace("”", '"')
+    assert 'S<b>&amp; "1" #2 $x @y *z* _w_ [a] $\\q$' in pdf.replace("“", '"').replace("”", '"')
     assert "m<1>&" in pdf
 
 

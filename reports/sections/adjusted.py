@@ -160,11 +160,13 @@ def build(study) -> Section:
             data=data, width=7.5, height=min(1.5 + 0.2 * n_cells, 9.0))
     warn = sorted({w.split(":")[0] for w in glance["warnings"].astype(str) if w}
                   if "warnings" in glance else set())
+    rhs = formula.split("~", 1)[1].strip()
     md = (f"@tbl-adjusted-odds-ratios gives odds ratios of detection adjusted for "
-          f"`{formula.split('~', 1)[1].strip()}` with {group} as "
+          f"{text.md(rhs)} with {text.md(group)} as "
           f"{'a random intercept' if 'glmm' in fits else 'the cluster'}. "
           + (f"@tbl-adjusted-block-tests tests whether each block of covariates (protocol, "
-             f"demographics, tumour) and {group} explain detection. " if blocks_tbl else "")
+             f"demographics, tumour) and {text.md(group)} explain detection. " if blocks_tbl
+             else "")
           + "@tbl-adjusted-variance decomposes the variance"
           + (" and @fig-adjusted-vs-crude contrasts adjusted with crude sensitivities." if fig
              else ".")

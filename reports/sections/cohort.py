@@ -102,7 +102,7 @@ def build(study) -> Section:
         notes=("Percentages are of the column's cases; tumour size among reference positives. "
                "No hypothesis tests: differences between sites are described, not tested.",),
         wide=len(groups) > 7)
-    md = (f"@tbl-cohort-by-site describes the {len(ev)} evaluated cases by {by}. Contrast phase "
-          f"and the share of unknown race differ between sites, which is why the adjusted "
-          f"models below separate site from protocol and demographic effects.")
+    md = (f"@tbl-cohort-by-site describes the {len(ev)} evaluated cases by site. Where sites "
+          f"differ in protocol or case mix, crude subgroup differences can be confounded by "
+          f"site; the adjusted models separate the two.")
     return Section(KEY, TITLE).add(md, table)

@@ -110,7 +110,7 @@ def build(study) -> Section:
     coll = collapse_table(study)
     n_coll = len(coll.display)
     md = (f"@fig-failure-map and @tbl-failure-map show where sensitivity fails across "
-          f"{rows.replace('_', ' ')} and {cols.replace('_', ' ')}. "
+          f"{text.md(rows.replace('_', ' '))} and {text.md(cols.replace('_', ' '))}. "
           + (f"@tbl-sensitivity-collapse lists {n_coll} model \u00d7 subgroup cells whose "
              f"sensitivity collapses while specificity holds."
              if n_coll else "No subgroup shows a significant sensitivity collapse "

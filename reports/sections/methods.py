@@ -68,7 +68,7 @@ def _detection(study) -> list[str]:
         a = det.adjusted
         methods = "; ".join(ADJ_NAMES[m].format(g=md(a["group"])) for m in a["methods"])
         out.append(f"Confounding-adjusted models of detection among reference positives: "
-                   f"`{a['formula']}`, fitted as {methods}. Likelihood-ratio tests compare "
+                   f"{md(a['formula'])}, fitted as {methods}. Likelihood-ratio tests compare "
                    f"the full model with the model without each block ("
                    + md("; ".join(f"{b}: {', '.join(t)}" for b, t in a["blocks"].items()))
                    + ").")

@@ -19,6 +19,16 @@ REQUIRES = ("scan_level", "threshold_sweep")
 N_GRID = 25
 
 
+def _curve(df: pd.DataFrame, logx: bool, vline: float, **kw):
+    """Lines over the threshold (log axis for voxel counts spanning decades)."""
+    import plotnine as p9
+
+    d = df.assign(threshold=df["threshold"].clip(lower=1)) if logx else df
+    p = lines(d, x="threshold", y="estimate", vline=vline,
+              xlab="Threshold (score)" + (", log scale" if logx else ""), **kw)
+    return p + p9.scale_x_log10() if logx else p
+
+
 def build(study) -> Section:
     import stats
 
@@ -31,14 +41,9 @@ def build(study) -> Section:
     sweep = stats.threshold_sweep(ev, grid, chosen=chosen, ci=det.ci, conf_level=det.conf_level)
     m = sweep[sweep["estimand"].isin(["sensitivity", "specificity"])].reset_index(drop=True)
     logx = score.min() >= 0 and np.quantile(score, 0.95) > 50 * max(np.quantile(score, 0.05), 1)
-    fig_m = lines(m.assign(threshold=m["threshold"].clip(lower=1) if logx else m["threshold"]),
-                  x="threshold", y="estimate", color="model", facet="estimand", ribbon=True,
-                  xlab="Threshold (score)" + (", log scale" if logx else ""), ylab="Estimate",
-                  vline=float(np.median(list(chosen.values()))))
-    if logx:
-        import plotnine as p9
-
-        fig_m += p9.scale_x_log10()
+    vline = float(np.median(list(chosen.values())))
+    fig_m = _curve(m, logx, vline, color="model", facet="estimand", ribbon=True,
+                   ylab="Estimate")
     fig1 = ReportFigure(
         name="threshold_sweep", caption="Sensitivity and specificity per model across "
         "thresholds, with pointwise confidence bands; the dashed line is the operating "
@@ -47,15 +52,8 @@ def build(study) -> Section:
                             "numerator", "denominator"]], width=7.5, height=3.2)
     tau = sweep[sweep["estimand"] == "kendall_tau"].reset_index(drop=True)
     tau_plot = tau[tau["ranked_by"].isin(["sensitivity", "specificity", "youden"])]
-    fig_t = lines(tau_plot.assign(threshold=tau_plot["threshold"].clip(lower=1) if logx
-                                  else tau_plot["threshold"]),
-                  x="threshold", y="estimate", color="ranked_by",
-                  xlab="Threshold (score)", ylab="Kendall tau vs operating ranking",
-                  vline=float(np.median(list(chosen.values()))))
-    if logx:
-        import plotnine as p9
-
-        fig_t += p9.scale_x_log10()
+    fig_t = _curve(tau_plot, logx, vline, color="ranked_by",
+                   ylab="Kendall tau vs operating ranking")
     fig2 = ReportFigure(
         name="ranking_stability_threshold", caption="Stability of the model ranking across "
         "thresholds: Kendall's tau-b between the ranking at each threshold and at the "
