@@ -25,6 +25,14 @@ def test_adjust_cli(tmp_path):
     assert list(means.group_level[means.model == "model_A"]) == ["venous", "arterial", "delayed",
                                                                 "non_contrast"]
     assert ((means.conf_low < means.estimate) & (means.estimate < means.conf_high)).all()
+    res = runner.invoke(app, ["adjust", str(cases), "--formula", "~ phase + race", "--threshold",
+                              "50", "--method", "fixed", "--model", "model_A", "--out", str(out),
+                              "--complete-case", "--blocks-out", str(tmp_path / "b.csv"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    terms = pd.read_csv(out)
+    assert set(terms.analysis) == {"unknown_as_level", "complete_case"}
+    blocks = pd.read_csv(tmp_path / "b.csv")
+    assert {"protocol", "demographics"} <= set(blocks.block.dropna())
     res = runner.invoke(app, ["adjust", str(cases), "--formula", "~ phase", "--out",
                               str(tmp_path / "x.csv")])
     assert res.exit_code == 2 and "threshold" in res.output

@@ -75,22 +75,44 @@ def register(app: typer.Typer) -> None:
         means_kind: Annotated[MeansKind, typer.Option(help="emmeans or standardized.")] = MeansKind.emmeans,
         means_out: Annotated[Path | None, typer.Option(help="Output file of the adjusted means.")] = None,
         glance_out: Annotated[Path | None, typer.Option(help="Output file of fit statistics.")] = None,
+        blocks_out: Annotated[Path | None, typer.Option(
+            help="Also write likelihood-ratio tests of the protocol, demographics and tumour "
+                 "blocks and of the group effect (glmm/fixed), with R2.")] = None,
+        complete_case: Annotated[bool, typer.Option(
+            help="Add the complete-case fit (race 'Unknown' dropped) beside the primary one "
+                 "(column 'analysis' in OUT).")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
     ) -> None:
         """Fit the adjusted model of detection per model and write its terms to OUT."""
+        import pandas as pd
+
         import stats
 
         if means and means_out is None:
             raise InputError("--means needs --means-out FILE")
         df = _apply_levels(stats.read_cases(cases), _parse_levels(levels or []))
+        kw = dict(group=group, method=method.value, population=population.value, nagq=nagq,
+                  model=model, threshold=threshold, bias_reduced=bias_reduced)
         with progress("fitting adjusted models", quiet=quiet):
-            fit = stats.fit_adjusted(df, formula, group=group, method=method.value,
-                                     population=population.value, nagq=nagq, model=model,
-                                     threshold=threshold, bias_reduced=bias_reduced)
+            fit = stats.fit_adjusted(df, formula, **kw)
             terms = fit.tidy()
             glance = fit.glance()
             mm = fit.marginal_means(means, kind=means_kind.value) if means else None
+            if complete_case:
+                from stats.models import fit_complete_case
+                from stats.schema import tidy
+
+                cc = fit_complete_case(df, formula, **kw).tidy()
+                terms = tidy(pd.concat([terms.assign(analysis="unknown_as_level"),
+                                        cc.assign(analysis="complete_case")], ignore_index=True),
+                             group_cols=("model",))
+            if blocks_out is not None:
+                if method is Method.gee:
+                    raise InputError("--blocks-out needs a likelihood: use --method glmm or fixed")
+                blocks = stats.block_tests(df, formula, **kw)
         write_table(terms, out)
+        if blocks_out is not None:
+            write_table(blocks, blocks_out)
         if glance_out is not None:
             write_table(glance, glance_out)
         if mm is not None:
