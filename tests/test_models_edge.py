@@ -282,3 +282,16 @@ def test_r_style_formula(cohort):
         b.marginal_means("phase").estimate.tolist())
     with pytest.raises(ValueError, match="random intercept"):
         fit_adjusted(d, "~ phase + (age | site)", threshold=50)
+
+
+@pytest.mark.parametrize("method", ["glmm", "gee", "fixed"])
+def test_row_order_and_site_labels_do_not_matter(cohort, method):
+    d = cohort.data[cohort.data.model == "model_A"]
+    a = fit_adjusted(d, "~ phase + sex", threshold=50, method=method)
+    perm = d.sample(frac=1.0, random_state=1)
+    perm = perm.assign(site=perm.site.cat.rename_categories(lambda s: f"x{s}"))
+    b = fit_adjusted(perm, "~ phase + sex", threshold=50, method=method)
+    ta, tb = a.tidy(), b.tidy()
+    keep = ~ta.estimand.str.startswith("site[")
+    np.testing.assert_allclose(ta.estimate[keep], tb.estimate[keep], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(ta.std_error[keep], tb.std_error[keep], rtol=1e-5)

@@ -168,8 +168,10 @@ class Fit:
 
     def glance(self) -> pd.DataFrame:
         """One row per model: ``model, method, nobs, n_groups, n_missing, loglik, aic, bic,
-        df, converged, group_sd, r2_marginal, r2_conditional, warnings`` (``"; "``-joined
-        messages; ``""`` when none). AIC/BIC as R: ``-2 loglik + 2 df`` and
+        df, converged, group_sd, r2_marginal, r2_conditional, gee_alpha, gee_scale,
+        warnings`` (``"; "``-joined messages, each ``code: explanation``; ``""`` when none;
+        codes: separation, empty_level, aliased, singular, few_groups, not_converged,
+        not_estimable). GEE has no likelihood: loglik, aic, bic are NaN. AIC/BIC as R: ``-2 loglik + 2 df`` and
         ``+ log(nobs) df``, df = fixed effects (+ 1 for the group SD)."""
         rows = []
         for m, f in self.fits.items():
@@ -181,6 +183,8 @@ class Fit:
                              converged=f.converged,
                              group_sd=np.nan if f.theta is None else f.theta,
                              r2_marginal=r2m, r2_conditional=r2c,
+                             gee_alpha=f.extra.get("alpha", np.nan),
+                             gee_scale=f.extra.get("scale", np.nan),
                              warnings="; ".join(f.warnings)))
         return pd.DataFrame(rows)
 
