@@ -1,0 +1,357 @@
+"""The embedded demo study, made by real (small) networks on synthetic CT-like volumes.
+
+Nothing in the demo decides who is detected by formula. Volumes are drawn with a simple
+physics of contrast: the lesion-to-liver difference in HU depends on the contrast phase
+(large in portal-venous, small in arterial and non-contrast), sites differ in noise and
+calibration offset, age changes the liver's size, and lesions vary in size and location.
+Small MONAI UNets are trained on the CPU on a separate training cohort; their predicted
+tumour voxels on the demo cohort are the scores. Sensitivity collapses in non-contrast
+and arterial phases and for small lesions because the networks miss faint lesions.
+
+``regenerate(out_dir, seed=0)`` writes
+
+- ``cases.parquet``: cases contract, one row per model x case (case_id, patient_id,
+  model, label, score = predicted tumour voxels, max_prob, site, split, age, sex, race,
+  phase, scanner, tumor_size_mm, tumor_location);
+- ``runs.parquet`` and ``probe_predictions.parquet``: a small frozen-encoder probe study
+  (see :mod:`inference_runner.probe`) on 2D slices of the same volumes;
+- ``run_manifest.json``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+SHAPE = (24, 24, 24)
+SPACING_MM = 2.0
+WINDOW_HU = (-100.0, 240.0)
+PHASES = ("venous", "arterial", "delayed", "non_contrast")
+#: liver and lesion attenuation (HU) by phase: a hypovascular lesion in an enhancing liver
+LIVER_HU = {"non_contrast": 96.0, "arterial": 102.0, "venous": 122.0, "delayed": 112.0}
+LESION_HU = {"non_contrast": 89.0, "arterial": 92.0, "venous": 62.0, "delayed": 82.0}
+LOCATIONS = {  # lesion centre offset, as a fraction of the liver's semi-axes
+    "right_lobe": (0.35, -0.25, 0.0), "left_lobe": (-0.45, 0.2, 0.05),
+    "dome": (0.1, 0.0, 0.55), "caudate": (-0.05, 0.4, -0.2), "segment_6": (0.3, 0.1, -0.5),
+}
+N_SITES = 8
+SCANNERS = ("GE Revolution", "Siemens Force", "Philips iQon", "Canon Aquilion")
+DEMO_MODELS = {  # name: (UNet channels, strides, training steps of 8 volumes)
+    "unet_large": ((8, 16, 32), (2, 2), 400),
+    "unet_small": ((4, 8, 16), (2, 2), 150),
+}
+DEFAULT_THRESHOLD = 50  # voxels (2 mm grid: a sphere of about 9 mm diameter)
+MIN_COMPONENT_VOXELS = 8
+
+
+@dataclass
+class Cohort:
+    """Per-case attributes (``meta``), volumes (N, 1, *SHAPE) in [0, 1] and lesion masks."""
+
+    meta: pd.DataFrame
+    images: np.ndarray
+    masks: np.ndarray
+
+
+def _site_table(rng: np.random.Generator) -> pd.DataFrame:
+    sites = [f"site_{i + 1:02d}" for i in range(N_SITES)]
+    # phase mix confounded with site: early sites mostly venous, late sites rarely
+    venous_share = np.linspace(0.75, 0.15, N_SITES)
+    rest = 1 - venous_share
+    mix = np.column_stack([venous_share, rest * 0.35, rest * 0.25, rest * 0.40])
+    return pd.DataFrame({
+        "site": sites,
+        "noise_hu": np.linspace(9.0, 16.0, N_SITES)[rng.permutation(N_SITES)],
+        "offset_hu": rng.normal(0, 6, N_SITES),
+        "scanner": [SCANNERS[i % len(SCANNERS)] for i in range(N_SITES)],
+        "unknown_race": np.isin(np.arange(N_SITES), [2, 6]) * 0.6 + 0.03,
+        **{f"p_{ph}": mix[:, j] for j, ph in enumerate(PHASES)},
+    })
+
+
+def sample_cohort_meta(n_patients: int, *, prevalence: float = 0.45, seed=0,
+                       val_fraction: float = 0.3, uniform_phase: bool = False) -> pd.DataFrame:
+    """Patients (1-3 scans each) with site, demographics, phase and lesion attributes.
+
+    ``uniform_phase`` draws phases with equal probability at every site (training cohorts).
+    """
+    rng = np.random.default_rng(seed)
+    sites = _site_table(np.random.default_rng(12345))
+    site_idx = rng.integers(0, N_SITES, n_patients)
+    st = sites.iloc[site_idx].reset_index(drop=True)
+    age = np.clip(rng.normal(60, 14, n_patients), 20, 92).round()
+    sex = rng.choice(["F", "M"], n_patients)
+    race = rng.choice(["White", "Black", "Asian", "Other"], n_patients, p=[0.62, 0.18, 0.12, 0.08])
+    race = np.where(rng.random(n_patients) < st["unknown_race"], "Unknown", race).astype(object)
+    positive = rng.random(n_patients) < prevalence
+    size = np.where(positive, np.clip(np.exp(rng.normal(np.log(13), 0.55, n_patients)), 4, 44), np.nan)
+    loc_names = np.array(list(LOCATIONS))
+    location = np.where(positive, loc_names[rng.integers(0, len(loc_names), n_patients)], None)
+    split = np.where(rng.random(n_patients) < val_fraction, "validation", "test")
+    n_scans = rng.choice([1, 2, 3], n_patients, p=[0.55, 0.3, 0.15])
+    rows = np.repeat(np.arange(n_patients), n_scans)
+    probs = st[[f"p_{ph}" for ph in PHASES]].to_numpy()[rows]
+    if uniform_phase:
+        probs = np.full_like(probs, 1 / len(PHASES))
+    u = rng.random(len(rows))[:, None]
+    phase = np.array(PHASES)[(u > np.cumsum(probs, axis=1)).sum(axis=1).clip(0, len(PHASES) - 1)]
+    meta = pd.DataFrame({
+        "case_id": [f"C{i:05d}" for i in range(len(rows))],
+        "patient_id": [f"P{j:05d}" for j in rows],
+        "label": positive[rows].astype(np.int64),
+        "site": st["site"].to_numpy()[rows],
+        "split": split[rows],
+        "age": age[rows],
+        "sex": sex[rows],
+        "race": race[rows],
+        "phase": phase,
+        "scanner": st["scanner"].to_numpy()[rows],
+        "tumor_size_mm": size[rows],
+        "tumor_location": location[rows],
+        "noise_hu": st["noise_hu"].to_numpy()[rows],
+        "offset_hu": st["offset_hu"].to_numpy()[rows],
+    })
+    return meta
+
+
+def render_volumes(meta: pd.DataFrame, *, seed=0, chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """CT-like volumes (N, 1, 32, 32, 32) windowed to [0, 1], and lesion masks (N, 32, 32, 32).
+
+    Body ellipsoid (soft tissue, 40 HU) in air; liver ellipsoid scaled by age with
+    phase-dependent enhancement and smooth heterogeneity; a spherical hypovascular lesion
+    (phase-dependent HU) at its location; correlated noise with the site's SD and offset.
+    """
+    from scipy import ndimage
+
+    rng = np.random.default_rng(seed)
+    n = len(meta)
+    zz, yy, xx = np.meshgrid(*(np.arange(s, dtype=np.float32) - (s - 1) / 2 for s in SHAPE), indexing="ij")
+    images = np.empty((n, 1, *SHAPE), dtype=np.float32)
+    masks = np.zeros((n, *SHAPE), dtype=np.uint8)
+    lo, hi = WINDOW_HU
+    phase = meta["phase"].to_numpy()
+    for start in range(0, n, chunk):
+        sl = slice(start, min(start + chunk, n))
+        m = meta.iloc[sl]
+        b = len(m)
+        scale = (1.12 - 0.005 * (m["age"].to_numpy() - 60)).astype(np.float32)[:, None, None, None]
+        jitter = rng.normal(0, 1.0, (b, 3)).astype(np.float32)
+        cz, cy, cx = (jitter[:, i, None, None, None] for i in range(3))
+        semi = np.array([7.5, 9.0, 10.5], dtype=np.float32)  # voxels (z, y, x)
+        liver = (((zz - cz) / (semi[0] * scale)) ** 2 + ((yy - cy) / (semi[1] * scale)) ** 2
+                 + ((xx - cx) / (semi[2] * scale)) ** 2) <= 1.0
+        body = ((zz / 11.5) ** 2 + (yy / 10.5) ** 2 + (xx / 11.5) ** 2) <= 1.0
+        liver_hu = np.array([LIVER_HU[p] for p in phase[sl]], dtype=np.float32)[:, None, None, None]
+        lesion_hu = np.array([LESION_HU[p] for p in phase[sl]], dtype=np.float32)[:, None, None, None]
+        hu = np.where(body, -70.0, -1000.0).astype(np.float32)  # fat around the liver
+        hu = np.where(liver, liver_hu, hu)
+        het = ndimage.gaussian_filter(rng.normal(0, 1, (b, *SHAPE)).astype(np.float32), sigma=(0, 3, 3, 3))
+        hu = hu + liver * het * (6.0 / max(het.std(), 1e-6))
+        # lesions
+        pos = m["label"].to_numpy() == 1
+        radius = np.where(pos, m["tumor_size_mm"].fillna(0).to_numpy() / 2 / SPACING_MM, 0)
+        off = np.array([LOCATIONS[x] if x in LOCATIONS else (0, 0, 0) for x in m["tumor_location"]],
+                       dtype=np.float32)
+        centre = (off * semi[None, [2, 1, 0]] * scale[:, 0, 0, 0, None])[:, [2, 1, 0]] \
+            + jitter + rng.normal(0, 1.2, (b, 3)).astype(np.float32)
+        lz, ly, lx = (centre[:, i, None, None, None] for i in range(3))
+        r = radius.astype(np.float32)[:, None, None, None]
+        aniso = rng.uniform(0.85, 1.15, (b, 3)).astype(np.float32)
+        d2 = (((zz - lz) / aniso[:, 0, None, None, None]) ** 2 + ((yy - ly) / aniso[:, 1, None, None, None]) ** 2
+              + ((xx - lx) / aniso[:, 2, None, None, None]) ** 2)
+        lesion = (d2 <= r ** 2) & body
+        # soft lesion edge
+        edge = np.clip(r + 0.5 - np.sqrt(d2), 0, 1) * body
+        hu = hu + edge * (lesion_hu - np.where(liver, liver_hu, -70.0))
+        # correlated CT noise with the site's SD, and the site's calibration offset
+        noise = ndimage.gaussian_filter(rng.normal(0, 1, (b, *SHAPE)).astype(np.float32), sigma=(0, 0.8, 0.8, 0.8))
+        noise /= noise.std(axis=(1, 2, 3), keepdims=True)
+        hu = hu + noise * m["noise_hu"].to_numpy(np.float32)[:, None, None, None] \
+            + m["offset_hu"].to_numpy(np.float32)[:, None, None, None]
+        images[sl, 0] = np.clip((hu - lo) / (hi - lo), 0, 1)
+        masks[sl] = lesion
+    return images, masks
+
+
+def make_cohort(n_patients: int, *, seed=0, prevalence: float = 0.45,
+                uniform_phase: bool = False) -> Cohort:
+    meta = sample_cohort_meta(n_patients, prevalence=prevalence, seed=seed, uniform_phase=uniform_phase)
+    images, masks = render_volumes(meta, seed=seed + 1)
+    return Cohort(meta, images, masks)
+
+
+def train_unet(cohort: Cohort, *, channels, strides, steps: int, seed: int = 0,
+               batch_size: int = 8, lr: float = 1e-2):
+    """Train a small 3D MONAI UNet (2 output channels, softmax) with Dice + cross-entropy.
+
+    Each step draws ``batch_size`` whole training volumes with random flips; Adam with a
+    cosine-decayed learning rate.
+    """
+    import torch
+    from monai.losses import DiceCELoss
+    from monai.utils import set_determinism
+
+    from .segment import build_network
+
+    set_determinism(seed=seed)
+    rng = np.random.default_rng(seed)
+    net = build_network("unet", in_channels=1, out_channels=2, channels=channels, strides=strides,
+                        num_res_units=0)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
+    loss_fn = DiceCELoss(to_onehot_y=True, softmax=True, batch=True)
+    net.train()
+    for _ in range(steps):
+        idx = rng.integers(0, len(cohort.images), batch_size)
+        x, y = cohort.images[idx], cohort.masks[idx][:, None]
+        for ax in range(3):
+            if rng.random() < 0.5:
+                x, y = np.flip(x, ax + 2), np.flip(y, ax + 2)
+        x = torch.from_numpy(np.ascontiguousarray(x))
+        y = torch.from_numpy(np.ascontiguousarray(y).astype(np.int64))
+        opt.zero_grad()
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        opt.step()
+        sched.step()
+    return net.eval()
+
+
+def predict_cases(net, images: np.ndarray, *, batch_size: int = 32,
+                  threshold: float = 0.5, min_component_voxels: int = MIN_COMPONENT_VOXELS) -> pd.DataFrame:
+    """Sliding-window inference and per-case summaries (as ``clinrel infer segment``)."""
+    from .segment import predict_probability, summarize_masks
+
+    out = []
+    for i in range(0, len(images), batch_size):
+        prob = predict_probability(net, images[i:i + batch_size], roi_size=SHAPE,
+                                   sw_batch_size=batch_size, overlap=0.0, activation="softmax",
+                                   tumour_channel=1)
+        out.append(summarize_masks(prob, threshold=threshold, min_component_voxels=min_component_voxels,
+                                   voxel_volume_mm3=SPACING_MM ** 3))
+    return pd.concat(out, ignore_index=True)
+
+
+# --------------------------------------------------------------------------- probe study
+
+PROBE_ENCODERS = (
+    {"name": "handcrafted_hist", "kind": "handcrafted"},
+    {"name": "cnn_rand", "kind": "cnn", "depth": "last", "width": 8},
+    {"name": "resnet10_rand", "kind": "resnet", "depth": "last", "width": 8},
+    {"name": "resnet10_rand_mid", "kind": "resnet", "depth": "mid", "width": 8},
+    {"name": "resnet18_rand", "kind": "resnet18", "depth": "last", "width": 8},
+    {"name": "densenet_rand", "kind": "densenet", "depth": "last", "width": 8},
+    {"name": "densenet_rand_mid", "kind": "densenet", "depth": "mid", "width": 8},
+)
+PROBE_FRACTIONS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0)
+PROBE_SEEDS = (0, 1, 2)
+PROBE_SHIFT_SITES = ("site_07", "site_08")
+PROBE_SIZE = 32
+
+
+def probe_datasets(cohort: Cohort, *, seed: int = 0) -> list[dict]:
+    """Two 2D datasets from the demo volumes: an axial and a coronal slice through the
+    lesion centre (positives) or a random level in the same range (negatives); the axial
+    one holds out two sites as an institutional shift."""
+    import torch
+    import torch.nn.functional as F
+
+    rng = np.random.default_rng(seed)
+    n = len(cohort.images)
+    centre = np.rint(_lesion_centres(cohort.masks)).astype(int)
+    has = cohort.masks.reshape(n, -1).any(1)
+    rand = rng.integers(SHAPE[0] // 2 - 4, SHAPE[0] // 2 + 5, (n, 3))
+    level = np.where(has[:, None], centre, rand)
+    vol = cohort.images[:, 0]
+    axial = vol[np.arange(n), level[:, 0]]
+    coronal = vol[np.arange(n), :, level[:, 1]]
+    label = cohort.meta["label"].to_numpy(int)
+    ids = cohort.meta["case_id"].to_numpy(object)
+
+    def up(x):
+        t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))[:, None]
+        return F.interpolate(t, size=(PROBE_SIZE, PROBE_SIZE), mode="bilinear", align_corners=False)[:, 0].numpy()
+
+    shift = cohort.meta["site"].isin(PROBE_SHIFT_SITES).to_numpy()
+    return [
+        {"name": "ct_axial", "images": up(axial), "labels": label, "case_ids": ids, "shift_mask": shift},
+        {"name": "ct_coronal", "images": up(coronal), "labels": label, "case_ids": ids, "shift_mask": None},
+    ]
+
+
+# --------------------------------------------------------------------------- regenerate
+
+
+CASE_COLUMNS = ("case_id", "patient_id", "model", "label", "score", "max_prob", "site", "split", "age",
+                "sex", "race", "phase", "scanner", "tumor_size_mm", "tumor_location", "volume_mm3",
+                "mean_prob", "n_components")
+
+
+def regenerate(out_dir, *, seed: int = 0, quiet: bool = False, n_patients: int = 440,
+               n_train_patients: int = 240, models: dict | None = None, probe: bool = True) -> dict:
+    """Make the demo study with real networks and write it into ``out_dir``.
+
+    Writes ``cases.parquet`` (>= 600 cases x 2 models), ``runs.parquet``,
+    ``probe_predictions.parquet`` and ``run_manifest.json``. Returns a summary dict
+    (``n_cases``, ``n_runs``, ``seconds`` per stage, ``files``).
+    """
+    import torch
+    from monai.utils import set_determinism
+
+    from .probe import run_probe_study
+    from .writers import write_manifest, write_parquet
+
+    def say(msg):
+        if not quiet:
+            print(f"[demo] {msg}", flush=True)
+
+    torch.set_num_threads(2)
+    set_determinism(seed=seed)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    models = DEMO_MODELS if models is None else models
+    t = {"start": time.perf_counter()}
+    train = make_cohort(n_train_patients, seed=seed + 100, prevalence=0.5, uniform_phase=True)
+    test = make_cohort(n_patients, seed=seed, prevalence=0.45)
+    t["volumes"] = time.perf_counter()
+    say(f"{len(train.meta)} training and {len(test.meta)} demo volumes rendered")
+    frames = []
+    train_seconds = {}
+    for j, (name, (channels, strides, steps)) in enumerate(models.items()):
+        t0 = time.perf_counter()
+        net = train_unet(train, channels=channels, strides=strides, steps=steps, seed=seed + j)
+        train_seconds[name] = round(time.perf_counter() - t0, 2)
+        res = predict_cases(net, test.images)
+        frames.append(test.meta.assign(model=name, **{c: res[c].to_numpy() for c in res.columns}))
+        say(f"{name}: trained {steps} steps in {train_seconds[name]} s; predictions made")
+    cases = pd.concat(frames, ignore_index=True)[list(CASE_COLUMNS)]
+    t["segment"] = time.perf_counter()
+    write_parquet(cases, out / "cases.parquet")
+    tables = {"cases": cases}
+    if probe:
+        runs, preds = run_probe_study(probe_datasets(test, seed=seed), PROBE_ENCODERS,
+                                      fractions=PROBE_FRACTIONS,
+                                      perturbations=("blur", "jpeg", "contrast", "noise", "crop"),
+                                      severities=(1, 2, 3), seeds=PROBE_SEEDS, seed=seed)
+        write_parquet(runs, out / "runs.parquet")
+        write_parquet(preds, out / "probe_predictions.parquet")
+        tables.update(runs=runs, probe_predictions=preds)
+        say(f"probe study: {len(runs)} runs")
+    t["probe"] = time.perf_counter()
+    seconds = {"volumes": t["volumes"] - t["start"], "train_and_segment": t["segment"] - t["volumes"],
+               "probe": t["probe"] - t["segment"], "total": t["probe"] - t["start"]}
+    seconds = {k: round(v, 2) for k, v in seconds.items()}
+    write_manifest(out, kind="demo", config_hash="demo-v1", seed=seed, device="cpu", tables=tables,
+                   extra={"seconds": seconds, "train_seconds": train_seconds,
+                          "models": {k: {"channels": list(v[0]), "strides": list(v[1]), "steps": v[2]}
+                                     for k, v in models.items()},
+                          "threshold_voxels": DEFAULT_THRESHOLD, "spacing_mm": SPACING_MM,
+                          "shape": list(SHAPE), "min_component_voxels": MIN_COMPONENT_VOXELS,
+                          "probe_encoders": [e["name"] for e in PROBE_ENCODERS]})
+    say(f"done in {seconds['total']} s -> {out}")
+    return {"n_cases": len(test.meta), "n_rows": len(cases), "n_runs": len(tables.get("runs", [])),
+            "seconds": seconds, "train_seconds": train_seconds,
+            "files": sorted(p.name for p in out.iterdir())}

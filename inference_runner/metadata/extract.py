@@ -1,0 +1,50 @@
+"""Route paths to the DICOM or report-text extractors; build the evidence table."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from . import EVIDENCE_COLUMNS
+from .dicom import extract_dicom
+from .text import extract_reports, read_reports
+
+MSG_NO_PATH = "{path}: not found; give DICOM files or folders, or a CSV with columns case_id, text"
+
+
+def _is_report_csv(p: Path) -> bool:
+    return p.is_file() and p.suffix.lower() in (".csv", ".tsv")
+
+
+def extract_paths(paths, *, llm_url: str | None = None, llm_model: str = "local",
+                  advance=None) -> tuple[pd.DataFrame, dict]:
+    """Evidence table for ``paths`` and a summary dict (``n_rows``, ``llm_rejected``).
+
+    A ``.csv`` path is a report-text table (case_id, text); anything else is DICOM (a
+    file or a folder searched recursively). With ``llm_url`` the LLM extractor also runs
+    on every report text.
+    """
+    from ..config import ConfigError
+
+    rows: list[dict] = []
+    dicom: list[Path] = []
+    reports: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise ConfigError(MSG_NO_PATH.format(path=p))
+        (reports if _is_report_csv(p) else dicom).append(p)
+    if dicom:
+        rows += extract_dicom(dicom, advance=advance)
+    rejected = 0
+    for p in reports:
+        rows += extract_reports(p, advance=advance)
+        if llm_url:
+            from .llm import extract_llm
+
+            r, n = extract_llm(read_reports(p), llm_url, model=llm_model, source_prefix=f"text:{p}")
+            rows += r
+            rejected += n
+    table = pd.DataFrame(rows, columns=list(EVIDENCE_COLUMNS))
+    table["start"] = table["start"].astype("int64")
+    table["end"] = table["end"].astype("int64")
+    return table, {"n_rows": len(table), "llm_rejected": rejected}

@@ -1,0 +1,103 @@
+"""Optional LLM extractor: an OpenAI-compatible chat-completions endpoint given by URL.
+
+The model is asked for JSON ``[{"field": ..., "value": ..., "evidence": ...}]``. An
+answer counts only when its ``evidence`` is a verbatim substring of the source text
+(its first occurrence gives ``start``/``end``) and its value is allowed for the field;
+everything else is rejected and counted. Only the standard library (urllib) is used.
+"""
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+
+from . import PHASES
+
+FIELDS = ("phase", "age", "sex")
+PROMPT = (
+    "Extract from the radiology report below the contrast phase (one of non_contrast, "
+    "arterial, venous, delayed), the patient's age in years and sex (F or M). Answer with "
+    "JSON only: a list of objects with keys field, value, evidence, where evidence is an "
+    "exact substring of the report that states the value. Leave out fields the report does "
+    "not state.\n\nREPORT:\n{text}"
+)
+
+
+class LLMError(RuntimeError):
+    """The endpoint could not be reached or answered in an unexpected form."""
+
+
+def _endpoint(url: str) -> str:
+    url = url.rstrip("/")
+    return url if url.endswith("/chat/completions") else f"{url}/chat/completions"
+
+
+def ask(url: str, text: str, *, model: str = "local", timeout: float = 30.0,
+        api_key: str | None = None) -> str:
+    """POST one chat-completions request; return the message content."""
+    body = json.dumps({"model": model, "temperature": 0,
+                       "messages": [{"role": "user", "content": PROMPT.format(text=text)}]}).encode()
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(_endpoint(url), data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - user-given URL
+            payload = json.loads(resp.read().decode("utf-8"))
+        return payload["choices"][0]["message"]["content"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as exc:
+        raise LLMError(f"LLM endpoint {url}: {type(exc).__name__}: {exc}") from exc
+
+
+def _valid(field: str, value) -> str | None:
+    v = str(value).strip()
+    if field == "phase":
+        v = v.lower().replace("-", "_").replace(" ", "_")
+        v = {"portal_venous": "venous", "portal": "venous", "noncontrast": "non_contrast"}.get(v, v)
+        return v if v in PHASES else None
+    if field == "sex":
+        v = v.upper()[:1]
+        return v if v in ("F", "M") else None
+    if field == "age":
+        return v if re.fullmatch(r"\d{1,3}", v) and int(v) <= 120 else None
+    return None
+
+
+def parse_answer(content: str, text: str, *, case_id: str, source: str) -> tuple[list[dict], int]:
+    """Accepted evidence rows and the number of rejected items of one answer."""
+    m = re.search(r"\[.*\]", content, re.DOTALL)
+    try:
+        items = json.loads(m.group(0) if m else content)
+    except ValueError:
+        return [], 1
+    if isinstance(items, dict):
+        items = [items]
+    rows, rejected = [], 0
+    for it in items if isinstance(items, list) else []:
+        if not isinstance(it, dict) or it.get("field") not in FIELDS:
+            rejected += 1
+            continue
+        ev = it.get("evidence")
+        value = _valid(it["field"], it.get("value"))
+        start = text.find(ev) if isinstance(ev, str) and ev else -1
+        if value is None or start < 0:
+            rejected += 1
+            continue
+        rows.append({"case_id": case_id, "field": it["field"], "value": value, "extractor": "llm",
+                     "evidence": ev, "start": start, "end": start + len(ev), "source": source})
+    return rows, rejected
+
+
+def extract_llm(reports, url: str, *, model: str = "local", source_prefix: str = "text:",
+                timeout: float = 30.0, advance=None) -> tuple[list[dict], int]:
+    """LLM evidence rows for ``reports`` (DataFrame case_id, text) and the rejected count."""
+    rows, rejected = [], 0
+    for cid, text in zip(reports["case_id"], reports["text"]):
+        content = ask(url, text, model=model, timeout=timeout)
+        r, n = parse_answer(content, text, case_id=cid, source=f"{source_prefix}#{cid}")
+        rows += r
+        rejected += n
+        if advance:
+            advance(1)
+    return rows, rejected
