@@ -156,7 +156,9 @@ def sort_cells(df: pd.DataFrame, study, axis: tuple[str, ...]) -> pd.DataFrame:
 
 
 def methods_note(det) -> str:
-    return (f"Intervals: {det.ci.replace('-', ' ').title()} {int(round(det.conf_level * 100))}% "
+    names = {"wilson": "Wilson score", "clopper-pearson": "Clopper-Pearson exact",
+             "jeffreys": "Jeffreys"}
+    return (f"Intervals: {names.get(det.ci, det.ci)} {int(round(det.conf_level * 100))}% "
             f"confidence intervals. Sensitivity = TP / reference positives; specificity = "
             f"TN / reference negatives.")
 

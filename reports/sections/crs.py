@@ -183,6 +183,7 @@ def build(study) -> Section:
               + p9.labs(x="", y="Probability", fill="") + theme()
               + p9.theme(axis_text_x=p9.element_text(rotation=30, ha="right"))),
         data=rpp[["encoder", "regime", "estimand", "estimate"]], width=7.0, height=3.2)
+    fig_inv = _rank_shift(wide)
     inv = st[(st["analysis"] == "auroc_vs_crs") & (st["estimand"] == "inversions")]
     n_inv = text.count(inv["estimate"].iloc[0]) if len(inv) else text.DASH
     pairs = st[(st["analysis"] == "auroc_vs_crs") & (st["estimand"] == "pairs")]
@@ -191,7 +192,35 @@ def build(study) -> Section:
           f"(@tbl-crs-axes, @fig-crs-profiles). @tbl-crs-scores and @fig-crs-scores give the CRS "
           f"with its uncertainty, @fig-crs-rank-probabilities the rank probabilities and "
           f"@fig-crs-dominance the dominance/similarity trade-off. Ranking by AUROC instead of "
-          f"CRS inverts {n_inv} of {n_pairs} encoder pairs (@tbl-crs-stability); "
+          f"CRS inverts {n_inv} of {n_pairs} encoder pairs (@tbl-crs-stability, "
+          f"@fig-crs-rank-shift); "
           f"@tbl-crs-differences lists every pairwise difference.")
     return Section(KEY, TITLE).add(md, t_axes, fig_prof, t_scores, fig_crs, fig_rank, fig_dom,
-                                   t_stab, t_diff)
+                                   t_stab, fig_inv, t_diff)
+
+
+def _rank_shift(wide: pd.DataFrame) -> ReportFigure:
+    """Slope chart: each encoder's position when ordered by AUROC and by CRS (display
+    order only; the agreement statistics come from stats.ranking_stability)."""
+    import plotnine as p9
+
+    d = pd.concat([
+        wide.assign(ranking="by AUROC", position=wide["discrimination"].rank(
+            ascending=False, method="min")),
+        wide.assign(ranking="by CRS", position=wide["crs"].rank(ascending=False, method="min"))],
+        ignore_index=True)
+    d["ranking"] = pd.Categorical(d["ranking"], categories=["by AUROC", "by CRS"])
+    left = d[d["ranking"] == "by AUROC"]
+    right = d[d["ranking"] == "by CRS"]
+    n = len(wide)
+    plot = (p9.ggplot(d, p9.aes("ranking", "position", group="label"))
+            + p9.geom_line(color="#8d96a3") + p9.geom_point(size=2, color="#1b5e8a")
+            + p9.geom_text(p9.aes(label="label"), data=left, ha="right", nudge_x=-0.06, size=7)
+            + p9.geom_text(p9.aes(label="label"), data=right, ha="left", nudge_x=0.06, size=7)
+            + p9.scale_y_reverse(breaks=list(range(1, n + 1)))
+            + p9.labs(x="", y="Rank (1 = best)") + theme())
+    return ReportFigure(
+        name="crs_rank_shift", caption="Ranking by AUROC versus ranking by CRS: crossing "
+        "lines are inverted encoder pairs.", alt="Slope chart of encoder ranks by AUROC and by CRS.",
+        plot=plot, data=d[["encoder", "regime", "ranking", "position", "discrimination", "crs"]],
+        width=5.0, height=0.9 + 0.3 * n)
