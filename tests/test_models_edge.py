@@ -295,3 +295,19 @@ def test_row_order_and_site_labels_do_not_matter(cohort, method):
     keep = ~ta.estimand.str.startswith("site[")
     np.testing.assert_allclose(ta.estimate[keep], tb.estimate[keep], rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(ta.std_error[keep], tb.std_error[keep], rtol=1e-5)
+
+
+def test_blocks_by_variable_or_term(cohort):
+    from stats.models import block_tests
+
+    d = cohort.data[cohort.data.model == "model_A"]
+    f = "~ phase + sex + np.log(tumor_size_mm)"
+    a = block_tests(d, f, {"tumour": ["np.log(tumor_size_mm)"], "sex": ["sex"]}, method="fixed",
+                    threshold=50)
+    b = block_tests(d, f, {"tumour": ["tumor_size_mm"], "sex": ["sex[T.M]", "sex"]},
+                    method="fixed", threshold=50)
+    lr_a = a[a.estimand == "likelihood_ratio"].set_index("block")
+    lr_b = b[b.estimand == "likelihood_ratio"].set_index("block")
+    assert list(lr_a.index) == ["tumour", "sex"] and list(lr_a.terms) == ["np.log(tumor_size_mm)", "sex"]
+    np.testing.assert_allclose(lr_a.statistic, lr_b.statistic)
+    assert (lr_a.statistic > 0).all() and (lr_a.df == 1).all()

@@ -247,9 +247,11 @@ def _drop_terms(formula: str, variables: list[str]) -> tuple[str, list[str]]:
     desc = patsy.ModelDesc.from_formula(f"~ {rhs}")
     ident = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
     keep, dropped = [], []
+    wanted = {v.replace(" ", "") for v in variables}
     for term in desc.rhs_termlist:
         names = {n for f in term.factors for n in ident.findall(f.code)}
-        if term.factors and names & set(variables):
+        names |= {f.code.replace(" ", "") for f in term.factors} | {term.name().replace(" ", "")}
+        if term.factors and names & wanted:
             dropped.append(term.name())
         elif term.factors:
             keep.append(term.name())
@@ -261,7 +263,9 @@ def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] 
     """Likelihood-ratio test of each covariate block, and of the group random effect.
 
     For each block (default :data:`DEFAULT_BLOCKS`: protocol, demographics, tumour; a
-    block's variables not in the formula are ignored, an empty block is skipped) the
+    block lists variables (``"phase"``: every term using it) or term names
+    (``"np.log(tumor_size_mm)"``); entries not in the formula are ignored, an empty block
+    is skipped) the
     model without the block's terms is refitted on the same rows and compared with the
     full model. With ``method="glmm"`` the row ``block == group`` tests the random
     intercept against the logistic model without it (50:50 chi-square mixture).
