@@ -8,11 +8,13 @@ of it that carries the value), ``start``/``end`` are offsets into that string an
 Extractors:
 
 - ``dicom_header``: PatientAge (``058Y`` -> 58; M/W/D units converted to years),
-  PatientSex, ContrastBolusAgent (absent or empty on CT/MR -> ``non_contrast``; present
+  PatientSex, ContrastBolusAgent (absent or empty on CT/MR -> ``non_contrast`` with empty
+  evidence, start = end = 0; present
   with ContrastBolusStartTime and AcquisitionTime -> arterial < 45 s <= venous < 150 s <=
   delayed; present without timing -> no phase), and Manufacturer, ManufacturerModelName,
   SliceThickness, KVP, StudyDate, Modality, SeriesDescription verbatim.
-- ``dicom_birthdate``: age from PatientBirthDate and StudyDate (whole years).
+- ``dicom_birthdate``: age from PatientBirthDate and StudyDate (whole years; none when
+  the dates give more than 120 years).
 - ``dicom_description``: phase from SeriesDescription / StudyDescription / ProtocolName
   keywords (the same patterns as the report-text regex).
 """
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from .text import phase_matches
 
-IMAGING = {"CT", "MR", "PT", "NM"}
+IMAGING = {"CT", "MR"}  # contrast phase is read only for these modalities
 PASSTHROUGH = {"Manufacturer": "manufacturer", "ManufacturerModelName": "scanner",
                "SliceThickness": "slice_thickness_mm", "KVP": "kvp", "StudyDate": "study_date",
                "Modality": "modality", "SeriesDescription": "series_description",
@@ -54,7 +56,7 @@ def _text(ds, keyword) -> str | None:
     v = ds.get(keyword)
     if v is None:
         return None
-    s = str(v.value if hasattr(v, "value") else v).strip()
+    s = str(v).strip()
     return s or None
 
 
@@ -117,8 +119,10 @@ def extract_dataset(ds, path) -> list[dict]:
         rows.append(_row(case, "sex", sex.upper(), "dicom_header", sex, 0, len(sex), f"{src}#PatientSex"))
     birth, study = _text(ds, "PatientBirthDate"), _text(ds, "StudyDate")
     b, s = _parse_date(birth), _parse_date(study)
+    years = None
     if b and s and b <= s:
         years = s.year - b.year - ((s.month, s.day) < (b.month, b.day))
+    if years is not None and years <= 120:  # an implausible birth date gives nothing
         rows.append(_row(case, "age", years, "dicom_birthdate", birth, 0, len(birth),
                          f"{src}#PatientBirthDate"))
     if modality in IMAGING:
@@ -139,10 +143,8 @@ def extract_dataset(ds, path) -> list[dict]:
 def _header_phase(ds, case, src) -> list[dict]:
     agent = _text(ds, "ContrastBolusAgent")
     if agent is None:
-        elem = ds.get("ContrastBolusAgent")
-        # absent or empty agent on an imaging series: no contrast given
-        ev = "" if elem is None else str(elem.value or "")
-        return [_row(case, "phase", "non_contrast", "dicom_header", ev, 0, 0, f"{src}#ContrastBolusAgent")]
+        # absent or empty agent on an imaging series: no contrast given (empty evidence)
+        return [_row(case, "phase", "non_contrast", "dicom_header", "", 0, 0, f"{src}#ContrastBolusAgent")]
     t0 = _parse_time(_text(ds, "ContrastBolusStartTime"))
     t1 = _parse_time(_text(ds, "AcquisitionTime"))
     if t0 is None or t1 is None or t1 < t0:
