@@ -1,0 +1,156 @@
+"""inference_runner.probe and .corruptions: encoders, stratified subsamples, per-run
+metrics against independent recomputation, the runs contract, and the CLI on real files."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch")
+
+from inference_runner import corruptions  # noqa: E402
+from inference_runner.probe import (RUNS_COLUMNS, expected_calibration_error, handcrafted_features,  # noqa: E402
+                                    make_encoder, run_metrics, run_probe_study, stratified_subsample)
+
+
+def _toy(n=80, size=16, seed=0):
+    """Images with a bright square in positives."""
+    rng = np.random.default_rng(seed)
+    y = (np.arange(n) % 2).astype(int)
+    x = rng.normal(0.4, 0.08, (n, size, size)).astype(np.float32)
+    x[y == 1, 5:10, 5:10] += 0.3
+    return np.clip(x, 0, 1), y
+
+
+def test_ece_matches_a_direct_loop():
+    rng = np.random.default_rng(1)
+    p = rng.random(500)
+    y = (rng.random(500) < p ** 1.5).astype(int)
+    edges = np.linspace(0, 1, 16)
+    ece = 0.0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        m = (p >= lo) & ((p < hi) if hi < 1 else (p <= hi))
+        if m.any():
+            ece += m.mean() * abs(p[m].mean() - y[m].mean())
+    assert expected_calibration_error(y, p) == pytest.approx(ece, abs=1e-12)
+
+
+def test_run_metrics_and_temperature_scaling_help_an_overconfident_model():
+    from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
+
+    rng = np.random.default_rng(2)
+    z = rng.normal(0, 1, 2000)
+    y = (rng.random(2000) < 1 / (1 + np.exp(-z))).astype(int)
+    p = 1 / (1 + np.exp(-4 * z))  # four times too confident
+    m = run_metrics(y, p)
+    assert m["auroc"] == pytest.approx(roc_auc_score(y, p))
+    assert m["brier"] == pytest.approx(brier_score_loss(y, p))
+    assert m["nll"] == pytest.approx(log_loss(y, np.clip(p, 1e-7, 1 - 1e-7)))
+    assert m["ece_after_ts"] < m["ece"] / 2
+
+
+def test_stratified_subsample_keeps_two_per_class():
+    y = np.array([0] * 90 + [1] * 10)
+    idx = stratified_subsample(y, 0.01, np.random.default_rng(0))
+    assert (y[idx] == 0).sum() == 2 and (y[idx] == 1).sum() == 2
+    idx = stratified_subsample(y, 0.5, np.random.default_rng(0))
+    assert (y[idx] == 0).sum() == 45 and (y[idx] == 1).sum() == 5 and len(set(idx)) == len(idx)
+
+
+@pytest.mark.parametrize("name", corruptions.PERTURBATIONS)
+def test_corruptions_keep_shape_and_grow_with_severity(name):
+    x, _ = _toy(6)
+    before = x.copy()
+    dist = [np.abs(corruptions.apply(x, name, s, seed=0) - x).mean() for s in (1, 2, 3)]
+    out = corruptions.apply(x, name, 2, seed=0)
+    assert out.shape == x.shape and out.dtype == np.float32
+    np.testing.assert_array_equal(x, before)
+    assert dist[0] > 0 and dist[0] < dist[2]
+    with pytest.raises(ValueError):
+        corruptions.apply(x, name, 4)
+
+
+@pytest.mark.parametrize("spec", [
+    {"name": "h", "kind": "handcrafted"},
+    {"name": "r", "kind": "resnet", "depth": "last", "width": 4},
+    {"name": "rm", "kind": "resnet", "depth": "mid", "width": 4},
+    {"name": "d", "kind": "densenet", "depth": "last", "width": 4},
+    {"name": "c", "kind": "cnn", "depth": "mid", "width": 4},
+])
+def test_encoders_give_finite_deterministic_features(spec):
+    x, _ = _toy(10)
+    f1 = make_encoder(spec, seed=3)(x)
+    f2 = make_encoder(spec, seed=3)(x)
+    assert f1.ndim == 2 and len(f1) == 10 and np.isfinite(f1).all()
+    np.testing.assert_array_equal(f1, f2)
+
+
+def test_handcrafted_histogram_sums_to_one():
+    x, _ = _toy(4)
+    assert np.allclose(handcrafted_features(x)[:, :16].sum(1), 1.0)
+
+
+def test_probe_study_writes_the_runs_contract():
+    import stats
+
+    x, y = _toy(120)
+    shift = np.zeros(120, bool)
+    shift[:20] = True
+    ds = [{"name": "toy", "images": x, "labels": y, "case_ids": [f"c{i}" for i in range(120)],
+           "shift_mask": shift}]
+    enc = [{"name": "hist", "kind": "handcrafted"}, {"name": "cnn", "kind": "cnn", "depth": "last", "width": 4}]
+    runs, preds = run_probe_study(ds, enc, fractions=[0.05, 1.0], perturbations=["blur", "noise"],
+                                  severities=[1, 3], seeds=[0, 1])
+    assert tuple(runs.columns) == RUNS_COLUMNS
+    # per encoder x seed: 2 clean fractions + 4 perturbed + 1 shift
+    assert len(runs) == 2 * 2 * 7
+    assert set(runs["condition"]) == {"clean", "blur", "noise", "shift"}
+    assert (runs.loc[runs["condition"].isin(["clean", "shift"]), "severity"] == 0).all()
+    validated = stats.read_runs(runs)
+    assert len(validated) == len(runs)
+    clean = runs[(runs["condition"] == "clean") & (runs["label_fraction"] == 1.0)]
+    assert (clean["auroc"] > 0.9).all()  # a bright square is easy
+    # the predictions reproduce each run's AUROC
+    from sklearn.metrics import roc_auc_score
+
+    key = ["encoder", "dataset", "label_fraction", "condition", "severity", "seed"]
+    for k, g in preds.groupby(key):
+        row = runs.set_index(key).loc[k]
+        assert row["auroc"] == pytest.approx(roc_auc_score(g["label"], g["prob"]))
+        assert row["n_test"] == len(g)
+    shift_ids = set(preds.loc[preds["condition"] == "shift", "case_id"])
+    assert shift_ids == {f"c{i}" for i in range(20)}
+    assert not shift_ids & set(preds.loc[preds["condition"] == "clean", "case_id"])
+
+
+def test_cli_probe_on_png_and_npy_files(tmp_path):
+    import yaml
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from clinrel.cli import app
+
+    x, y = _toy(40)
+    rows = []
+    for i in range(40):
+        name = f"img{i}.png" if i % 2 else f"img{i}.npy"
+        if name.endswith(".png"):
+            Image.fromarray((x[i] * 255).astype(np.uint8)).save(tmp_path / name)
+        else:
+            np.save(tmp_path / name, x[i])
+        rows.append({"case_id": f"c{i}", "image": name, "label": int(y[i]), "site": "a" if i < 30 else "b"})
+    pd.DataFrame(rows).to_csv(tmp_path / "ds.csv", index=False)
+    cfg = {"output": "out", "seeds": [0], "datasets": [{"name": "toy", "cases": "ds.csv", "shift_sites": ["b"]}],
+           "encoders": [{"name": "hist", "kind": "handcrafted"}], "label_fractions": [0.2, 1.0],
+           "perturbations": ["jpeg", "crop"], "severities": [2], "image_size": 16}
+    (tmp_path / "probe.yaml").write_text(yaml.safe_dump(cfg))
+    res = CliRunner().invoke(app, ["infer", "probe", "--config", str(tmp_path / "probe.yaml"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
+    assert len(runs) == 2 + 2 + 1
+    assert (tmp_path / "out" / "probe_predictions.parquet").exists()
+    assert (tmp_path / "out" / "run_manifest.json").exists()
+    cfg["label_fractions"] = [0.5]
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(cfg))
+    res = CliRunner().invoke(app, ["infer", "probe", "--config", str(tmp_path / "bad.yaml")])
+    assert res.exit_code == 2 and "label_fractions" in res.output and "bad.yaml" in res.output
