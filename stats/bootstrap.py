@@ -36,8 +36,11 @@ from stats.schema import ContractError, tidy
 
 CIMethod = Literal["percentile", "bca"]
 BOOT_METRICS = ("sensitivity", "specificity", "ppv", "npv", "accuracy", "f1")
-#: elements (replicates x clusters) of one block: uint32 indices and float32 W of 64 MiB each
-_BLOCK_ELEMENTS = 2 ** 24
+#: elements (replicates x clusters) of one block (its W is float32: 256 MiB); large blocks
+#: keep the BLAS product efficient (about 1,260 replicates at 53,000 clusters)
+_BLOCK_ELEMENTS = 2 ** 26
+#: elements of one draw chunk inside a block (bounds the int64 bincount temporaries)
+_DRAW_ELEMENTS = 2 ** 24
 
 MSG_STRATA = ("strata: cluster(s) {clusters} appear in more than one '{col}' stratum; a "
               "cluster must sit in one stratum; drop strata or fix the cluster ids")
@@ -130,12 +133,24 @@ def draw_indices(rng: np.random.Generator, strata: np.ndarray, size: int) -> np.
     return np.concatenate(parts, axis=1)
 
 
+def block_draws(rng: np.random.Generator, strata: np.ndarray, size: int):
+    """Yield the cluster indices of one block's ``size`` replicates in chunks of at most
+    ``_DRAW_ELEMENTS`` elements (the order the random stream is consumed in)."""
+    step = max(1, _DRAW_ELEMENTS // max(len(strata), 1))
+    for start in range(0, size, step):
+        yield draw_indices(rng, strata, min(step, size - start))
+
+
 def _block(rng: np.random.Generator, K: np.ndarray, strata: np.ndarray, size: int) -> np.ndarray:
-    """Replicate counts (size x S) of one block: W (from bincount) @ K."""
+    """Replicate counts (size x S) of one block: W (cluster multiplicities) @ K."""
     n_cl = K.shape[0]
-    idx = draw_indices(rng, strata, size)
-    flat = (idx + (np.arange(size, dtype=np.int64) * n_cl)[:, None]).ravel()
-    W = np.bincount(flat, minlength=size * n_cl).reshape(size, n_cl).astype(np.float32)
+    W = np.empty((size, n_cl), dtype=np.float32)
+    row = 0
+    for idx in block_draws(rng, strata, size):  # a few chunks per block, never per replicate
+        b = idx.shape[0]
+        flat = (idx + (np.arange(b, dtype=np.int64) * n_cl)[:, None]).ravel()
+        W[row:row + b] = np.bincount(flat, minlength=b * n_cl).reshape(b, n_cl)
+        row += b
     return W @ K
 
 

@@ -45,6 +45,7 @@ def _row_counts(rows: pd.DataFrame, cm) -> np.ndarray:
 @pytest.mark.parametrize("strata", [None, "site"])
 def test_count_path_equals_row_resampling(cases, strata, monkeypatch):
     monkeypatch.setattr(bs, "_BLOCK_ELEMENTS", 7 * 160)  # several blocks, a ragged last one
+    monkeypatch.setattr(bs, "_DRAW_ELEMENTS", 3 * 160)  # several draw chunks per block
     cm = case_matrix(cases, BY)
     bc = bs.boot_counts(cm, strata=strata)
     n_boot = 9
@@ -57,7 +58,8 @@ def test_count_path_equals_row_resampling(cases, strata, monkeypatch):
     by_patient = {p: g for p, g in cases.groupby("patient_id")}
     b = 0
     for gen, s in zip(spawn(42, len(sizes)), sizes):
-        idx = bs.draw_indices(gen, bc.strata, s)
+        idx = np.concatenate(list(bs.block_draws(gen, bc.strata, s)))
+        assert idx.shape == (s, bc.n_clusters)
         for row in idx:
             rows = pd.concat([by_patient[patient[i]] for i in row])
             np.testing.assert_array_equal(R[b], _row_counts(rows, cm))
