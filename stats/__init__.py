@@ -41,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "fit_adjusted": "models",
     "likelihood_ratio_test": "models",
     "block_tests": "models",
+    "fit_complete_case": "models",
     # calibration, CRS and ranking (issue 5)
     "ece": "calibration",
     "reliability_table": "calibration",

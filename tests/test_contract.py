@@ -30,6 +30,7 @@ EXEMPT = {
     "mce": "a scalar (float) summary",
     "brier": "a scalar (float) summary",
     "nll": "a scalar (float) summary",
+    "fit_complete_case": "returns a Fit (complete-case refit); checked like fit_adjusted",
     "fit_adjusted": "returns a Fit; its .tidy(), .random_effects(), .marginal_means() are checked",
     "temperature_scale": "returns a TemperatureFit; its .tidy() is checked",
     "crs_bootstrap": "returns a result; .scores(), .rank_probabilities(), .differences() are checked",
