@@ -226,6 +226,40 @@ def test_user_strings_are_escaped_in_html_and_typst(tmp_path):
     assert "m<1>&" in pdf
 
 
+@pytest.mark.parametrize("variant", ["youden", "no_split", "one_model"])
+def test_other_study_shapes_render(tmp_path, variant):
+    from stats import simulate
+
+    cases = simulate.benchx_cohort(300, n_models=1 if variant == "one_model" else 2,
+                                   n_sites=4, seed=5).data
+    if variant == "no_split":
+        cases = cases.drop(columns="split")
+    cases.to_parquet(tmp_path / "cases.parquet", index=False)
+    thr = {"criterion": "youden"} if variant == "youden" else {"value": 50}
+    raw = {"version": 1, "title": variant, "inputs": {"cases": "cases.parquet"},
+           "detection": {"threshold": thr, "subgroups": ["phase", ["age_group", "phase"]],
+                         "failure_map": {"rows": "age_group", "cols": "phase"}}}
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = render_report(tmp_path / "plan.yaml", tmp_path / "out", formats=(),
+                            only=("methods", "flow", "twobytwo", "overall", "subgroups",
+                                  "failure_map", "threshold", "comparisons", "calibration"))
+    keys = {s.key for s in res.sections}
+    assert {"methods", "flow", "twobytwo", "overall", "subgroups", "failure_map",
+            "threshold"} <= keys, res.skipped
+    acc = pd.read_csv(tmp_path / "out" / "tables" / "flow_accountability.csv")
+    assert acc.loc[acc["disposition"] == "total", "rows"].item() == len(cases)
+    assert acc.loc[acc["disposition"] != "total", "rows"].sum() == len(cases)
+    qmd = (tmp_path / "out" / "appendix.qmd").read_text()
+    if variant == "youden":
+        assert "**exploratory**" in qmd and "validation split: used to choose the threshold" in qmd
+    if variant == "no_split":
+        assert "no split column" in qmd and "calibration" not in keys
+    if variant == "one_model":
+        assert "comparisons" not in keys and not res.skipped
+
+
 def test_metadata_provenance_section(tmp_path):
     plan_path = _small_study(tmp_path)
     cases = pd.read_csv(tmp_path / "cases.csv")

@@ -82,15 +82,13 @@ def module(name: str):
 def applies(mod, study) -> bool:
     """Whether the study has what the section describes (else it is left out silently,
     like the half of the report a plan leaves out)."""
-    own = getattr(mod, "applies", None)
-    if own is not None and not own(study):
-        return False
     half = getattr(mod, "HALF", "any")
-    if half == "detection":
-        return study.plan.detection is not None and study.cases is not None
-    if half == "crs":
-        return study.plan.crs is not None and study.runs is not None
-    return True
+    if half == "detection" and (study.plan.detection is None or study.cases is None):
+        return False
+    if half == "crs" and (study.plan.crs is None or study.runs is None):
+        return False
+    own = getattr(mod, "applies", None)
+    return own is None or bool(own(study))
 
 
 def _input_errors() -> tuple:

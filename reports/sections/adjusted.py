@@ -25,6 +25,10 @@ def _factors(study, formula: str) -> list[str]:
     return [t for t in terms if t in study.cases.columns]
 
 
+def applies(study) -> bool:
+    return bool(study.plan.detection and study.plan.detection.adjusted)
+
+
 def build(study) -> Section:
     import stats
 

@@ -18,6 +18,10 @@ LABEL = {"sensitivity_difference": "Sensitivity", "specificity_difference": "Spe
          "auc_difference": "AUC"}
 
 
+def applies(study) -> bool:
+    return study.cases["model"].nunique() >= 2
+
+
 def build(study) -> Section:
     import stats
 

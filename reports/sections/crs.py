@@ -25,6 +25,10 @@ def _enc_label(df: pd.DataFrame) -> pd.Series:
     return df["encoder"].astype(str)
 
 
+def applies(study) -> bool:
+    return study.reference is not None
+
+
 def build(study) -> Section:
     import plotnine as p9
     import stats

@@ -63,6 +63,10 @@ def collapse_table(study) -> ReportTable:
                "are in tables/sensitivity_collapse.csv.",))
 
 
+def applies(study) -> bool:
+    return bool(study.plan.detection and study.plan.detection.failure_map)
+
+
 def build(study) -> Section:
     det = study.plan.detection
     if not det.failure_map:
