@@ -129,7 +129,7 @@ def main(argv=None) -> dict:
     full = args.full and not args.quick
     n_cases, n_models, n_boot = (85_000, 10, 10_000) if full else (8_500, 10, 1_000)
     repeats = args.repeats or (3 if full else 2)
-    b_cases = args.baseline_cases or (3_000 if full else 1_500)
+    b_cases = args.baseline_cases or (6_000 if full else 1_500)
     b_boot = args.baseline_boot or (1_000 if full else 300)
 
     t0 = time.perf_counter()
