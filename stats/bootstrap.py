@@ -199,13 +199,12 @@ def _sorted_quantile(srt: np.ndarray, k: np.ndarray, q: np.ndarray) -> np.ndarra
 
 
 def boot_interval(reps: np.ndarray, theta: np.ndarray, *, conf_level: float = 0.95,
-                  method: CIMethod = "percentile", jack: np.ndarray | None = None
+                  method: CIMethod = "percentile", accel: np.ndarray | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Percentile or BCa limits per column of ``reps`` (B x P), NaN replicates dropped.
 
-    BCa: ``z0 = Phi^-1(#{theta* < theta} / B)``, acceleration
-    ``a = sum(d^3) / (6 (sum d^2)^1.5)`` with ``d = mean(theta_(i)) - theta_(i)`` over the
-    leave-one-cluster-out values ``jack`` (clusters x P); limits at levels
+    BCa: ``z0 = Phi^-1(#{theta* < theta} / B)``, acceleration ``accel`` (per column, see
+    :func:`jackknife_acceleration`); limits at levels
     ``Phi(z0 + (z0 + z_q) / (1 - a (z0 + z_q)))`` (Efron 1987; DiCiccio & Efron 1996).
     """
     alpha = 1 - conf_level
@@ -219,10 +218,7 @@ def boot_interval(reps: np.ndarray, theta: np.ndarray, *, conf_level: float = 0.
     with np.errstate(invalid="ignore", divide="ignore"):
         prop = (reps < theta[None, :]).sum(axis=0) / k
         z0 = sps.norm.ppf(prop)
-        d = np.nanmean(jack, axis=0)[None, :] - jack
-        num = np.nansum(d ** 3, axis=0)
-        den = 6 * np.nansum(d ** 2, axis=0) ** 1.5
-        a = np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
+        a = accel
         out = []
         for qq in q:
             zq = sps.norm.ppf(qq)
@@ -240,6 +236,40 @@ def _nan_sd(flat: np.ndarray, valid: np.ndarray) -> np.ndarray:
         return np.where(valid > 1, np.sqrt(ss / np.maximum(valid - 1, 1)), np.nan)
 
 
+def jackknife_acceleration(bc: BootCounts, metrics: Sequence[str], chunk: int = 4096
+                           ) -> dict[str, np.ndarray]:
+    """BCa acceleration per metric (G x M) from the leave-one-cluster-out jackknife.
+
+    ``a = sum(d^3) / (6 (sum d^2)^1.5)``, ``d = mean(theta_(i)) - theta_(i)``, where
+    ``theta_(i)`` is the statistic from the total counts minus cluster ``i``'s counts;
+    undefined ``theta_(i)`` are skipped. Two passes over chunks of clusters keep the memory
+    bounded (no clusters x cells x models array).
+    """
+    total = bc.K.sum(axis=0, dtype=np.float64)
+    n = bc.n_clusters
+
+    def jack(lo):
+        return metric_arrays(bc.unpack(total[None, :] - bc.K[lo:lo + chunk]), metrics)
+
+    s1 = {k: 0.0 for k in metrics}
+    cnt = {k: 0 for k in metrics}
+    for lo in range(0, n, chunk):  # chunks of clusters, vectorized inside
+        for k, v in jack(lo).items():
+            s1[k] = s1[k] + np.nansum(v, axis=0)
+            cnt[k] = cnt[k] + (~np.isnan(v)).sum(axis=0)
+    mean = {k: s1[k] / np.maximum(cnt[k], 1) for k in metrics}
+    s2 = {k: 0.0 for k in metrics}
+    s3 = {k: 0.0 for k in metrics}
+    for lo in range(0, n, chunk):
+        for k, v in jack(lo).items():
+            d = mean[k][None] - v
+            s2[k] = s2[k] + np.nansum(d ** 2, axis=0)
+            s3[k] = s3[k] + np.nansum(d ** 3, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {k: np.where(s2[k] > 0, s3[k] / (6 * np.where(s2[k] > 0, s2[k], 1) ** 1.5), 0.0)
+                for k in metrics}
+
+
 def metric_arrays(counts: dict[str, np.ndarray], metrics: Sequence[str]) -> dict[str, np.ndarray]:
     fr = metric_fractions(counts["tp"], counts["fp"], counts["fn"], counts["tn"], metrics)
     return {k: ratio(*fr[k]) for k in metrics}
@@ -252,15 +282,15 @@ def bootstrap_table(cm: CaseMatrix, bc: BootCounts, R: np.ndarray, *,
     total = bc.K.sum(axis=0, dtype=np.float64)
     theta = metric_arrays(bc.unpack(total), metrics)
     reps = metric_arrays(bc.unpack(R), metrics)
-    jack = metric_arrays(bc.unpack(total[None, :] - bc.K), metrics) if ci_method == "bca" else None
+    accel = jackknife_acceleration(bc, metrics) if ci_method == "bca" else None
     G, M = bc.G, bc.M
     counts = cm.cell_counts()
     frames = []
     for k in metrics:  # model-major layout: row = model * G + cell
         flat = reps[k].transpose(0, 2, 1).reshape(len(R), M * G)
         th = theta[k].T.reshape(M * G)
-        jk = None if jack is None else jack[k].transpose(0, 2, 1).reshape(-1, M * G)
-        lo, hi = boot_interval(flat, th, conf_level=conf_level, method=ci_method, jack=jk)
+        ak = None if accel is None else accel[k].T.reshape(M * G)
+        lo, hi = boot_interval(flat, th, conf_level=conf_level, method=ci_method, accel=ak)
         valid = (~np.isnan(flat)).sum(axis=0)
         se = _nan_sd(flat, valid)
         n = np.tile(counts["n"], M)

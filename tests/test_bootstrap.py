@@ -150,3 +150,12 @@ def test_dask_gives_identical_results(cases, monkeypatch):
                                   dashboard_address=None) as lc, distributed.Client(lc) as client:
         remote = bs.cluster_bootstrap(cases, by=BY, n_boot=200, seed=17, scheduler=client)
     pd.testing.assert_frame_equal(local, remote)
+
+
+def test_jackknife_acceleration_chunking(cases):
+    bc = bs.boot_counts(case_matrix(cases, BY))
+    one = bs.jackknife_acceleration(bc, ["sensitivity", "f1"])
+    many = bs.jackknife_acceleration(bc, ["sensitivity", "f1"], chunk=7)
+    for k in one:
+        np.testing.assert_allclose(one[k], many[k], rtol=1e-9, atol=1e-15)
+        assert np.isfinite(one[k]).all()
