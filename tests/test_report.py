@@ -110,6 +110,40 @@ def test_qmd_is_quarto_markdown_with_resolved_crossrefs(demo):
     assert re.search(r'<a href="#tbl-[\w-]+">Table \d+</a>', html)
 
 
+def test_qmd_parses_into_the_expected_pandoc_structure(demo):
+    """Quarto reads .qmd with Pandoc: the tables must be Divs #tbl-*, the figures Figures
+    #fig-* with alt text, the sections Headers #sec-*, the cross-references citations."""
+    import pypandoc
+
+    out, result = demo
+    ast = json.loads(pypandoc.convert_file(str(out / "appendix.qmd"), "json", format="markdown"))
+    found = {"Div": [], "Figure": [], "Header": [], "Cite": [], "RawBlock": []}
+
+    def walk(node):
+        if isinstance(node, dict):
+            t = node.get("t")
+            if t in ("Div", "Figure"):
+                found[t].append(node["c"][0][0])
+            elif t == "Header":
+                found[t].append(node["c"][1][0])
+            elif t == "Cite":
+                found[t].extend(c["citationId"] for c in node["c"][0])
+            elif t == "RawBlock":
+                found[t].append(node["c"][0])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(ast["blocks"])
+    assert sorted(found["Div"]) == sorted(t.id for t in result.tables)
+    assert sorted(found["Figure"]) == sorted(f.id for f in result.figures)
+    assert found["Header"] == [s.id for s in result.sections]
+    assert set(found["Cite"]) <= set(found["Div"]) | set(found["Figure"]) | set(found["Header"])
+    assert found["RawBlock"].count("html") == found["RawBlock"].count("typst") == len(result.tables)
+
+
 def _numbers_in(values) -> list[str]:
     return [tok for v in values for tok in NUMBER.findall(str(v))]
 
