@@ -154,14 +154,18 @@ def build(study) -> Section:
     dom = wide[["label", "encoder", "dominance", "similarity", "worst_axis", "crs",
                 "discrimination"]].copy()
     dom["panel"] = dom["encoder"].isin(panel).map({True: "reference panel", False: "candidate"})
+    dom = _spread_labels(dom)
     fig_dom = ReportFigure(
         name="crs_dominance", caption="Dominance against the reference panel versus similarity "
         "to the ideal profile; point size is the worst normalized axis.",
         alt="Scatter plot of dominance versus similarity per encoder.",
         plot=(p9.ggplot(dom, p9.aes("dominance", "similarity", label="label", shape="panel"))
               + p9.geom_point(p9.aes(size="worst_axis"), color="#1b5e8a")
-              + p9.geom_text(nudge_y=0.025, size=7)
+              + p9.geom_segment(p9.aes(x="dominance", y="similarity", xend="label_x",
+                                       yend="label_y"), color="#b0b8c1", size=0.3)
+              + p9.geom_text(p9.aes(x="label_x", y="label_y"), ha="left", size=7)
               + p9.scale_size_continuous(range=(1.5, 5), name="worst axis")
+              + p9.scale_x_continuous(expand=(0.05, 0, 0.18, 0))
               + p9.labs(x="Dominance D", y="Similarity S", shape="") + theme()),
         data=dom, width=6.5, height=4.0)
     cr = crs_rows.copy()
@@ -201,6 +205,20 @@ def build(study) -> Section:
           f"@tbl-crs-differences lists every pairwise difference.")
     return Section(KEY, TITLE).add(md, t_axes, fig_prof, t_scores, fig_crs, fig_rank, fig_dom,
                                    t_stab, fig_inv, t_diff)
+
+
+def _spread_labels(dom: pd.DataFrame) -> pd.DataFrame:
+    """Label positions right of each point, pushed apart vertically where points crowd."""
+    d = dom.sort_values("similarity").reset_index(drop=True)
+    xr = float(d["dominance"].max() - d["dominance"].min()) or 1.0
+    yr = float(d["similarity"].max() - d["similarity"].min()) or 1.0
+    d["label_x"] = d["dominance"] + 0.03 * xr
+    ys: list[float] = []
+    for x, y in zip(d["label_x"], d["similarity"]):
+        near = [yy for xx, yy in zip(d["label_x"][:len(ys)], ys) if abs(xx - x) < 0.15 * xr]
+        ys.append(max([y, *[yy + 0.06 * yr for yy in near]]))
+    d["label_y"] = ys
+    return d
 
 
 def _rank_shift(wide: pd.DataFrame) -> ReportFigure:
