@@ -102,12 +102,12 @@ def heatmap(df: pd.DataFrame, *, x: str, y: str, facet: str, fill_label: str):
             + p9.geom_text(p9.aes(label="cell_text", color="ink"), size=6.5)
             + p9.scale_color_manual(values={"light": "white", "dark": "black"}, guide=None)
             + p9.scale_fill_gradient(low="#f7f7f7", high="#1b5e8a", limits=(0, 1),
+                                     breaks=[0, 0.5, 1], labels=["0", "0.5", "1"],
                                      name=fill_label, na_value="#dddddd")
             + p9.facet_wrap(f"~{facet}", nrow=1)
             + p9.labs(x=x.replace("_", " "), y=y.replace("_", " "))
             + theme() + p9.theme(panel_grid=p9.element_blank(),
-                                 axis_text_x=p9.element_text(rotation=30, ha="right"),
-                                 legend_key_width=60))
+                                 axis_text_x=p9.element_text(rotation=30, ha="right")))
 
 
 def flow_diagram(boxes: pd.DataFrame, arrows: pd.DataFrame):
