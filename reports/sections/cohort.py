@@ -20,6 +20,7 @@ REQUIRES = ("scan_level",)
 CATEGORICAL = ("age_group", "sex", "race", "phase", "scanner", "tumor_location", "split")
 CONTINUOUS = (("age", "Age, years", None), ("tumor_size_mm", "Tumour size, mm (positives)", 1))
 MAX_LEVELS = 12
+SITES_PER_TABLE = 10  # more sites than this: several tables (a landscape page each)
 
 
 def describe(cases: pd.DataFrame, by: str) -> pd.DataFrame:
@@ -93,16 +94,27 @@ def build(study) -> Section:
                              **cells})
     disp = pd.DataFrame(out_rows)
     disp.columns = ["variable", "level", *[f"g{i}" for i in range(len(groups))]]
-    table = ReportTable(
-        name="cohort_by_site", caption="Characteristics of the evaluated cases, overall and by "
-        "site: n (%) or median [IQR]; missing values shown as their own level.",
-        data=long, display=disp, group_col="variable",
-        labels={"level": "", **{f"g{i}": g for i, g in enumerate(groups)}},
-        spanners=(("Site", [f"g{i}" for i in range(1, len(groups))]),),
-        notes=("Percentages are of the column's cases; tumour size among reference positives. "
-               "No hypothesis tests: differences between sites are described, not tested.",),
-        wide=len(groups) > 7)
-    md = (f"@tbl-cohort-by-site describes the {len(ev)} evaluated cases by site. Where sites "
-          f"differ in protocol or case mix, crude subgroup differences can be confounded by "
-          f"site; the adjusted models separate the two.")
-    return Section(KEY, TITLE).add(md, table)
+    sites = list(range(1, len(groups)))
+    chunks = [sites[i:i + SITES_PER_TABLE] for i in range(0, len(sites), SITES_PER_TABLE)] or [[]]
+    tables = []
+    for k, chunk in enumerate(chunks):
+        cols = ["g0", *[f"g{i}" for i in chunk]]
+        shown = {groups[0], *[groups[i] for i in chunk]}
+        part = f" (sites {chunk[0]}-{chunk[-1]} of {len(sites)})" if len(chunks) > 1 else ""
+        tables.append(ReportTable(
+            name="cohort_by_site" + (f"_{k + 1}" if k else ""),
+            caption="Characteristics of the evaluated cases, overall and by site" + part +
+                    ": n (%) or median [IQR]; missing values shown as their own level.",
+            data=long[long["group"].isin(shown)].reset_index(drop=True),
+            display=disp[["variable", "level", *cols]], group_col="variable",
+            labels={"level": "", **{f"g{i}": g for i, g in enumerate(groups)}},
+            spanners=(("Site", cols[1:]),) if len(cols) > 1 else (),
+            notes=("Percentages are of the column's cases; tumour size among reference "
+                   "positives. No hypothesis tests: differences between sites are described, "
+                   "not tested.",),
+            wide=len(cols) > 6))
+    refs = ", ".join(f"@{t.id}" for t in tables)
+    md = (f"{refs} describe{'s' if len(tables) == 1 else ''} the {len(ev)} evaluated cases by "
+          f"site. Where sites differ in protocol or case mix, crude subgroup differences can be "
+          f"confounded by site; the adjusted models separate the two.")
+    return Section(KEY, TITLE).add(md, *tables)
