@@ -21,7 +21,8 @@ log = logging.getLogger("clinrel.report")
 
 #: column names that look like direct identifiers (HIPAA-style) or free text
 IDENTIFIER_PATTERN = re.compile(
-    r"(^|_)(name|first_?name|last_?name|surname|patient_?name|mrn|medical_record(_number)?|"
+    r"^name$|(^|_)(first_?name|last_?name|given_?name|family_?name|full_?name|surname|"
+    r"patient_?name|person_?name|mrn|medical_record(_number)?|"
     r"birth|birth_?date|date_of_birth|dob|accession(_number)?|ssn|social_security|address|"
     r"street|zip|postcode|phone|telephone|email|e_mail|free_?text|report_?text|text|notes?|"
     r"comments?|narrative)($|_)", re.IGNORECASE)

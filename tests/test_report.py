@@ -326,6 +326,15 @@ def test_metadata_provenance_section(tmp_path):
     assert "(0018,0010)" not in qmd and "phase.txt" not in qmd
 
 
+def test_identifier_patterns():
+    from reports.study import identifier_columns
+
+    cols = ["name", "Patient_Name", "MRN", "birth_date", "DOB", "accession_number",
+            "report_text", "free_text", "notes", "email",
+            "site_name", "model_name", "scanner", "tumor_location", "case_id", "patient_id"]
+    assert identifier_columns(cols) == cols[:10]
+
+
 def test_identifier_columns_are_refused_unless_allowed(tmp_path):
     plan = _small_study(tmp_path, extra_cols={"patient_name": "x", "MRN": "123"})
     with pytest.raises(PlanError, match=r"'patient_name', 'MRN' look like direct identifiers.*allow_identifiers"):
