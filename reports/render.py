@@ -105,7 +105,7 @@ def _blocks(sections: list[Section], target: str, index: dict, numbers: dict) ->
                                "name": b.name, "caption_md": text.md(b.caption),
                                "caption_typst": text.typst_str(b.caption),
                                "alt_attr": _attr(b.alt), "alt_typst": text.typst_str(b.alt),
-                               "width_pct": 100 if b.width >= 6 else int(100 * b.width / 7)})
+                               "width_pct": min(100, int(round(100 * b.width / 7.5)))})
             else:
                 raise TypeError(f"section {s.key}: unknown block {type(b).__name__}")
         out.append({"id": s.id, "title_md": text.md(s.title), "blocks": blocks})
