@@ -83,11 +83,20 @@ def add_bins(cases: pd.DataFrame, plan: Plan) -> pd.DataFrame:
     tree has it, else ``pandas.cut`` with the same convention."""
     if plan.detection is None or not plan.detection.bins:
         return cases
-    out = cases.copy()
     for b in plan.detection.bins:
-        if b.column not in out.columns:
+        if b.column not in cases.columns:
             raise PlanError(f"{plan.path}: key 'detection.bins.{b.column}' names a column the "
                             f"cases table ({plan.cases}) lacks; remove the bin or add the column")
+    try:
+        from stats import add_bins as stats_add_bins
+    except ImportError:
+        stats_add_bins = None
+    if stats_add_bins is not None:
+        return stats_add_bins(cases, {b.column: {"name": b.name, "breaks": list(b.breaks),
+                                                 "labels": list(b.labels), "right": False}
+                                      for b in plan.detection.bins})
+    out = cases.copy()
+    for b in plan.detection.bins:
         out[b.name] = pd.cut(out[b.column].astype("float64"), bins=list(b.breaks),
                              labels=list(b.labels), right=False)
     return out
