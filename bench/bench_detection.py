@@ -12,7 +12,9 @@ Baseline (the way it is done today): a pandas groupby over each axis, then
 metric. Both run in the same process on a smaller workload where the baseline finishes
 (``--baseline-cases`` cases, 3 models, the same axes, ``--baseline-boot`` replicates);
 the ratio is baseline / clinrel on that identical workload (count metrics only: AUC is
-closed form in both worlds). Target ratio >= 50.
+closed form in both worlds). Target ratio >= 50 (``--full``: 6,000 cases, 1,000
+replicates; ``--quick`` is a smoke test at a scale where fixed overheads dominate).
+CPU time and the load average are recorded beside wall time: the machines are shared.
 
 Run ``.venv/bin/python bench/bench_detection.py --quick`` or ``--full`` (``--json OUT``).
 Prints and returns a dict of figures: median wall times over repeats, the ratio, peak
