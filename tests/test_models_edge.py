@@ -311,3 +311,25 @@ def test_blocks_by_variable_or_term(cohort):
     assert list(lr_a.index) == ["tumour", "sex"] and list(lr_a.terms) == ["np.log(tumor_size_mm)", "sex"]
     np.testing.assert_allclose(lr_a.statistic, lr_b.statistic)
     assert (lr_a.statistic > 0).all() and (lr_a.df == 1).all()
+
+
+@pytest.mark.parametrize("model", [None, "pooled"])
+def test_block_tests_repeated_index_labels(cohort, model):
+    """Regression: per-model frames concatenated without reset_index repeat index labels;
+    the reduced fits must still use exactly the full fit's rows (they used to be looked up
+    by label in the whole table: 'the fits use different rows (578 vs 1156)')."""
+    from stats.models import block_tests
+
+    d = cohort.data
+    parts = [d[d.model == m].reset_index(drop=True) for m in ("model_A", "model_B")]
+    repeated = pd.concat(parts)
+    assert repeated.index.has_duplicates
+    kw = dict(blocks={"sex": ["sex"]}, threshold=50, model=model)
+    a = block_tests(repeated, "~ phase + sex", **kw)
+    b = block_tests(pd.concat(parts, ignore_index=True), "~ phase + sex", **kw)
+    check_tidy(a)
+    lr = a[a.estimand == "likelihood_ratio"].set_index(["model", "block"])
+    np.testing.assert_allclose(lr.statistic, b[b.estimand == "likelihood_ratio"].statistic)
+    # one term per block and one SD for the group, also when the models are pooled
+    assert (lr.df == 1).all() and (lr.statistic > 0).all()
+    assert set(lr.index.get_level_values("block")) == {"sex", "site"}

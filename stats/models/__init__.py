@@ -301,13 +301,13 @@ def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] 
         if not dropped:
             continue
         # refit on exactly the full model's rows
-        red = _refit_same_rows(full, cases, reduced_formula, group=group, method=method, **fit_kw)
+        red = _refit_same_rows(full, reduced_formula, group=group, method=method, **fit_kw)
         t = likelihood_ratio_test(full, red)
         t["block"] = name
         t["terms"] = " + ".join(dropped)
         out.append(t)
     if method == "glmm":
-        red = _refit_same_rows(full, cases, base, group=None, method="fixed", **fit_kw)
+        red = _refit_same_rows(full, base, group=None, method="fixed", **fit_kw)
         t = likelihood_ratio_test(full, red)
         t["block"] = group
         t["terms"] = f"(1 | {group})"
@@ -319,14 +319,20 @@ def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] 
     return tidy(res, group_cols=("model", "block"))
 
 
-def _refit_same_rows(full: Fit, cases, formula, *, group, method, **fit_kw) -> Fit:
+def _refit_same_rows(full: Fit, formula, *, group, method, **fit_kw) -> Fit:
+    """Refit ``formula`` on exactly the rows each of ``full``'s fits used.
+
+    The rows are taken from the fit itself (``design.data``: the model's population rows
+    with the outcome, complete for the full formula), never looked up by index label in
+    the cases table, whose index may repeat labels (per-model frames concatenated without
+    ``reset_index``)."""
+    kw = {k: v for k, v in fit_kw.items() if k not in ("model", "population", "threshold")}
+    kw["cluster"] = full.options.get("cluster")
+    if full.options.get("model") == "pooled":
+        formula = f"{formula} + model"
     fits = {}
     for m, f in full.fits.items():
-        rows = f.design.data
-        sub = _design.with_outcome(cases, population=full.population,
-                                   threshold=fit_kw.get("threshold"))[0].loc[rows.index]
-        kw = {k: v for k, v in fit_kw.items() if k not in ("model", "population", "threshold")}
-        g = fit_adjusted(sub, formula, group=group, method=method, population=None,
+        g = fit_adjusted(f.design.data, formula, group=group, method=method, population=None,
                          model=None, **kw)
         fits[m] = next(iter(g.fits.values()))
         fits[m].model = m
