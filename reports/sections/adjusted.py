@@ -16,13 +16,31 @@ KEY = "adjusted"
 TITLE = "Confounding-adjusted models"
 HALF = "detection"
 REQUIRES = ("scan_level", "fit_adjusted", "block_tests")
-METHOD_LABEL = {"glmm": "GLMM", "gee": "GEE", "fixed": "Fixed site"}
+METHOD_LABEL = {"glmm": "GLMM", "gee": "GEE", "fixed": "Fixed site",
+                "glmm_cc": "GLMM, known race"}
+UNKNOWN = "Unknown"
+SINGULAR_SD = 1e-4  # a group SD below this is a boundary (singular) fit: no effects to draw
+
+
+def _complete_case(ev: pd.DataFrame, formula: str) -> pd.DataFrame | None:
+    """Rows with a known race (when race is in the model and has an Unknown level)."""
+    if "race" not in _terms(formula) or "race" not in ev.columns:
+        return None
+    known = ev["race"].astype(str) != UNKNOWN
+    if known.all():
+        return None
+    cc = ev[known].copy()
+    if isinstance(cc["race"].dtype, pd.CategoricalDtype):
+        cc["race"] = cc["race"].cat.remove_unused_categories()
+    return cc
+
+
+def _terms(formula: str) -> list[str]:
+    return [t.strip() for t in formula.split("~", 1)[1].split("+")]
 
 
 def _factors(study, formula: str) -> list[str]:
-    rhs = formula.split("~", 1)[1]
-    terms = [t.strip() for t in rhs.split("+")]
-    return [t for t in terms if t in study.cases.columns]
+    return [t for t in _terms(formula) if t in study.cases.columns]
 
 
 def applies(study) -> bool:
@@ -48,6 +66,14 @@ def build(study) -> Section:
             study.note(f"adjusted models: the {m} fit failed: {type(exc).__name__}: {exc}")
     if not fits:
         raise SkipSection("every adjusted fit failed: " + "; ".join(failed))
+    cc = _complete_case(ev, formula)
+    if cc is not None and "glmm" in fits:
+        try:  # DESIGN: Unknown race is a level; the complete-case fit is reported beside it
+            fits["glmm_cc"] = stats.fit_adjusted(cc, formula, group=group, method="glmm",
+                                                 population="positives",
+                                                 conf_level=det.conf_level)
+        except Exception as exc:
+            study.note(f"adjusted models: the complete-case GLMM failed: {exc}")
     # ---- odds ratios
     tidies = []
     for m, fit in fits.items():
@@ -84,7 +110,9 @@ def build(study) -> Section:
              + "; ".join(f"{METHOD_LABEL[m]}: {stats_method}" for m, stats_method in
                          (("glmm", f"random intercept per {group}, Laplace ML"),
                           ("gee", f"exchangeable within {group}, robust SE"),
-                          ("fixed", f"{group} fixed, cluster-robust SE")) if m in fits) + "."]
+                          ("fixed", f"{group} fixed, cluster-robust SE"),
+                          ("glmm_cc", f"the GLMM refitted on cases with known race "
+                                      f"(complete case)")) if m in fits) + "."]
     if flags:
         notes.append("Fit warnings: " + ", ".join(flags) + "; see tables/adjusted_odds_ratios.csv "
                      "(flag column) and the text below. Estimates of flagged fits need care.")
@@ -103,6 +131,9 @@ def build(study) -> Section:
         bt = stats.block_tests(ev, formula, adj["blocks"] or None, group=group, method=ml,
                                population="positives")
         lr = bt[bt["estimand"] == "likelihood_ratio"].reset_index(drop=True)
+        order = {m: i for i, m in enumerate(models)}
+        lr = lr.assign(_m=lr["model"].map(order)).sort_values("_m", kind="stable").drop(
+            columns="_m").reset_index(drop=True)
         disp_b = pd.DataFrame({
             "model": lr["model"].astype(str), "block": lr["block"].astype(str),
             "terms": lr["terms"].astype(str), "chisq": [text.num(x) for x in lr["statistic"]],
@@ -162,6 +193,22 @@ def build(study) -> Section:
             plot=points_ci(cmp, x="cell", y="estimate", color="kind", facet="model",
                            xlab="", ylab="Sensitivity"),
             data=data, width=7.5, height=min(1.5 + 0.2 * n_cells, 9.0))
+    re_fig = None
+    if "glmm" in fits:
+        re = fits["glmm"].random_effects()
+        sd = re.loc[re["estimand"] == "group_sd", "estimate"]
+        re = re[re["estimand"] == "group_effect"].reset_index(drop=True)
+        if len(re) and (sd > SINGULAR_SD).any():
+            re_fig = ReportFigure(
+                name="adjusted_site_effects", caption=f"Predicted {group} effects (GLMM "
+                f"conditional modes, log-odds of detection) with conditional intervals, per "
+                f"model; 0 is the average {group}.",
+                alt=f"Dot plot of {group} random effects per model.",
+                plot=points_ci(re, x="group_level", y="estimate", facet="model", xlab="",
+                               ylab=f"{group} effect (log-odds)", hline=0.0),
+                data=re[["model", "group_var", "group_level", "estimate", "std_error",
+                         "conf_low", "conf_high", "n", "flag"]],
+                width=7.5, height=min(1.2 + 0.22 * re["group_level"].nunique(), 6.0))
     warn = sorted({w.split(":")[0] for w in glance["warnings"].astype(str) if w}
                   if "warnings" in glance else set())
     rhs = formula.split("~", 1)[1].strip()
@@ -172,11 +219,16 @@ def build(study) -> Section:
              f"demographics, tumour) and {text.md(group)} explain detection. " if blocks_tbl
              else "")
           + "@tbl-adjusted-variance decomposes the variance"
+          + (f", @fig-adjusted-site-effects shows each {text.md(group)}'s effect"
+             if re_fig is not None else
+             (f" (the {text.md(group)} random-intercept SD is estimated at zero for every "
+              f"model: a singular fit, so no {text.md(group)} effects are drawn)"
+              if "glmm" in fits else ""))
           + (" and @fig-adjusted-vs-crude contrasts adjusted with crude sensitivities." if fig
              else ".")
           + (f" Fit diagnostics raised: {text.md(', '.join(warn))} (details in the CSV files); "
              f"such estimates are reported, not hidden." if warn else "")
           + (" Fits that failed and are not shown: " + text.md("; ".join(failed)) + "."
              if failed else ""))
-    sec.add(md, or_table, blocks_tbl, var_tbl, fig)
+    sec.add(md, or_table, blocks_tbl, var_tbl, re_fig, fig)
     return sec
