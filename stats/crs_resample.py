@@ -10,13 +10,27 @@ each seed was drawn) and every seed-mean of the block is one matrix product
 ``W @ auroc.T / S_d``. Replicate blocks are independent (``stats._rng.spawn``), so a Dask
 cluster (``scheduler=``) gives the same numbers as this process.
 
+Regimes are paired: a dataset with the same seeds in both regimes gets one draw per
+replicate shared by the frozen and adapted regimes, so that ``regime_differences()``
+(adapted minus frozen CRS per encoder) is a paired comparison, as the seeds are (a seed
+fixes the split and the probe initialization in both regimes). A dataset whose seeds
+differ between regimes is drawn separately per regime (``paired`` False).
+
+Missing runs: as :func:`stats.crs_scores` on the resampled rows, an encoder's axes in a
+replicate average over the datasets where it has at least one run among the drawn seeds.
+A replicate in which a quantity is still not estimable (NaN, e.g. an encoder with no drawn
+run at all) is left out of that quantity's percentile CI and SD and counted in the extra
+``n_boot_not_estimable`` (flag ``replicates_not_estimable``).
+
 Validated against a loop that resamples the runs table with pandas and calls
-:func:`stats.crs_scores` once per replicate (same seed draws; agreement to 1e-12,
-tests/test_crs_bootstrap.py).
+:func:`stats.crs_scores` once per replicate (same seed draws; agreement to 1e-12 relative
+(1e-13 absolute) on complete, ragged and missing-seed tables, including replicates that
+draw only the seed an encoder lacks; tests/test_crs_bootstrap.py).
 """
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +64,7 @@ class _DatasetArrays:
     full: int                   # cell index of clean, fraction 1
     frac_cells: np.ndarray      # cells of clean, fraction < 1
     cond_cells: np.ndarray      # cells of fraction 1, condition != clean
-    present: np.ndarray         # (E,) encoder has runs in this dataset
+    seed_runs: np.ndarray       # (E, S) 1.0 where the encoder has any run with that seed
 
 
 @dataclass
@@ -70,6 +84,12 @@ def _pack(runs: pd.DataFrame, regime: str, encoders: list[str], panel, anchors, 
     E = len(encoders)
     for ds in dense.datasets:
         sub = runs[runs["dataset"].to_numpy() == ds]
+        # the dataset's seeds, and which encoder has any run (used or not) with each seed:
+        # crs_scores counts an encoder in a dataset when it has any row there
+        seeds = np.sort(pd.unique(sub["seed"]))
+        seed_runs = np.zeros((E, len(seeds)))
+        seed_runs[pd.Index(encoders).get_indexer(sub["encoder"]),
+                  np.searchsorted(seeds, sub["seed"].to_numpy())] = 1.0
         clean = sub["condition"].to_numpy() == "clean"
         full = sub["label_fraction"].to_numpy() == 1.0
         use = clean | full
@@ -80,7 +100,6 @@ def _pack(runs: pd.DataFrame, regime: str, encoders: list[str], panel, anchors, 
                              "sev": sub["severity"].to_numpy()})
         cells = keys.drop_duplicates().sort_values(["kind", "frac", "cond", "sev"]).reset_index(drop=True)
         cell_idx = pd.MultiIndex.from_frame(cells).get_indexer(pd.MultiIndex.from_frame(keys))
-        seeds = np.sort(pd.unique(sub["seed"]))
         s_idx = np.searchsorted(seeds, sub["seed"].to_numpy())
         e_idx = pd.Index(encoders).get_indexer(sub["encoder"])
         C, S = len(cells), len(seeds)
@@ -91,8 +110,7 @@ def _pack(runs: pd.DataFrame, regime: str, encoders: list[str], panel, anchors, 
         ece = np.full((E, S), np.nan)
         at_full = cell_idx == full_cell
         ece[e_idx[at_full], s_idx[at_full]] = sub["ece"].to_numpy(dtype=float)[at_full]
-        present = np.zeros(E, dtype=bool)
-        present[np.unique(e_idx)] = True
+        present = seed_runs.any(1)
         has = ~np.isnan(auc)
         has_e = ~np.isnan(ece)
         complete = bool(has[present].all() and has_e[present].all())
@@ -101,7 +119,7 @@ def _pack(runs: pd.DataFrame, regime: str, encoders: list[str], panel, anchors, 
             auc_mask=None if complete else has.astype(float),
             ece=np.nan_to_num(ece, nan=0.0), ece_mask=None if complete else has_e.astype(float),
             full=full_cell, frac_cells=np.flatnonzero(kind == 0),
-            cond_cells=np.flatnonzero(kind == 2), present=present))
+            cond_cells=np.flatnonzero(kind == 2), seed_runs=seed_runs))
     return dense
 
 
@@ -127,12 +145,18 @@ def _seed_means(W: np.ndarray, values: np.ndarray, mask: np.ndarray | None, n_se
 
 
 def _replicate_axes(dense: _Dense, counts: list[np.ndarray]) -> np.ndarray:
-    """Raw axes (B, E, 4), mean over datasets, for seed-count matrices ``counts[d]`` (B, S_d)."""
+    """Raw axes (B, E, 4), mean over datasets, for seed-count matrices ``counts[d]`` (B, S_d).
+
+    As :func:`stats.crs_scores` on the resampled rows, an encoder's mean runs over the
+    datasets where it has at least one run among the drawn seeds (``present``, per
+    replicate); an encoder with no drawn run anywhere gets NaN (not estimable).
+    """
     B, E, D = counts[0].shape[0], len(dense.encoders), len(dense.arrays)
     per = np.empty((B, E, D, 4))
-    present = np.stack([arr.present for arr in dense.arrays], axis=1)      # (E, D)
+    present = np.empty((B, E, D), dtype=bool)
     for d, arr in enumerate(dense.arrays):      # a handful of datasets, not replicates
         W = counts[d].astype(float)
+        present[:, :, d] = (W @ arr.seed_runs.T) > 0
         m = _seed_means(W, arr.auc, arr.auc_mask, arr.n_seeds)             # (B, E, C)
         disc = m[:, :, arr.full]
         denom = disc - 0.5
@@ -148,9 +172,11 @@ def _replicate_axes(dense: _Dense, counts: list[np.ndarray]) -> np.ndarray:
         per[:, :, d, 1] = _seed_means(W, arr.ece, arr.ece_mask, arr.n_seeds)
         per[:, :, d, 2] = le
         per[:, :, d, 3] = rob
-    # mean over each encoder's datasets; NaN in any of them propagates
-    num = np.where(present[None, :, :, None], per, 0.0).sum(2)
-    return num / present.sum(1)[None, :, None]
+    # mean over each replicate's datasets of the encoder; NaN in any of them propagates
+    num = np.where(present[..., None], per, 0.0).sum(2)
+    n_ds = present.sum(2)[..., None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n_ds > 0, num / n_ds, np.nan)
 
 
 def _replicate_scores(dense: _Dense, counts: list[np.ndarray]) -> np.ndarray:
@@ -180,10 +206,18 @@ def _single_blas_thread():
 
 
 def _run_block(denses: list[_Dense], rng: np.random.Generator, n: int):
-    out = []
+    """One block of ``n`` replicates for every regime. A dataset whose seed labels are the
+    same in several regimes gets one draw shared by those regimes (paired regimes); a
+    dataset whose seeds differ between regimes is drawn separately for each."""
+    out, shared = [], {}
     with _single_blas_thread():
         for dense in denses:           # regimes
-            draws, counts = zip(*(_draw_counts(rng, n, arr.n_seeds) for arr in dense.arrays))
+            for ds, arr in zip(dense.datasets, dense.arrays):
+                key = (ds, tuple(arr.seeds.tolist()))
+                if key not in shared:
+                    shared[key] = _draw_counts(rng, n, arr.n_seeds)
+            draws, counts = zip(*(shared[(ds, tuple(arr.seeds.tolist()))]
+                                  for ds, arr in zip(dense.datasets, dense.arrays)))
             out.append((list(draws), _replicate_scores(dense, list(counts))))
     return out
 
@@ -206,18 +240,48 @@ def _map_blocks(denses, rngs, sizes, scheduler):
 # --------------------------------------------------------------------------- result
 
 
-def _percentiles(x: np.ndarray, conf_level: float) -> tuple[np.ndarray, np.ndarray]:
+def _summary(x: np.ndarray, conf_level: float):
+    """Per column of replicates ``x`` (B, ...): percentile CI, bootstrap SD and the number
+    of non-estimable (NaN) replicates, which are left out of the CI and SD.
+
+    Columns without NaN use ``np.quantile`` (linear interpolation), columns with some NaN
+    ``np.nanquantile`` (the same rule on their finite replicates); all-NaN columns give NaN.
+    """
     alpha = 1.0 - conf_level
-    q = np.quantile(x, [alpha / 2.0, 1.0 - alpha / 2.0], axis=0)
-    return q[0], q[1]
+    probs = [alpha / 2.0, 1.0 - alpha / 2.0]
+    bad = np.isnan(x)
+    n_bad = bad.sum(0)
+    q = np.quantile(x, probs, axis=0)
+    se = x.std(axis=0, ddof=1) if x.shape[0] > 1 else np.full(x.shape[1:], np.nan)
+    cols = np.flatnonzero((n_bad > 0).ravel())
+    if cols.size:
+        flat = x.reshape(x.shape[0], -1)[:, cols]
+        with warnings.catch_warnings():   # all-NaN columns: NaN, without a warning
+            warnings.simplefilter("ignore", RuntimeWarning)
+            qn = np.nanquantile(flat, probs, axis=0)
+            sn = np.nanstd(flat, axis=0, ddof=1)
+        q = q.reshape(2, -1)
+        se = se.reshape(-1)
+        q[:, cols], se[cols] = qn, sn
+        q, se = q.reshape(2, *x.shape[1:]), se.reshape(x.shape[1:])
+    return q[0], q[1], se, n_bad.astype(float)
 
 
 def _boot_p(d: np.ndarray) -> np.ndarray:
     """Two-sided bootstrap p of H0: difference = 0, per column of replicates ``d`` (B, m):
-    ``min(1, 2 min((1 + #{d <= 0}) / (B + 1), (1 + #{d >= 0}) / (B + 1)))``."""
-    B = d.shape[0]
-    return np.minimum(1.0, 2.0 * np.minimum((1 + (d <= 0).sum(0)) / (B + 1),
-                                            (1 + (d >= 0).sum(0)) / (B + 1)))
+    ``min(1, 2 min((1 + #{d <= 0}) / (B + 1), (1 + #{d >= 0}) / (B + 1)))``, with B the
+    column's number of estimable (finite) replicates (NaN when there are none)."""
+    B = (~np.isnan(d)).sum(0)
+    p = np.minimum(1.0, 2.0 * np.minimum((1 + (d <= 0).sum(0)) / (B + 1),
+                                         (1 + (d >= 0).sum(0)) / (B + 1)))
+    return np.where(B > 0, p, np.nan)
+
+
+def _flags(point: np.ndarray, n_bad: np.ndarray) -> np.ndarray:
+    """``not_estimable`` where the point estimate is NaN, ``replicates_not_estimable``
+    where it is finite but some replicates are NaN, else ``""``."""
+    return np.where(np.isnan(point), "not_estimable",
+                    np.where(n_bad > 0, "replicates_not_estimable", ""))
 
 
 def _ranks(crs: np.ndarray) -> np.ndarray:
@@ -235,11 +299,17 @@ class CRSBootstrap:
     point : DataFrame
         :func:`stats.crs_scores` on the full data (anchors used by every replicate).
     replicates : dict regime -> array (n_boot, n_encoders, 12)
-        Every score estimand per replicate, in the order of ``stats.crs.SCORE_ESTIMANDS``.
+        Every score estimand per replicate, in the order of ``stats.crs.SCORE_ESTIMANDS``;
+        NaN where a replicate is not estimable.
     draws : dict regime -> dict dataset -> int array (n_boot, n_seeds)
-        The seed indices drawn (index into ``seeds[regime][dataset]``).
+        The seed indices drawn (index into ``seeds[regime][dataset]``); the same array in
+        every regime where the dataset has the same seeds (paired regimes).
     seeds : dict regime -> dict dataset -> array of seed labels
     encoders : dict regime -> list of encoder names (array order)
+
+    Every table carries extras ``n_boot`` (replicates drawn) and ``n_boot_not_estimable``
+    (replicates left out because the quantity was NaN in them; flag
+    ``replicates_not_estimable`` where that is > 0 and the point estimate is finite).
     """
 
     point: pd.DataFrame
@@ -268,22 +338,25 @@ class CRSBootstrap:
     def scores(self) -> pd.DataFrame:
         """Every estimand of :func:`stats.crs_scores` with paired-seed bootstrap percentile
         CIs (tidy): the point table plus ``std_error`` (bootstrap SD), ``conf_low``,
-        ``conf_high``, ``conf_level``, ``method`` and extra ``n_boot``."""
+        ``conf_high``, ``conf_level``, ``method``, ``flag`` and extras ``n_boot``,
+        ``n_boot_not_estimable`` (NaN replicates, left out of the CI and SD)."""
         rows = []
         for regime, rep in self.replicates.items():
-            lo, hi = _percentiles(rep, self.conf_level)
-            se = rep.std(axis=0, ddof=1)
+            lo, hi, se, n_bad = _summary(rep, self.conf_level)
             E = len(self.encoders[regime])
             rows.append(pd.DataFrame({
                 "regime": regime,
                 "encoder": np.repeat(self.encoders[regime], len(SCORE_ESTIMANDS)),
                 "estimand": np.tile(SCORE_ESTIMANDS, E),
-                "conf_low": lo.ravel(), "conf_high": hi.ravel(), "std_error": se.ravel()}))
+                "conf_low": lo.ravel(), "conf_high": hi.ravel(), "std_error": se.ravel(),
+                "n_boot_not_estimable": n_bad.ravel()}))
         ci = pd.concat(rows, ignore_index=True)
         out = self.point.drop(columns=["conf_low", "conf_high", "std_error"]).merge(
             ci, on=["regime", "encoder", "estimand"], how="left", sort=False)
         out["conf_level"] = self.conf_level
         out["method"] = METHOD
+        out["flag"] = _flags(out["estimate"].to_numpy(dtype=float),
+                             out["n_boot_not_estimable"].to_numpy(dtype=float))
         return tidy(self._extras(out), group_cols=("encoder", "regime"))
 
     def rank_probabilities(self, k: int = 3) -> pd.DataFrame:
@@ -292,30 +365,57 @@ class CRSBootstrap:
         Rows per regime x encoder: ``rank`` (point rank by CRS; CI = percentiles of the
         bootstrap ranks), ``mean_rank``, ``p_rank_1`` (share of replicates ranked first,
         ties sharing the better rank) and ``p_top_k`` (share ranked <= k; extra ``k``).
+
+        Ranks are joint, so a replicate in which any encoder with a finite point CRS has a
+        NaN CRS is left out of every encoder's rank statistics (their number is the extra
+        ``n_boot_not_estimable``); encoders whose point CRS is NaN rank last throughout.
         """
         if int(k) < 1:
             raise ValueError(f"k must be >= 1; got {k}")
         frames = []
         for regime in self.replicates:
-            ranks = _ranks(self._crs(regime))                      # (B, E)
-            point = _ranks(self._point_crs(regime)[None, :])[0]
-            lo, hi = _percentiles(ranks.astype(float), self.conf_level)
+            pt = self._point_crs(regime)
+            crs = np.where(np.isnan(pt)[None, :], np.nan, self._crs(regime))
+            keep = ~np.isnan(crs[:, ~np.isnan(pt)]).any(1)
+            ranks = _ranks(crs[keep]).astype(float)                 # (B kept, E)
+            point = _ranks(pt[None, :])[0]
+            lo, hi, _, _ = _summary(ranks, self.conf_level)
+            with warnings.catch_warnings():   # no replicate kept: NaN shares
+                warnings.simplefilter("ignore", RuntimeWarning)
+                est = {"rank": (point, lo, hi), "mean_rank": (ranks.mean(0), None, None),
+                       "p_rank_1": ((ranks == 1).mean(0), None, None),
+                       "p_top_k": ((ranks <= k).mean(0), None, None)}
             enc = self.encoders[regime]
-            est = {"rank": (point, lo, hi), "mean_rank": (ranks.mean(0), lo * np.nan, hi * np.nan),
-                   "p_rank_1": ((ranks == 1).mean(0), lo * np.nan, hi * np.nan),
-                   "p_top_k": ((ranks <= k).mean(0), lo * np.nan, hi * np.nan)}
             for name, (e, l, h) in est.items():
-                frames.append(pd.DataFrame({"estimand": name, "encoder": enc, "regime": regime,
-                                            "estimate": e.astype(float), "conf_low": l,
-                                            "conf_high": h, "n": float(len(enc))}))
+                frames.append(pd.DataFrame({
+                    "estimand": name, "encoder": enc, "regime": regime,
+                    "estimate": e.astype(float), "conf_low": np.nan if l is None else l,
+                    "conf_high": np.nan if h is None else h, "n": float(len(enc)),
+                    "n_boot_not_estimable": float((~keep).sum())}))
         out = pd.concat(frames, ignore_index=True)
         out["conf_level"] = np.where(out["estimand"] == "rank", self.conf_level, np.nan)
         out["method"] = METHOD
+        out["flag"] = np.where(out["n_boot_not_estimable"] > 0, "replicates_not_estimable", "")
         out["k"] = float(k)
         order = {n: i for i, n in enumerate(("rank", "mean_rank", "p_rank_1", "p_top_k"))}
         out = out.sort_values(["regime", "encoder", "estimand"],
                               key=lambda s: s.map(order) if s.name == "estimand" else s, kind="stable")
         return tidy(self._extras(out), group_cols=("encoder", "regime"))
+
+    def _difference_frame(self, d: np.ndarray, estimate: np.ndarray, **cols) -> pd.DataFrame:
+        """Tidy rows for replicate differences ``d`` (B, m): percentile CI, bootstrap SD and
+        p-value over the estimable replicates."""
+        lo, hi, se, n_bad = _summary(d, self.conf_level)
+        return pd.DataFrame({**cols, "estimate": estimate, "std_error": se, "conf_low": lo,
+                             "conf_high": hi, "p_value": _boot_p(d),
+                             "n_boot_not_estimable": n_bad,
+                             "flag": _flags(estimate, n_bad)})
+
+    def _finish(self, frames: list[pd.DataFrame], group_cols: tuple[str, ...]) -> pd.DataFrame:
+        out = pd.concat(frames, ignore_index=True)
+        out["conf_level"] = self.conf_level
+        out["method"] = METHOD
+        return tidy(self._extras(out), group_cols=group_cols)
 
     def differences(self) -> pd.DataFrame:
         """Every pairwise CRS difference ``crs(encoder) - crs(comparator)`` (tidy).
@@ -323,7 +423,8 @@ class CRSBootstrap:
         Pairs are ordered by point CRS (``encoder`` ranks above ``comparator``). Columns:
         ``estimate`` (point difference), percentile CI, ``std_error`` (bootstrap SD),
         ``p_value`` (two-sided bootstrap p, ``min(1, 2 min((1 + #{d* <= 0}) / (B + 1),
-        (1 + #{d* >= 0}) / (B + 1)))``), ``p_adjusted`` (Holm over the regime's pairs).
+        (1 + #{d* >= 0}) / (B + 1)))`` over the B estimable replicates), ``p_adjusted``
+        (Holm over the regime's pairs with a p-value).
         """
         from statsmodels.stats.multitest import multipletests
 
@@ -333,19 +434,17 @@ class CRSBootstrap:
             order = np.argsort(-np.where(np.isnan(point), -np.inf, point), kind="stable")
             i, j = np.triu_indices(len(order), k=1)
             i, j = order[i], order[j]
-            d = crs[:, i] - crs[:, j]                               # (B, pairs)
-            lo, hi = _percentiles(d, self.conf_level)
-            p = _boot_p(d)
             enc = np.asarray(self.encoders[regime], dtype=object)
-            frames.append(pd.DataFrame({
-                "estimand": "crs_difference", "encoder": enc[i], "comparator": enc[j],
-                "regime": regime, "estimate": point[i] - point[j], "std_error": d.std(0, ddof=1),
-                "conf_low": lo, "conf_high": hi, "p_value": p,
-                "p_adjusted": multipletests(p, method="holm")[1] if len(p) else p}))
-        out = pd.concat(frames, ignore_index=True)
-        out["conf_level"] = self.conf_level
-        out["method"] = METHOD
-        return tidy(self._extras(out), group_cols=("encoder", "comparator", "regime"))
+            f = self._difference_frame(crs[:, i] - crs[:, j], point[i] - point[j],
+                                       estimand="crs_difference", encoder=enc[i],
+                                       comparator=enc[j], regime=regime)
+            p = f["p_value"].to_numpy()
+            ok = ~np.isnan(p)
+            f["p_adjusted"] = np.nan
+            if ok.any():
+                f.loc[ok, "p_adjusted"] = multipletests(p[ok], method="holm")[1]
+            frames.append(f)
+        return self._finish(frames, ("encoder", "comparator", "regime"))
 
     def leading_tier(self) -> pd.DataFrame:
         """The leading tier: the best encoder (highest point CRS) and every encoder whose
@@ -354,26 +453,48 @@ class CRSBootstrap:
 
         Rows per regime x encoder: ``estimand`` "difference_from_best", ``estimate``
         ``crs(encoder) - crs(best)`` (<= 0) with CI and bootstrap p; extras ``best`` and
-        ``in_leading_tier`` (bool).
+        ``in_leading_tier`` (bool; False where the difference is not estimable).
         """
         frames = []
         for regime in self.replicates:
             crs, point = self._crs(regime), self._point_crs(regime)
             b = int(np.nanargmax(point))
-            d = crs - crs[:, [b]]
-            lo, hi = _percentiles(d, self.conf_level)
-            p = _boot_p(d)
-            p[b] = 1.0
             enc = self.encoders[regime]
-            frames.append(pd.DataFrame({
-                "estimand": "difference_from_best", "encoder": enc, "regime": regime,
-                "estimate": point - point[b], "std_error": d.std(0, ddof=1), "conf_low": lo,
-                "conf_high": hi, "p_value": p, "best": enc[b],
-                "in_leading_tier": (hi >= 0) & (lo <= 0)}))
-        out = pd.concat(frames, ignore_index=True)
-        out["conf_level"] = self.conf_level
-        out["method"] = METHOD
-        return tidy(self._extras(out), group_cols=("encoder", "regime"))
+            f = self._difference_frame(crs - crs[:, [b]], point - point[b],
+                                       estimand="difference_from_best", encoder=enc,
+                                       regime=regime)
+            f.loc[b, "p_value"] = 1.0
+            f["best"] = enc[b]
+            f["in_leading_tier"] = ((f["conf_high"] >= 0) & (f["conf_low"] <= 0)).to_numpy()
+            frames.append(f)
+        return self._finish(frames, ("encoder", "regime"))
+
+    def regime_differences(self, regime: str = "adapted", baseline: str = "frozen") -> pd.DataFrame:
+        """Per encoder, ``crs(regime) - crs(baseline)`` with a percentile CI (tidy).
+
+        Paired when every dataset has the same seeds in both regimes (then both regimes
+        use the same seed draws; extra ``paired`` True), else the regimes were drawn
+        independently for the datasets whose seeds differ (``paired`` False). Rows for the
+        encoders scored in both regimes; columns as :meth:`differences` (no Holm), extras
+        ``baseline``.
+        """
+        for r in (regime, baseline):
+            if r not in self.replicates:
+                raise ValueError(f"regime {r!r} has no runs; regimes are {sorted(self.replicates)}")
+        both = [e for e in self.encoders[regime] if e in set(self.encoders[baseline])]
+        ia = pd.Index(self.encoders[regime]).get_indexer(both)
+        ib = pd.Index(self.encoders[baseline]).get_indexer(both)
+        da, db = self.draws[regime], self.draws[baseline]
+        paired = set(da) == set(db) and all(da[ds] is db[ds] or np.array_equal(da[ds], db[ds])
+                                            and np.array_equal(self.seeds[regime][ds],
+                                                               self.seeds[baseline][ds])
+                                            for ds in da)
+        f = self._difference_frame(self._crs(regime)[:, ia] - self._crs(baseline)[:, ib],
+                                   self._point_crs(regime)[ia] - self._point_crs(baseline)[ib],
+                                   estimand="crs_regime_difference", encoder=both, regime=regime)
+        f["baseline"] = baseline
+        f["paired"] = paired
+        return self._finish([f], ("encoder", "regime"))
 
 
 # --------------------------------------------------------------------------- entry point
@@ -404,15 +525,18 @@ def crs_bootstrap(runs, reference, *, n_boot: int = 10_000, seed=None, conf_leve
     Returns
     -------
     CRSBootstrap
-        ``.scores()``, ``.rank_probabilities(k)``, ``.differences()``, ``.leading_tier()``
-        (all tidy), plus the raw ``replicates`` and seed ``draws``.
+        ``.scores()``, ``.rank_probabilities(k)``, ``.differences()``, ``.leading_tier()``,
+        ``.regime_differences()`` (all tidy), plus the raw ``replicates`` and seed ``draws``.
 
     Notes
     -----
     Per replicate and dataset ``d``, seed indices ``i_1..i_{S_d}`` are drawn uniformly with
     replacement from the dataset's seeds and shared by all encoders, label fractions and
-    conditions; each cell's seed-mean becomes the mean over the drawn seeds (with
-    multiplicity), and the axes and scores follow the formulas of :mod:`stats.crs`.
+    conditions (and by both regimes where the dataset has the same seeds in each); each
+    cell's seed-mean becomes the mean over the drawn seeds (with multiplicity), and the
+    axes and scores follow the formulas of :mod:`stats.crs`, over the datasets where the
+    encoder has a drawn run. NaN (not estimable) replicates are left out of the CIs and
+    counted (``n_boot_not_estimable``).
     """
     n_boot = int(n_boot)
     if n_boot < 2:

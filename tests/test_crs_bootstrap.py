@@ -26,7 +26,8 @@ def slow_replicate(runs: pd.DataFrame, res, b: int, regime: str) -> pd.DataFrame
                for a in crs.AXES}
     ref = {"panel": PANEL, "anchors": anchors}
     out = stats.crs_scores(pd.concat(parts, ignore_index=True), ref)
-    return out.set_index(["encoder", "estimand"])["estimate"].unstack()[list(crs.SCORE_ESTIMANDS)]
+    wide = out.set_index(["encoder", "estimand"])["estimate"].unstack()[list(crs.SCORE_ESTIMANDS)]
+    return wide.reindex(res.encoders[regime])   # an encoder without drawn runs: NaN row
 
 
 PANEL = ["enc_01", "enc_02", "enc_03"]
@@ -158,3 +159,109 @@ def test_dask_scheduler_gives_identical_results(runs):
         remote = crs_bootstrap(runs, {"panel": PANEL}, n_boot=2500, seed=9, scheduler=client)
     for regime in local.replicates:
         np.testing.assert_array_equal(local.replicates[regime], remote.replicates[regime])
+
+
+# --------------------------------------------------------------------------- missing seeds
+
+
+def _missing_seeds(runs):
+    """Frozen runs where enc_04 lacks seed 0 in dataset_A and enc_06 has runs only with
+    seed 1 of dataset_B (nowhere else)."""
+    r = runs[runs["regime"] == "frozen"]
+    gone = ((r["encoder"] == "enc_04") & (r["dataset"] == "dataset_A") & (r["seed"] == 0))
+    gone |= (r["encoder"] == "enc_06") & ((r["dataset"] == "dataset_A") | (r["seed"] != 1))
+    return r[~gone.to_numpy()].reset_index(drop=True)
+
+
+def test_missing_seed_replicates_equal_crs_scores_loop(runs, monkeypatch):
+    """A replicate that draws only the seed an encoder lacks in one dataset scores that
+    encoder on its other datasets, as crs_scores on the resampled rows does (it was NaN)."""
+    from stats import crs_resample
+
+    draw = crs_resample._draw_counts
+
+    def deliberate(rng, n, n_seeds):
+        """Random draws, except replicate 0 draws only seed index 0 and replicate 1 only
+        the last seed (in every dataset)."""
+        idx, _ = draw(rng, n, n_seeds)
+        idx[0], idx[1] = 0, n_seeds - 1
+        counts = np.stack([np.bincount(i, minlength=n_seeds) for i in idx])
+        return idx, counts
+
+    monkeypatch.setattr(crs_resample, "_draw_counts", deliberate)
+    data = _missing_seeds(runs)
+    res = crs_bootstrap(data, {"panel": PANEL}, n_boot=40, seed=5)
+    draws_a = res.draws["frozen"]["dataset_A"]
+    only_missing = np.flatnonzero((draws_a == 0).all(1))     # drew seed 0 three times
+    assert 0 in only_missing
+    e4, e6 = res.encoders["frozen"].index("enc_04"), res.encoders["frozen"].index("enc_06")
+    for b in range(40):
+        want = slow_replicate(data, res, b, "frozen")
+        np.testing.assert_allclose(res.replicates["frozen"][b], want.to_numpy(), rtol=1e-12,
+                                   atol=1e-13, equal_nan=True)
+    rep = res.replicates["frozen"]
+    assert np.isfinite(rep[only_missing, e4]).all()
+    # enc_06 is not estimable exactly where seed 1 of dataset_B was not drawn
+    no_seed1 = ~(res.draws["frozen"]["dataset_B"] == 1).any(1)
+    assert 0 < no_seed1.sum() < 40
+    np.testing.assert_array_equal(np.isnan(rep[:, e6, :]).all(1), no_seed1)
+    assert np.isfinite(np.delete(rep, e6, axis=1)).all()
+
+
+def test_not_estimable_replicates_are_left_out_and_counted(runs):
+    data = _missing_seeds(runs)
+    res = crs_bootstrap(data, {"panel": PANEL}, n_boot=300, seed=2)
+    k = crs.SCORE_ESTIMANDS.index("crs")
+    crs_rep = res.replicates["frozen"][:, :, k]
+    e6 = res.encoders["frozen"].index("enc_06")
+    n_nan = int(np.isnan(crs_rep[:, e6]).sum())
+    assert 0 < n_nan < 300
+    sc = res.scores()
+    check_tidy(sc)
+    row = sc[(sc["encoder"] == "enc_06") & (sc["estimand"] == "crs")].iloc[0]
+    finite = crs_rep[~np.isnan(crs_rep[:, e6]), e6]
+    assert row["conf_low"] == pytest.approx(np.quantile(finite, 0.025), abs=1e-15)
+    assert row["conf_high"] == pytest.approx(np.quantile(finite, 0.975), abs=1e-15)
+    assert row["std_error"] == pytest.approx(finite.std(ddof=1), abs=1e-15)
+    assert row["n_boot_not_estimable"] == n_nan and row["flag"] == "replicates_not_estimable"
+    others = sc[sc["encoder"] != "enc_06"]
+    assert (others["n_boot_not_estimable"] == 0).all() and (others["flag"] == "").all()
+    assert np.isfinite(sc["conf_low"]).all()
+    # ranks: replicates where enc_06 is NaN are left out, not counted as ranked last
+    rp = res.rank_probabilities(k=2)
+    keep = ~np.isnan(crs_rep).any(1)
+    ranks = 1 + (crs_rep[keep][:, None, :] > crs_rep[keep][:, :, None]).sum(-1)
+    got = rp[rp["estimand"] == "mean_rank"].set_index("encoder")["estimate"]
+    np.testing.assert_allclose(got[res.encoders["frozen"]], ranks.mean(0), atol=1e-14)
+    assert (rp["n_boot_not_estimable"] == n_nan).all()
+    assert rp[rp["estimand"] == "p_rank_1"]["estimate"].sum() == pytest.approx(1.0)
+    diff = res.differences()
+    d6 = diff[(diff["encoder"] == "enc_06") | (diff["comparator"] == "enc_06")]
+    assert (d6["n_boot_not_estimable"] == n_nan).all() and np.isfinite(d6["p_value"]).all()
+    assert np.isfinite(res.leading_tier()["conf_low"]).all()
+
+
+# --------------------------------------------------------------------------- paired regimes
+
+
+def test_regimes_share_seed_draws(runs):
+    res = crs_bootstrap(runs, {"panel": PANEL}, n_boot=300, seed=8)
+    for ds in ("dataset_A", "dataset_B"):
+        np.testing.assert_array_equal(res.draws["frozen"][ds], res.draws["adapted"][ds])
+    rd = res.regime_differences()
+    check_tidy(rd)
+    assert rd["paired"].all() and len(rd) == 6
+    k = crs.SCORE_ESTIMANDS.index("crs")
+    d = res.replicates["adapted"][:, :, k] - res.replicates["frozen"][:, :, k]
+    np.testing.assert_allclose(rd["std_error"], d.std(0, ddof=1), atol=1e-15)
+    np.testing.assert_allclose(rd["conf_low"], np.quantile(d, 0.025, axis=0), atol=1e-15)
+    pt = res.point[res.point["estimand"] == "crs"].set_index(["regime", "encoder"])["estimate"]
+    np.testing.assert_allclose(rd["estimate"], pt["adapted"] - pt["frozen"], atol=1e-15)
+    # a dataset whose seeds differ between regimes is drawn separately; the other stays shared
+    drop = (runs["regime"] == "adapted") & (runs["dataset"] == "dataset_B") & (runs["seed"] == 2)
+    res2 = crs_bootstrap(runs[~drop.to_numpy()], {"panel": PANEL}, n_boot=300, seed=8)
+    np.testing.assert_array_equal(res2.draws["frozen"]["dataset_A"], res2.draws["adapted"]["dataset_A"])
+    assert res2.draws["adapted"]["dataset_B"].max() == 1
+    assert not res2.regime_differences()["paired"].any()
+    with pytest.raises(ValueError, match="regime 'tuned'"):
+        res.regime_differences("tuned")
