@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.optimize import brentq, minimize_scalar
+from scipy.special import expit
 from sklearn.calibration import calibration_curve
 from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 from statsmodels.stats.proportion import proportion_confint
@@ -20,17 +22,37 @@ def overconfident(n, *, true_temp=2.5, seed=0):
     return z, y
 
 
-def sklearn_ece(y, p, n_bins, strategy):
-    """Independent ECE: sklearn's per-bin means times bin counts from numpy.histogram."""
-    prob_true, prob_pred = calibration_curve(y, p, n_bins=n_bins, strategy=strategy)
+def sklearn_edges(p, n_bins, strategy):
     if strategy == "uniform":
-        edges = np.linspace(0, 1, n_bins + 1)
-    else:
-        edges = np.percentile(p, np.linspace(0, 100, n_bins + 1))
-    idx = np.searchsorted(edges[1:-1], p, side="right")
-    counts = np.bincount(idx, minlength=n_bins)
+        return np.linspace(0, 1, n_bins + 1)
+    return np.percentile(p, np.linspace(0, 1, n_bins + 1) * 100)   # as calibration_curve
+
+
+def sklearn_ece(y, p, n_bins, strategy):
+    """Independent ECE: sklearn's per-bin means times bin counts from a loop over the
+    right-closed bins [e0, e1], (e1, e2], ... (an edge value in the lower bin)."""
+    prob_true, prob_pred = calibration_curve(y, p, n_bins=n_bins, strategy=strategy)
+    e = sklearn_edges(p, n_bins, strategy)
+    counts = np.array([np.sum(((p > e[b]) | (b == 0)) & ((p <= e[b + 1]) | (b == n_bins - 1)))
+                       for b in range(n_bins)])
     counts = counts[counts > 0]
+    assert counts.sum() == len(p) and len(counts) == len(prob_true)
     return float(np.sum(counts / len(p) * np.abs(prob_true - prob_pred)))
+
+
+def edge_data(kind, seed=0):
+    """Probabilities and outcomes; all but "beta" put many values exactly on bin edges."""
+    rng = np.random.default_rng(seed)
+    if kind == "beta":
+        p = rng.beta(2, 3, 3000)
+    elif kind == "odd_n":          # n = 3001: every quantile edge is a data point
+        p = rng.uniform(size=3001)
+    elif kind == "rounded":        # multiples of 0.1: on uniform edges, repeated quantile edges
+        p = np.round(rng.uniform(size=3000), 1)
+    else:                          # few distinct values: repeated quantile edges, empty bins
+        p = rng.choice([0.05, 0.2, 0.2, 0.5, 0.8, 0.8, 0.8], size=2000)
+    y = (rng.random(len(p)) < p ** 1.3).astype(int)
+    return y, p
 
 
 def test_ece_hand_example():
@@ -40,20 +62,31 @@ def test_ece_hand_example():
     # bin 1: |0.5 - 0.15| * 2/4 = 0.175; bin 2: |1 - 0.85| * 2/4 = 0.075
     assert cal.ece(y, p, n_bins=2) == pytest.approx(0.25, abs=1e-15)
     assert cal.mce(y, p, n_bins=2) == pytest.approx(0.35, abs=1e-15)
-    # an edge value goes to the upper bin; 1.0 to the last bin
-    assert cal.ece([1, 1], [0.5, 1.0], n_bins=2) == pytest.approx(0.25)
+    # an edge value goes to the lower bin (as sklearn): 0.5 alone in [0, .5], 0.7 in (.5, 1]
+    # -> (|0 - .5| + |1 - .7|) / 2 = 0.4 (the upper-bin rule would give |1 - 1.2| / 2 = 0.1)
+    assert cal.ece([0, 1], [0.5, 0.7], n_bins=2) == pytest.approx(0.4, abs=1e-15)
+    assert cal.ece([1, 1], [0.0, 1.0], n_bins=2) == pytest.approx(0.5, abs=1e-15)  # 0, 1 inside
     # perfectly calibrated bins give 0
     assert cal.ece([0, 1, 0, 1], [0.5, 0.5, 0.5, 0.5], n_bins=15) == 0.0
 
 
+@pytest.mark.parametrize("kind", ["beta", "odd_n", "rounded", "few_values"])
 @pytest.mark.parametrize("strategy", ["uniform", "quantile"])
-@pytest.mark.parametrize("n_bins", [5, 15])
-def test_ece_matches_sklearn_recomputation(strategy, n_bins):
-    rng = np.random.default_rng(n_bins)
-    p = rng.beta(2, 3, 3000)
-    y = (rng.random(3000) < p ** 1.3).astype(int)
+@pytest.mark.parametrize("n_bins", [5, 10, 15])
+def test_ece_matches_sklearn_recomputation(kind, strategy, n_bins):
+    y, p = edge_data(kind, seed=n_bins)
+    edges = sklearn_edges(p, n_bins, strategy)
+    on_edge = np.isin(p, edges[1:-1]).sum()
+    if kind != "beta" and (strategy, kind) != ("uniform", "odd_n"):
+        assert on_edge > 0                     # the tie rule is exercised
     assert cal.ece(y, p, n_bins=n_bins, strategy=strategy) == pytest.approx(
         sklearn_ece(y, p, n_bins, strategy), abs=1e-12)
+    # the reliability table has sklearn's bins: its non-empty rows are calibration_curve's
+    tab = cal.reliability_table(y, p, n_bins=n_bins, strategy=strategy)
+    prob_true, prob_pred = calibration_curve(y, p, n_bins=n_bins, strategy=strategy)
+    full = tab[tab["n"] > 0]
+    np.testing.assert_allclose(full["estimate"], prob_true, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(full["mean_confidence"], prob_pred, rtol=0, atol=1e-12)
 
 
 def test_top_label_multiclass_by_hand():
@@ -65,7 +98,7 @@ def test_top_label_multiclass_by_hand():
     total = 0.0
     for b in range(15):  # slow, obvious loop over bins
         lo, hi = b / 15, (b + 1) / 15
-        in_bin = (conf >= lo) & ((conf < hi) if b < 14 else (conf <= hi))
+        in_bin = ((conf > lo) if b > 0 else (conf >= lo)) & (conf <= hi)
         if in_bin.any():
             total += in_bin.mean() * abs((pred[in_bin] == y[in_bin]).mean() - conf[in_bin].mean())
     assert cal.ece(y, p) == pytest.approx(total, abs=1e-12)
@@ -145,6 +178,50 @@ def test_temperature_scaling_lowers_held_out_nll_and_keeps_auroc():
     fit_p = cal.temperature_scale(1 / (1 + np.exp(-z_cal)), y_cal)
     assert fit_p.kind == "probs" and fit_p.temperature == pytest.approx(fit.temperature, rel=1e-6)
     check_tidy(fit.tidy())
+
+
+def derivative_root_temperature(z, y):
+    """T from the root of d NLL / d beta (written out here; brentq, tight)."""
+    if z.ndim == 1:
+        def d(b):
+            return np.mean(z * expit(b * z) - y * z)
+    else:
+        def d(b):
+            e = np.exp(b * z - (b * z).max(1, keepdims=True))
+            return np.mean((e * z).sum(1) / e.sum(1) - z[np.arange(len(y)), y])
+    return 1.0 / brentq(d, 1e-3, 1e3, xtol=1e-15, rtol=1e-15)
+
+
+def value_search_temperature(z, y):
+    """T from a bounded search on the NLL's value (sklearn log_loss), as tight as the
+    NLL's flatness allows (~1e-8)."""
+    def f(log_t):
+        s = z / np.exp(log_t)
+        p = 1 / (1 + np.exp(-s)) if z.ndim == 1 else np.exp(s) / np.exp(s).sum(1, keepdims=True)
+        return log_loss(y, p, labels=np.arange(2 if z.ndim == 1 else z.shape[1]))
+    return float(np.exp(minimize_scalar(f, bounds=(-3, 3), method="bounded",
+                                        options={"xatol": 1e-12}).x))
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_temperature_is_the_exact_nll_minimum(seed):
+    z, y = overconfident(3000, true_temp=2.5, seed=seed)
+    fit = cal.temperature_scale(z, y)
+    assert fit.converged
+    assert fit.temperature == pytest.approx(derivative_root_temperature(z, y), rel=1e-10)
+    assert fit.temperature == pytest.approx(value_search_temperature(z, y), rel=1e-7)
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0, 1.5, size=(1500, 3))
+    yk = (logits / 2 + rng.gumbel(size=logits.shape)).argmax(1)   # true temperature 2
+    fit = cal.temperature_scale(logits, yk, kind="logits")
+    assert fit.temperature == pytest.approx(derivative_root_temperature(logits, yk), rel=1e-10)
+    assert fit.temperature == pytest.approx(value_search_temperature(logits, yk), rel=1e-7)
+
+
+def test_temperature_at_a_bound_is_not_converged():
+    fit = cal.temperature_scale(np.array([-2.0, -1.0, 1.0, 2.0]), np.array([0, 0, 1, 1]))
+    assert not fit.converged and fit.temperature < 1e-4      # separable: T -> 0
+    assert fit.tidy()["flag"].item() == "not_converged"
 
 
 def test_temperature_scaling_multiclass_keeps_predictions():
