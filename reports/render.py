@@ -184,12 +184,16 @@ def _quarto(folder: Path) -> None:
 
 
 def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = True,
-                  formats: tuple[str, ...] = ("html", "pdf"), only=None) -> RenderResult:
+                  formats: tuple[str, ...] = ("html", "pdf"), only=None,
+                  draw: bool = True) -> RenderResult:
     """Load the study of ``plan``, build every applicable section and write ``out``.
 
-    ``formats`` selects the rendered documents (``html``, ``pdf``); the .qmd, tables,
-    figures and manifest are always written. ``only`` restricts the sections (keys).
+    ``formats`` selects the rendered documents (``html``, ``pdf``); the .qmd, tables and
+    manifest are always written. ``only`` restricts the sections (keys). ``draw=False``
+    skips drawing the figure images (their tables are still written; for tests).
     """
+    if not draw and formats:
+        raise ValueError("draw=False writes no figure images, so it needs formats=()")
     from clinrel.cli._common import atomic_dir, progress
 
     t0 = time.perf_counter()
@@ -217,7 +221,8 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
             for f in figures:
                 f.data.to_csv(tmp / "tables" / f"fig_{f.name}.csv", index=False,
                               lineterminator="\n")
-                f.save(tmp / "figures")
+                if draw:
+                    f.save(tmp / "figures")
                 advance()
         timings["tables_figures"] = round(time.perf_counter() - t1, 3)
         qmd = render_markdown(study, sections, "quarto")

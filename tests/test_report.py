@@ -189,7 +189,7 @@ def test_deterministic_qmd_and_tables(demo, tmp_path):
     out, _ = demo
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        render_report(DEMO / "plan.yaml", tmp_path / "again", formats=())
+        render_report(DEMO / "plan.yaml", tmp_path / "again", formats=(), draw=False)
     again = tmp_path / "again"
     assert (again / "appendix.qmd").read_bytes() == (out / "appendix.qmd").read_bytes()
     names = sorted(p.name for p in (out / "tables").glob("*.csv"))
@@ -212,7 +212,7 @@ def test_a_plan_may_leave_out_the_detection_half(tmp_path):
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = render_report(tmp_path / "plan.yaml", tmp_path / "out", formats=())
+        res = render_report(tmp_path / "plan.yaml", tmp_path / "out", formats=(), draw=False)
     assert [s.key for s in res.sections] == ["methods", "crs", "checklist"]
     qmd = (tmp_path / "out" / "appendix.qmd").read_text()
     assert "Flow of cases" not in qmd and "Clinical Reliability Score" in qmd
@@ -276,7 +276,7 @@ def test_other_study_shapes_render(tmp_path, variant):
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = render_report(tmp_path / "plan.yaml", tmp_path / "out", formats=(),
+        res = render_report(tmp_path / "plan.yaml", tmp_path / "out", formats=(), draw=False,
                             only=("methods", "flow", "twobytwo", "overall", "subgroups",
                                   "failure_map", "threshold", "comparisons", "calibration"))
     keys = {s.key for s in res.sections}
@@ -313,7 +313,8 @@ def test_metadata_provenance_section(tmp_path):
     plan_path.write_text(yaml.safe_dump(raw))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = render_report(plan_path, tmp_path / "out", only=("provenance",), formats=())
+        res = render_report(plan_path, tmp_path / "out", only=("provenance",), formats=(),
+                            draw=False)
     assert [s.key for s in res.sections] == ["provenance"]
     ag = pd.read_csv(tmp_path / "out" / "tables" / "metadata_agreement.csv")
     row = ag.iloc[0]
