@@ -333,3 +333,38 @@ def test_block_tests_repeated_index_labels(cohort, model):
     # one term per block and one SD for the group, also when the models are pooled
     assert (lr.df == 1).all() and (lr.statistic > 0).all()
     assert set(lr.index.get_level_values("block")) == {"sex", "site"}
+
+
+def test_r2_only_where_defined(cohort):
+    """Latent-scale R2 for GLMM and plain logistic fits; NaN for site-fixed and GEE fits."""
+    d = cohort.data
+    kw = dict(threshold=50, model="model_A")
+    glmm = fit_adjusted(d, "~ phase + sex", **kw).glance().iloc[0]
+    assert 0 < glmm.r2_marginal < glmm.r2_conditional < 1
+    glm = fit_adjusted(d, "~ phase + sex", method="fixed", group=None, **kw).glance().iloc[0]
+    assert 0 < glm.r2_marginal == glm.r2_conditional < 1
+    for method in ("fixed", "gee"):
+        g = fit_adjusted(d, "~ phase + sex", method=method, **kw).glance().iloc[0]
+        assert np.isnan(g.r2_marginal) and np.isnan(g.r2_conditional), method
+
+
+def test_conditional_modes_from_a_cold_start():
+    """Regression: plain Newton from u = 0 cycled (u = 0 <-> 3) for some groups of four
+    0/1 outcomes at a large SD (ohio at theta = 2.34), leaving score residuals of 6.7; the
+    safeguarded Newton reaches the modes (score 0) and the exact Laplace value."""
+    rng = np.random.default_rng(5)
+    G, k = 400, 4
+    g = np.repeat(np.arange(G), k)
+    x = np.tile([-2.0, -1.0, 0.0, 1.0], G)
+    X = np.column_stack([np.ones(G * k), x])
+    y = (rng.random(G * k) < expit(-1.9 - 0.1 * x + rng.normal(0, 2.3, G)[g])).astype(float)
+    obj = LaplaceObjective(X, y, np.ones_like(y), g, G, nagq=1)
+    theta, beta = 2.34, np.array([-3.37, -0.18])
+    u, p = obj.modes(X @ beta, theta, u0=np.zeros(G))
+    score = theta * np.bincount(g, y - p) - u
+    assert np.max(np.abs(score)) < 1e-8
+    dev = obj.value_grad(np.array([theta, *beta]))[0]
+    H = 1 + theta ** 2 * np.bincount(g, p * (1 - p))
+    eta = X @ beta + theta * u[g]
+    exact = np.sum(y * eta - np.logaddexp(0, eta)) - u @ u / 2 - np.log(H).sum() / 2
+    assert -dev / 2 == pytest.approx(exact, abs=1e-8)

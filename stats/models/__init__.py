@@ -9,15 +9,30 @@ adaptive Gauss-Hermite ML), ``gee`` (geepack's exchangeable GEE, sandwich and
 Mancl-DeRouen SEs), ``fixed`` (IRLS logistic, cluster-robust SEs), ``fit`` (the Fit
 object and its tidy tables); adjusted means live in ``stats.adjust``.
 
-Validated against R (tests/r/models_glmer.R -> tests/r/models_glmer.csv; measured):
-lme4 1.1-31 ``glmer`` on simulator data, Laplace and nAGQ = 10: fixed effects within
-5e-4 relative (1.3e-3 on a term of -0.15, i.e. 2e-4 absolute, inside lme4's own optimiser
-tolerance; our log-likelihood is never below lme4's), SEs 6e-3, site SD 5e-4,
-log-likelihood 1e-4; on ``cbpp`` nAGQ = 10 to 1e-5 (Laplace SEs 1.3%, see
-tests/test_models_fit.py::test_cbpp_laplace); at 85,034 positives estimates 3e-6, SEs
-3e-3. geepack ``geeglm``: estimates 4e-5, SEs 4e-6, alpha and scale 1e-5. ``glm`` +
-``sandwich::vcovCL(type = "HC1")``: 1e-8. ``anova`` LRTs: 2e-4 absolute. emmeans: 1e-15 on
-the same coefficients.
+Validated against R (tests/r/models_glmer.R -> tests/r/models_glmer.csv; tests in
+tests/test_models_fit.py), on simulator data (positives and negatives), lme4::cbpp,
+geepack::ohio and lme4::VerbAgg. Each R fit is run twice: at R's default controls and
+converged (glmer ``glmerControl(tolPwrss = 1e-12, optimizer = "bobyqa", optCtrl =
+list(rhoend = 1e-10))``, glm ``epsilon = 1e-14``, geeglm ``epsilon = 1e-12``). Largest
+gaps measured, vs converged R | vs default R:
+
+* lme4 1.1-31 ``glmer``, Laplace and nAGQ = 10: fixed effects 3.1e-5 relative and
+  7.6e-5 SE | 1.3e-3 relative (a term of -0.15) and 1.0e-2 SE; SEs 2.2e-4 | 1.3e-2
+  (cbpp Laplace: default lme4's PIRLS tolerance 1e-7 makes the deviance it
+  differentiates noisy); group SD 8.6e-6 | 4.4e-4, its SE 1.7e-4 | 1.04e-2 (VerbAgg);
+  log-likelihood: ours minus R's in [-8e-9, 3.4e-5] | [-1.3e-4, 5.8e-3] (default lme4
+  is above ours by 1.3e-4 on ohio nAGQ = 10, below ours by up to 5.8e-3 elsewhere). The
+  one converged gap is ohio Laplace, where lme4's Laplace deviance itself is 6.7e-5 above
+  the exact one (ours; checked by an independent computation in test_ohio).
+* geepack 1.3.9 ``geeglm`` (exchangeable): estimates, SEs, alpha and scale 1.1e-10 |
+  4.2e-5 (geepack's default epsilon = 1e-4 stops early).
+* ``glm`` + ``sandwich::vcovCL(type = "HC1")``: estimates 4e-14, SEs 7e-9 | 4.5e-8 (the
+  default glm epsilon = 1e-8 can leave SEs ~3e-5 off on other data).
+* ``anova`` LRT statistics: 5e-7 | 1.2e-2 absolute; latent R2 1.3e-7 relative.
+* emmeans 1.8.4: 1e-8 on the same coefficients and covariance; from our fits 2.9e-6 |
+  4.1e-4 (glmer) and 6e-15 | 3e-9 (site-fixed glm, cluster-robust covariance).
+At 85,034 positives (bench/bench_glmm.py --with-r, default lme4) estimates agree to 3e-6,
+SEs to 3e-3.
 """
 from __future__ import annotations
 
@@ -108,7 +123,13 @@ def fit_adjusted(cases: pd.DataFrame, formula: str, *, group: str | None = "site
     -----
     Validated against R: lme4 1.1-31 ``glmer`` (Laplace, nAGQ = 10), geepack 1.3.9
     ``geeglm``, ``glm`` + ``sandwich::vcovCL``; fixtures tests/r/models_glmer.R, measured
-    tolerances in tests/test_models_fit.py.
+    gaps in this module's docstring (tested: fixed effects 1e-3 relative + 1e-3 SE, SEs
+    1e-2, group SD 2e-2, log-likelihood 1e-2 for glmer; 1e-6 for geeglm and glm).
+
+    ``r2()`` (latent-scale, Nakagawa) is defined for ``glmm`` (and a plain logistic
+    model); it is NaN for ``method="fixed"`` with a group and for ``gee``. Adjusted means
+    (``marginal_means``) use the fit's covariance: cluster-robust for ``method="fixed"``,
+    so their SEs differ from plain ``emmeans(glm)`` (model-based).
     """
     if method not in ("glmm", "gee", "fixed"):
         raise ValueError(f"method must be 'glmm', 'gee' or 'fixed'; got {method!r}")
@@ -288,7 +309,11 @@ def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] 
     Returns the tidy contract with grouping ``model, block``: estimand
     ``likelihood_ratio``; extras ``df``, ``terms`` (the dropped terms, ``" + "``-joined),
     ``loglik_full``, ``loglik_reduced``; plus rows ``r2_marginal``/``r2_conditional``
-    (block ``""``) of the full model (Nakagawa latent-scale R2).
+    (block ``""``) of the full model (Nakagawa latent-scale R2; NaN for
+    ``method="fixed"``, whose linear predictor holds the site dummies). The reduced
+    models are refitted on the full fit's own rows, whatever the cases index.
+    Validated against R's ``anova(glmer, update(glmer, ...))`` (statistics to 5e-7 vs
+    converged lme4, 1.2e-2 vs default lme4; tests/test_models_fit.py).
     """
     if method == "gee":
         raise ValueError("block_tests needs a likelihood: use method='glmm' or 'fixed'")

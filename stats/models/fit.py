@@ -53,7 +53,17 @@ class ModelFit:
 
     def r2(self) -> tuple[float, float]:
         """Nakagawa & Schielzeth latent-scale R2 (marginal, conditional); logistic residual
-        variance pi^2 / 3; fixed-effect variance var(X beta) with n - 1 (R's ``var``)."""
+        variance pi^2 / 3; fixed-effect variance var(X beta) with n - 1 (R's ``var``).
+
+        Defined for the likelihood fits whose linear predictor is the covariates (+ a
+        random intercept): GLMM, and a plain logistic model (no group; then marginal ==
+        conditional == McKelvey & Zavoina's R2). NaN for ``method="fixed"`` with a group
+        (its X beta holds the site dummies, so the "marginal" R2 would count between-site
+        variance as explained by covariates) and for GEE (population-averaged coefficients
+        are attenuated relative to the latent scale, so the decomposition does not apply).
+        """
+        if self.method in ("gee", "fixed"):
+            return np.nan, np.nan
         eta = self.design.X @ self.beta
         vf = float(np.var(eta, ddof=1)) if len(eta) > 1 else 0.0
         vr = float(self.theta ** 2) if self.theta is not None else 0.0
@@ -171,7 +181,8 @@ class Fit:
         df, converged, group_sd, r2_marginal, r2_conditional, gee_alpha, gee_scale,
         warnings`` (``"; "``-joined messages, each ``code: explanation``; ``""`` when none;
         codes: separation, empty_level, aliased, singular, few_groups, not_converged,
-        not_estimable). GEE has no likelihood: loglik, aic, bic are NaN. AIC/BIC as R: ``-2 loglik + 2 df`` and
+        not_estimable). GEE has no likelihood: loglik, aic, bic are NaN. r2_marginal and
+        r2_conditional (latent scale) are NaN for GEE and site-fixed fits (see ``ModelFit.r2``). AIC/BIC as R: ``-2 loglik + 2 df`` and
         ``+ log(nobs) df``, df = fixed effects (+ 1 for the group SD)."""
         rows = []
         for m, f in self.fits.items():
@@ -222,7 +233,10 @@ class Fit:
 
     def r2(self) -> pd.DataFrame:
         """Marginal and conditional R2 on the latent scale (Nakagawa & Schielzeth 2013):
-        ``R2_m = s_f^2 / (s_f^2 + s_u^2 + pi^2/3)``, ``R2_c = (s_f^2 + s_u^2) / (...)``."""
+        ``R2_m = s_f^2 / (s_f^2 + s_u^2 + pi^2/3)``, ``R2_c = (s_f^2 + s_u^2) / (...)``,
+        ``s_f^2 = var(X beta)``, ``s_u`` the group SD. GLMM (and plain logistic) fits only:
+        NaN for ``method="fixed"`` with a group and for GEE (see ``ModelFit.r2``).
+        Validated against R's recomputation on the glmer fit (tests/r/models_glmer.R)."""
         rows = []
         for m, f in self.fits.items():
             r2m, r2c = f.r2()

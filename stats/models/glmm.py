@@ -24,8 +24,12 @@ Standard errors: as lme4's default (``use.hessian = TRUE``), the inverse of half
 Hessian of the deviance with respect to ``(theta, beta)``; the ``beta`` block gives the
 fixed-effect covariance and the ``theta`` diagonal the SE of the group SD.
 
-Validated against R's lme4 1.1-31 ``glmer`` (Laplace and ``nAGQ = 10``) on ``cbpp`` and
-on simulator data: tests/test_models_fit.py states the tolerances reached.
+Validated against R's lme4 1.1-31 ``glmer`` (Laplace and ``nAGQ = 10``) on ``cbpp``,
+``ohio``, ``VerbAgg`` and simulator data, with lme4 run to convergence (``tolPwrss =
+1e-12``, bobyqa ``rhoend = 1e-10``): estimates 3.1e-5 relative, SEs 2.2e-4, group SD
+8.6e-6; lme4 at its defaults is 1.3e-3 / 1.3e-2 / 4.4e-4 away (its PIRLS tolerance makes
+its deviance and finite-difference Hessian noisy). tests/test_models_fit.py states the
+tolerances tested.
 """
 from __future__ import annotations
 
@@ -86,18 +90,35 @@ class LaplaceObjective:
     def _seg(self, a):
         return np.add.reduceat(a, self.starts, axis=0)
 
+    def _penalised(self, eta0, theta, u):
+        """Per-group ``l_g(u_g) - u_g^2 / 2`` (strictly concave in u_g)."""
+        eta = eta0 + theta * u[self.g]
+        return self._seg(self.y * eta - self.n * np.logaddexp(0.0, eta)) - 0.5 * u * u
+
     def modes(self, eta0, theta, u0=None, tol=1e-10, max_iter=100):
-        """Conditional modes of u for every group at once (Newton, damped)."""
+        """Conditional modes of u for every group at once: Newton with a capped step,
+        halved for the groups where it does not increase ``l_g(u) - u^2 / 2`` (plain
+        Newton can cycle, e.g. between u = 0 and u = 3 for a group of four 0/1 outcomes
+        at a large SD, when started away from the warm start)."""
         u = self.u.copy() if u0 is None else u0.copy()
         y, n, g = self.y, self.n, self.g
+        f = self._penalised(eta0, theta, u)
         for _ in range(max_iter):
             p = expit(eta0 + theta * u[g])
             score = theta * self._seg(y - n * p) - u
             H = 1.0 + theta * theta * self._seg(n * p * (1.0 - p))
             step = np.clip(score / H, -_MAX_STEP, _MAX_STEP)
-            u = u + step
             if np.max(np.abs(step)) < tol:
                 break
+            t = np.ones_like(u)
+            for _ in range(40):
+                cand = u + t * step
+                f_cand = self._penalised(eta0, theta, cand)
+                worse = f_cand < f - 1e-13 * (1.0 + np.abs(f))
+                if not worse.any():
+                    break
+                t[worse] *= 0.5
+            u, f = np.where(worse, u, cand), np.where(worse, f, f_cand)
         p = expit(eta0 + theta * u[g])
         return u, p
 
