@@ -47,6 +47,24 @@ def test_crs_command_writes_tidy_tables(study):
     assert sorted(p.name for p in tmp.iterdir()) == ["out", "ref.yaml", "runs.csv"]
 
 
+def test_crs_command_writes_paired_regime_differences(tmp_path):
+    from stats import simulate
+
+    sim = simulate.crs_runs(n_encoders=4, n_datasets=2, n_seeds=3, perturbations=("blur",),
+                            regimes=("frozen", "adapted"), seed=3)
+    runs = tmp_path / "runs.csv"
+    sim.data.to_csv(runs, index=False)
+    ref = tmp_path / "ref.yaml"
+    ref.write_text("panel: [enc_01, enc_02]\n")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["crs", str(runs), "--reference", str(ref), "--bootstrap", "100",
+                                   "--n-weights", "0", "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    rd = pd.read_csv(out / "regime_differences.csv", converters={"flag": str})
+    check_tidy(rd)
+    assert len(rd) == 4 and rd["paired"].all() and (rd["baseline"] == "frozen").all()
+
+
 def test_crs_command_without_bootstrap(study):
     tmp, runs, ref = study
     out = tmp / "plain"

@@ -9,9 +9,10 @@ import typer
 
 from ._common import InputError, atomic_dir, guarded, progress
 
-#: files written into --out (every one a tidy table except reference.json)
+#: files written into --out (every one a tidy table except reference.json;
+#: regime_differences.csv only when the runs have both the frozen and adapted regimes)
 OUTPUTS = ("axes.csv", "scores.csv", "rank_probabilities.csv", "differences.csv",
-           "leading_tier.csv", "stability.csv", "reference.json")
+           "leading_tier.csv", "regime_differences.csv", "stability.csv", "reference.json")
 
 
 def _check_options(bootstrap: int, conf_level: float, k: int, n_weights: int) -> None:
@@ -51,6 +52,8 @@ def run_crs(runs_path: Path, reference_path: Path, out: Path, *, bootstrap: int 
             put(res.rank_probabilities(k), "rank_probabilities.csv")
             put(res.differences(), "differences.csv")
             put(res.leading_tier(), "leading_tier.csv")
+            if {"frozen", "adapted"} <= set(res.replicates):
+                put(res.regime_differences("adapted", "frozen"), "regime_differences.csv")
             advance()
         else:
             put(stats.crs_scores(runs, ref), "scores.csv")
