@@ -1,5 +1,5 @@
 """Overall accuracy per model (STARD 24): sensitivity, specificity, PPV, NPV with CIs,
-and the AUC with DeLong's interval (``stats.auc_ci``) when the tree has it."""
+and the AUC with DeLong's interval (from ``stats.subgroup_metrics``, else ``stats.auc_ci``)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -30,7 +30,10 @@ def build(study) -> Section:
         auc_ci = stats.auc_ci
     except (ImportError, AttributeError):
         auc_ci = None
-    if auc_ci is not None:
+    if "auc" in set(m["estimand"]):  # stats.subgroup_metrics gives the DeLong AUC itself
+        data = pd.concat([data, m[m["estimand"] == "auc"]], ignore_index=True)
+        est.append("auc")
+    elif auc_ci is not None:
         aucs = []
         for model, g in ev.groupby("model", sort=False):
             a = auc_ci(g["label"].to_numpy(), g["score"].to_numpy(), conf_level=det.conf_level)
