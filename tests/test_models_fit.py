@@ -119,6 +119,18 @@ def _compare_glmer(fit, ref, dataset, rfit, *, rmodel=None, saturated=False, **k
         np.testing.assert_allclose(mine.std_error.reindex(s.index.astype(str)), s, rtol=1e-2)
 
 
+def _compare_means(mm, ref, dataset, model, rfit, atol):
+    """Our marginal_means table against an emmeans fixture (prob, SE, limits)."""
+    check_tidy(mm)
+    mm = mm.set_index("group_level")
+    for q, col in (("prob", "estimate"), ("se", "std_error"), ("lcl", "conf_low"),
+                   ("ucl", "conf_high")):
+        r = _r(ref, dataset, model, rfit, q)
+        assert len(r) > 1
+        np.testing.assert_allclose(mm[col].loc[r.index], r, atol=atol, err_msg=f"{rfit} {q}")
+    return mm
+
+
 @pytest.fixture(scope="module")
 def glmm_fit(benchx):
     return fit_adjusted(benchx, FORMULA, method="glmm", population="positives")
@@ -236,13 +248,8 @@ def test_emmeans_glmer_same_fit(glmm_fit, ref):
         np.testing.assert_allclose([got[k][0] for k in prob.index], prob, atol=1e-8)
         np.testing.assert_allclose([got[k][1] for k in se.index], se, atol=1e-8)
     # and from our own fit: within the fit tolerance
-    mm = glmm_fit["model_A"].marginal_means("phase")
-    check_tidy(mm)
-    mm = mm.set_index("group_level")
-    for q, col in (("prob", "estimate"), ("se", "std_error"), ("lcl", "conf_low"),
-                   ("ucl", "conf_high")):
-        r = _r(ref, "benchx", "model_A", "emmeans_glmer" + TIGHT, q)
-        np.testing.assert_allclose(mm[col].loc[r.index], r, atol=1e-5, err_msg=q)
+    _compare_means(glmm_fit["model_A"].marginal_means("phase"), ref, "benchx", "model_A",
+                   "emmeans_glmer" + TIGHT, atol=1e-5)
 
 
 def test_emmeans_glm_fixed(benchx, ref):
@@ -255,18 +262,16 @@ def test_emmeans_glm_fixed(benchx, ref):
     from scipy.special import expit
 
     z = 1.959963984540054
-    r = {q: _r(ref, "benchx", "model_A", "emmeans_glm" + TIGHT, q) for q in ("prob", "se", "lcl", "ucl")}
+    r = {q: _r(ref, "benchx", "model_A", "emmeans_glm" + TIGHT, q)
+         for q in ("prob", "se", "lcl", "ucl")}
     for lv, eta, s, _ in out:
         k = lv[0]
         assert expit(eta) == pytest.approx(r["prob"][k], abs=1e-8)
         assert s * expit(eta) * (1 - expit(eta)) == pytest.approx(r["se"][k], abs=1e-8)
         assert expit(eta - z * s) == pytest.approx(r["lcl"][k], abs=1e-8)
         assert expit(eta + z * s) == pytest.approx(r["ucl"][k], abs=1e-8)
-    mm = fit.marginal_means("phase").set_index("group_level")
-    for q, col in (("prob", "estimate"), ("se", "std_error"), ("lcl", "conf_low"),
-                   ("ucl", "conf_high")):
-        rc = _r(ref, "benchx", "model_A", "emmeans_glm_cl" + TIGHT, q)
-        np.testing.assert_allclose(mm[col].loc[rc.index], rc, atol=1e-8, err_msg=q)
+    mm = _compare_means(fit.marginal_means("phase"), ref, "benchx", "model_A",
+                        "emmeans_glm_cl" + TIGHT, atol=1e-8)
     # the cluster-robust SEs are not the model-based ones (so this check can fail)
     assert not np.allclose(mm.std_error.loc[r["se"].index], r["se"], rtol=1e-2)
 
@@ -346,11 +351,8 @@ def test_verbagg(ref):
     d = _verbagg()
     fit = fit_adjusted(d, VERBAGG, group="id", population=None)
     _compare_glmer(fit, ref, "verbagg", "glmer_laplace" + TIGHT, rmodel="")
-    mm = fit.marginal_means("btype").set_index("group_level")
-    for q, col in (("prob", "estimate"), ("se", "std_error"), ("lcl", "conf_low"),
-                   ("ucl", "conf_high")):
-        r = _r(ref, "verbagg", "", "emmeans_glmer" + TIGHT, q)
-        np.testing.assert_allclose(mm[col].loc[r.index], r, atol=1e-5, err_msg=q)
+    _compare_means(fit.marginal_means("btype"), ref, "verbagg", "", "emmeans_glmer" + TIGHT,
+                   atol=1e-5)
     bt = block_tests(d, VERBAGG, {"situ": ["situ"], "btype": ["btype"]}, group="id",
                      population=None)
     lrt = bt[bt.estimand == "likelihood_ratio"].set_index("block")

@@ -182,8 +182,9 @@ class Fit:
         warnings`` (``"; "``-joined messages, each ``code: explanation``; ``""`` when none;
         codes: separation, empty_level, aliased, singular, few_groups, not_converged,
         not_estimable). GEE has no likelihood: loglik, aic, bic are NaN. r2_marginal and
-        r2_conditional (latent scale) are NaN for GEE and site-fixed fits (see ``ModelFit.r2``). AIC/BIC as R: ``-2 loglik + 2 df`` and
-        ``+ log(nobs) df``, df = fixed effects (+ 1 for the group SD)."""
+        r2_conditional (latent scale) are NaN for GEE and site-fixed fits (see
+        ``ModelFit.r2``). AIC/BIC as R: ``-2 loglik + 2 df`` and ``+ log(nobs) df``,
+        df = fixed effects (+ 1 for the group SD)."""
         rows = []
         for m, f in self.fits.items():
             r2m, r2c = f.r2()
