@@ -190,4 +190,7 @@ def test_stats_is_clinrels():
 
     assert stats.__clinrel__ is True
     assert clinrel.stats is stats
-    assert "clinrel" in stats.__file__ or "main" in stats.__file__
+    from pathlib import Path
+
+    # the same installation: stats sits next to the clinrel package, not elsewhere on sys.path
+    assert Path(stats.__file__).resolve().parents[1] == Path(clinrel.__file__).resolve().parents[1]
