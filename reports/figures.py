@@ -122,7 +122,7 @@ def flow_diagram(boxes: pd.DataFrame, arrows: pd.DataFrame):
             + p9.scale_fill_manual(values={"flow": "#eef1f4", "excluded": "#fbe3e6",
                                            "result": "#e3f1ea"}, guide=None)
             + p9.scale_x_continuous(limits=(-0.1, 2.1))
-            + p9.scale_y_continuous(limits=(-0.5, boxes["y"].max() + 0.5))
+            + p9.scale_y_continuous(limits=(boxes["y"].min() - 0.45, boxes["y"].max() + 0.4))
             + p9.theme_void() + p9.theme(plot_background=p9.element_rect(fill="white")))
 
 

@@ -87,9 +87,12 @@ def build(study) -> Section:
                        f"{int(total['cases'])} cases\n({int(total['patients'])} patients)"}]
     arrows = []
     if len(exc):
-        boxes.append({"x": 1.78, "y": 3.0, "kind": "excluded", "label": "Excluded\n" + "\n".join(
-            f"{int(r.cases)} cases: {r.reason.split(':')[0]}" for r in exc.itertuples())})
-        arrows.append({"x": 1.0, "y": 3.0, "xend": 1.5, "yend": 3.0})
+        label = "Excluded\n" + "\n".join(f"{int(r.cases)} cases: {r.reason.split(':')[0]}"
+                                          for r in exc.itertuples())
+        boxes.append({"x": 1.78, "y": 3.0, "kind": "excluded", "label": label})
+        # the arrow stops at the box's left edge (about 0.0088 x-units per character)
+        half = 0.0088 * max(len(line) for line in label.split("\n")) + 0.02
+        arrows.append({"x": 1.0, "y": 3.0, "xend": 1.78 - half, "yend": 3.0})
     n_inc = int(inc["cases"].sum())
     boxes.append({"x": 1.0, "y": 2.0, "kind": "flow",
                   "label": f"Evaluated\n{n_inc} cases"})
@@ -109,7 +112,7 @@ def build(study) -> Section:
         alt=f"Flow diagram: {int(total['cases'])} cases in, {n_inc} evaluated, {pos} reference "
             f"positive and {neg} reference negative.",
         plot=flow_diagram(boxes_df, arrows_df), data=boxes_df.assign(
-            label=boxes_df["label"].str.replace("\n", " | ")), width=7.5, height=4.6)
+            label=boxes_df["label"].str.replace("\n", " | ")), width=7.5, height=4.0)
     md = (f"The cases table has {int(total['rows'])} rows ({n_models} models \u00d7 "
           f"{int(total['cases'])} cases from {int(total['patients'])} patients). "
           f"@tbl-flow-accountability accounts for every row and @fig-flow-diagram draws the "
