@@ -343,6 +343,9 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
         if paths["runs"] is None:
             raise PlanError(f"{path}: the plan has a 'crs' block but no 'inputs.runs'; "
                             "name the runs table or remove the block")
+        if paths["reference"] is None:
+            raise PlanError(f"{path}: the plan has a 'crs' block but no 'inputs.reference'; "
+                            "name the reference panel file (see clinrel/demo_data/reference.yaml)")
         cr = c.keys(raw["crs"], CRS_KEYS, "crs")
         boot = c.keys(cr.get("bootstrap") or {}, CRS_BOOT_KEYS, "crs.bootstrap")
         crs = Crs(bootstrap_n=int(c.typed(boot.get("n", 1000), "crs.bootstrap.n", int, "a whole number")),

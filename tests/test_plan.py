@@ -80,6 +80,13 @@ def test_plan_may_leave_out_either_half(plan_dir):
         load_plan(write(plan_dir, raw))
 
 
+def test_crs_needs_a_reference(plan_dir):
+    raw = demo_raw()
+    raw["inputs"].pop("reference")
+    with pytest.raises(PlanError, match="no 'inputs.reference'"):
+        load_plan(write(plan_dir, raw))
+
+
 def test_unreadable_plans(tmp_path):
     with pytest.raises(PlanError, match="plan file not found"):
         load_plan(tmp_path / "missing.yaml")
