@@ -327,6 +327,22 @@ def test_metadata_provenance_section(tmp_path):
     assert "(0018,0010)" not in qmd and "phase.txt" not in qmd
 
 
+@pytest.mark.parametrize("raw", [HOSTILE_SITE, HOSTILE_MODEL, "a_b*c* [x](y) <!-- z --> `q`",
+                                 "#1 @ref $5$ ~sub~ ^sup^ | pipe \\ back"])
+def test_markdown_and_typst_escapers_round_trip(raw, tmp_path):
+    import pypandoc
+    import typst
+
+    assert pypandoc.convert_text(text.md(raw), "plain", format="markdown").strip() == raw
+    src = tmp_path / "t.typ"
+    src.write_text(f"#set page(width: 30cm, height: auto)\n#text({text.typst_str(raw)})\n")
+    typst.compile(str(src), output=str(tmp_path / "t.pdf"))
+    from pypdf import PdfReader
+
+    got = " ".join(PdfReader(str(tmp_path / "t.pdf")).pages[0].extract_text().split())
+    assert got == " ".join(raw.split())
+
+
 def test_identifier_patterns():
     from reports.study import identifier_columns
 
