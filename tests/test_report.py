@@ -90,7 +90,10 @@ def test_table_and_figure_counts_agree_everywhere(demo, pdf_text):
     assert len(re.findall(r"^```\{=typst\}", qmd, flags=re.M)) == n_tab
     assert len(re.findall(r"^!\[.+\]\(figures/[^)]+\.png\)\{#fig-[^ ]+ fig-alt=", qmd, flags=re.M)) == n_fig
     assert html.count('class="gt_table"') == n_tab
-    assert len(re.findall(r"<img [^>]*src=\"data:image/png", html)) == n_fig
+    imgs = re.findall(r"<img [^>]*src=\"data:image/png[^>]*>", html)
+    assert len(imgs) == n_fig
+    alts = [re.search(r'alt="([^"]*)"', i).group(1) for i in imgs]
+    assert alts == [text.html(f.alt).replace("&#x27;", "'") for f in result.figures]
     assert f"Table {n_tab}:" in pdf_text and f"Table {n_tab + 1}:" not in pdf_text
     assert f"Figure {n_fig}:" in pdf_text and f"Figure {n_fig + 1}:" not in pdf_text
 
