@@ -30,6 +30,7 @@ import pandas as pd
 from scipy import sparse
 from scipy import stats as sps
 
+from stats._parallel import map_blocks
 from stats._rng import spawn
 from stats.detection import GROUP_COLS, CaseMatrix, case_matrix, metric_fractions, ratio
 from stats.schema import ContractError, tidy
@@ -141,7 +142,7 @@ def block_draws(rng: np.random.Generator, strata: np.ndarray, size: int):
         yield draw_indices(rng, strata, min(step, size - start))
 
 
-def _block(rng: np.random.Generator, K: np.ndarray, strata: np.ndarray, size: int) -> np.ndarray:
+def _block(K: np.ndarray, strata: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
     """Replicate counts (size x S) of one block: W (cluster multiplicities) @ K."""
     n_cl = K.shape[0]
     W = np.empty((size, n_cl), dtype=np.float32)
@@ -166,20 +167,8 @@ def replicate_counts(bc: BootCounts, n_boot: int, *, seed=None, scheduler=None) 
     size = bc.block_size(n_boot)
     sizes = [size] * (n_boot // size) + ([n_boot % size] if n_boot % size else [])
     gens = spawn(seed, len(sizes))
-    if scheduler is None:
-        out = [_block(g, bc.K, bc.strata, s) for g, s in zip(gens, sizes)]
-    else:
-        from distributed import Client
-
-        client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
-        try:
-            K = client.scatter(bc.K, broadcast=True)
-            futures = client.map(_block, gens, [K] * len(sizes), [bc.strata] * len(sizes),
-                                 sizes, pure=False)
-            out = client.gather(futures)
-        finally:
-            if client is not scheduler:
-                client.close()
+    out = map_blocks(_block, [(g, s) for g, s in zip(gens, sizes)], shared=(bc.K, bc.strata),
+                     scheduler=scheduler)
     return np.concatenate(out, axis=0)
 
 

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._parallel import map_blocks
 from ._rng import spawn
 from .crs import (AXES, SCORE_ESTIMANDS, _dataset_axes, _mean_over_datasets, composite,
                   crs_from_axes, normalize, prepare_runs, read_reference)
@@ -223,18 +224,7 @@ def _run_block(denses: list[_Dense], rng: np.random.Generator, n: int):
 
 
 def _map_blocks(denses, rngs, sizes, scheduler):
-    if scheduler is None:
-        return [_run_block(denses, g, n) for g, n in zip(rngs, sizes)]
-    from dask.distributed import Client
-
-    client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
-    try:
-        [data] = client.scatter([denses], broadcast=True)
-        futures = client.map(_run_block, [data] * len(sizes), rngs, sizes, pure=False)
-        return client.gather(futures)
-    finally:
-        if client is not scheduler:
-            client.close()
+    return map_blocks(_run_block, list(zip(rngs, sizes)), shared=(denses,), scheduler=scheduler)
 
 
 # --------------------------------------------------------------------------- result

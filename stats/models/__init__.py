@@ -37,6 +37,7 @@ SEs to 3e-3.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from typing import Literal
 
@@ -45,6 +46,7 @@ import pandas as pd
 import patsy
 from scipy import stats as sps
 
+from stats._parallel import map_blocks
 from stats.schema import ContractError, tidy
 
 from . import design as _design
@@ -164,15 +166,7 @@ def fit_adjusted(cases: pd.DataFrame, formula: str, *, group: str | None = "site
             jobs.append((str(m), data[data["model"] == m], formula))
     kw = dict(group=group, method=method, nagq=nagq, bias_reduced=bias_reduced,
               cluster=cluster, trials=trials, outcome=outcome)
-    if scheduler is None:
-        fits = [_fit_one(name, sub, f, **kw) for name, sub, f in jobs]
-    else:
-        from dask.distributed import Client
-
-        client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
-        futures = [client.submit(_fit_one, name, sub, f, pure=False, **kw)
-                   for name, sub, f in jobs]
-        fits = client.gather(futures)
+    fits = map_blocks(functools.partial(_fit_one, **kw), jobs, scheduler=scheduler)
     return Fit({f.model: f for f in fits}, method=method, formula=formula,
                population=population, group=group, conf_level=conf_level,
                options=dict(nagq=nagq, bias_reduced=bias_reduced, cluster=cluster,

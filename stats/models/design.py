@@ -79,6 +79,19 @@ class Design:
     n_missing: int = 0
     warnings: list[str] = field(default_factory=list)
 
+    # patsy's DesignInfo cannot be pickled (pydata/patsy#26), yet a fit must travel to and
+    # from Dask workers: drop it on pickling and rebuild it from the same rows on arrival.
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["design_info"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        rhs = self.formula.partition("~")[2]  # the random term was removed before build()
+        self.design_info = patsy.dmatrix(rhs, self.data, return_type="dataframe",
+                                         eval_env=patsy.EvalEnvironment([FORMULA_FUNCTIONS])).design_info
+
 
 def with_outcome(cases: pd.DataFrame, *, population: str | None,
                  threshold: float | None) -> tuple[pd.DataFrame, str | None]:

@@ -1,0 +1,52 @@
+"""Scale-out (issue 8): every function that resamples or fits many models gives identical
+results on a Dask distributed cluster (LocalCluster, 2 worker processes) and locally."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import stats
+from stats import simulate
+
+distributed = pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
+                                  silence_logs=50) as cluster, distributed.Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def cases():
+    sim = simulate.benchx_cohort(500, n_models=3, n_sites=6, seed=41)
+    return stats.scan_level(sim.data, threshold=50)
+
+
+def test_cluster_bootstrap_identical(client, cases):
+    kw = dict(by=["phase", ("age_group", "phase")], bootstrap=300, seed=5, ci="bootstrap")
+    local = stats.subgroup_metrics(cases, **kw)
+    remote = stats.subgroup_metrics(cases, scheduler=client, **kw)
+    pd.testing.assert_frame_equal(local, remote)
+    # also through a scheduler address (a client made and closed inside)
+    by_address = stats.subgroup_metrics(cases, scheduler=client.scheduler.address, **kw)
+    pd.testing.assert_frame_equal(local, by_address)
+
+
+def test_crs_bootstrap_identical(client):
+    runs = simulate.crs_runs(n_encoders=5, n_datasets=2, n_seeds=3, seed=41).data
+    ref = {"panel": ["enc_01", "enc_02", "enc_03"]}
+    local = stats.crs_bootstrap(runs, ref, n_boot=400, seed=3)
+    remote = stats.crs_bootstrap(runs, ref, n_boot=400, seed=3, scheduler=client)
+    pd.testing.assert_frame_equal(local.scores(), remote.scores())
+    pd.testing.assert_frame_equal(local.rank_probabilities(2), remote.rank_probabilities(2))
+
+
+def test_per_model_fits_identical(client, cases):
+    f = "detected ~ phase + np.log(tumor_size_mm)"
+    local = stats.fit_adjusted(cases, f, method="glmm")
+    remote = stats.fit_adjusted(cases, f, method="glmm", scheduler=client)
+    pd.testing.assert_frame_equal(local.tidy(), remote.tidy())
+    assert set(local.tidy()["model"]) == {"model_A", "model_B", "model_C"}
