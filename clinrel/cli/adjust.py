@@ -81,6 +81,8 @@ def register(app: typer.Typer) -> None:
         complete_case: Annotated[bool, typer.Option(
             help="Add the complete-case fit (race 'Unknown' dropped) beside the primary one "
                  "(column 'analysis' in OUT).")] = False,
+        scheduler: Annotated[str | None, typer.Option(
+            help="Dask scheduler address: fit the models on that cluster.")] = None,
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
     ) -> None:
         """Fit the adjusted model of detection per model and write its terms to OUT."""
@@ -92,7 +94,7 @@ def register(app: typer.Typer) -> None:
             raise InputError("--means needs --means-out FILE")
         df = _apply_levels(stats.read_cases(cases), _parse_levels(levels or []))
         kw = dict(group=group, method=method.value, population=population.value, nagq=nagq,
-                  model=model, threshold=threshold, bias_reduced=bias_reduced)
+                  model=model, threshold=threshold, bias_reduced=bias_reduced, scheduler=scheduler)
         with progress("fitting adjusted models", quiet=quiet):
             fit = stats.fit_adjusted(df, formula, **kw)
             terms = fit.tidy()
