@@ -15,38 +15,45 @@ REQUIRES = ()
 
 #: (guideline, item, topic, section keys); the last element empty: not covered here
 ITEMS = (
-    ("STARD 2015", "12a", "Index test: definition and rationale for test positivity cut-offs "
-     "(prespecified vs exploratory)", ("methods", "threshold")),
-    ("STARD 2015", "14", "Methods for estimating diagnostic accuracy", ("methods",)),
-    ("STARD 2015", "16", "Handling of missing / indeterminate results", ("flow", "cohort")),
-    ("STARD 2015", "17", "Analyses of variability (prespecified vs exploratory)",
-     ("subgroups", "forest", "failure_map", "adjusted")),
-    ("STARD 2015", "19", "Flow of participants (diagram)", ("flow",)),
+    ("STARD 2015", "12a", "Definition of and rationale for test positivity cut-offs, "
+     "pre-specified vs exploratory", ("methods", "threshold")),
+    ("STARD 2015", "14", "Methods for estimating or comparing measures of diagnostic accuracy",
+     ("methods", "comparisons")),
+    ("STARD 2015", "15-16", "Handling of indeterminate results and missing data",
+     ("flow", "cohort")),
+    ("STARD 2015", "17", "Analyses of variability in diagnostic accuracy, pre-specified vs "
+     "exploratory", ("subgroups", "forest", "failure_map", "adjusted")),
+    ("STARD 2015", "19", "Flow of participants, using a diagram", ("flow",)),
     ("STARD 2015", "20", "Baseline demographic and clinical characteristics", ("cohort",)),
-    ("STARD 2015", "23", "Cross tabulation of index test by reference standard",
+    ("STARD 2015", "23", "Cross tabulation of the index test results by the reference standard",
      ("twobytwo",)),
     ("STARD 2015", "24", "Estimates of diagnostic accuracy and their precision",
      ("overall", "subgroups")),
-    ("STARD 2015", "3-4, 18, 26-30", "Study design, sample size rationale, registration, "
-     "protocol, funding", ()),
-    ("TRIPOD+AI", "9", "Data preparation, missing data", ("flow", "cohort")),
-    ("TRIPOD+AI", "12c-e", "Model performance measures, calibration, uncertainty",
-     ("overall", "calibration", "crs")),
-    ("TRIPOD+AI", "12f", "Model fairness: performance across subgroups",
+    ("STARD 2015", "other items", "Title, abstract, design, participants, test methods, "
+     "sample size, discussion, registration, protocol, funding", ()),
+    ("TRIPOD+AI", "11", "Missing data", ("flow", "cohort")),
+    ("TRIPOD+AI", "12e", "Performance measures and their uncertainty",
+     ("methods", "overall", "calibration", "crs")),
+    ("TRIPOD+AI", "14", "Fairness: methods to assess performance across groups",
+     ("methods", "subgroups", "adjusted")),
+    ("TRIPOD+AI", "18f", "Open science: analysis code and software", ("methods",)),
+    ("TRIPOD+AI", "20a-b", "Flow of participants; participant characteristics",
+     ("flow", "cohort")),
+    ("TRIPOD+AI", "23a", "Model performance with confidence intervals",
+     ("overall", "calibration", "comparisons", "crs")),
+    ("TRIPOD+AI", "23b", "Heterogeneity of performance across subgroups",
      ("subgroups", "forest", "failure_map", "adjusted")),
-    ("TRIPOD+AI", "14", "Open science: code, software versions, reproducibility",
-     ("methods",)),
-    ("TRIPOD+AI", "20-23", "Participants, model performance, model updating",
-     ("flow", "cohort", "overall", "comparisons")),
-    ("CLAIM 2024", "7-9", "Data sources, eligibility, preprocessing", ("flow", "provenance")),
-    ("CLAIM 2024", "20-21", "Data partitions and their characteristics", ("flow", "cohort")),
-    ("CLAIM 2024", "28-29", "Performance metrics, statistical measures of significance and "
+    ("CLAIM 2024", "7, 9", "Data sources; data preprocessing", ("flow", "provenance")),
+    ("CLAIM 2024", "12", "De-identification", ("methods",)),
+    ("CLAIM 2024", "28-29", "Performance metrics; statistical measures of significance and "
      "uncertainty", ("methods", "overall", "comparisons")),
-    ("CLAIM 2024", "30", "Robustness or sensitivity analyses", ("threshold", "crs")),
-    ("CLAIM 2024", "32", "Subgroup / failure analysis", ("subgroups", "failure_map")),
-    ("CLAIM 2024", "33", "Flow of patients / cases", ("flow",)),
-    ("CLAIM 2024", "35-36", "Performance and comparisons with baselines",
-     ("overall", "comparisons", "crs")),
+    ("CLAIM 2024", "30", "Robustness or sensitivity analysis", ("threshold", "crs")),
+    ("CLAIM 2024", "33-34", "Flow of participants; demographic and clinical characteristics",
+     ("flow", "cohort")),
+    ("CLAIM 2024", "35-36", "Performance on all data partitions; estimates of diagnostic "
+     "accuracy and their precision", ("overall", "subgroups", "calibration")),
+    ("CLAIM 2024", "37", "Failure analysis of incorrectly classified cases",
+     ("failure_map", "subgroups")),
 )
 
 
@@ -66,6 +73,9 @@ def build(study) -> Section:
         labels={"guideline": "Guideline", "item": "Item", "topic": "Topic",
                 "sections": "Section(s) here"},
         notes=("Item numbers follow STARD 2015 (Bossuyt et al., BMJ 2015), TRIPOD+AI "
-               "(Collins et al., BMJ 2024) and CLAIM 2024 (Tejani et al., Radiol AI 2024).",))
+               "(Collins et al., BMJ 2024) and CLAIM 2024 (Tejani et al., Radiol AI 2024); "
+               "check them against the checklist version the journal or regulator requires. "
+               "Items about study design, eligibility and interpretation belong to the "
+               "main text.",))
     return Section(KEY, TITLE).add("@tbl-checklist-map maps reporting-guideline items to the "
                                    "sections of this appendix.", table)
