@@ -206,8 +206,12 @@ def test_deterministic_qmd_and_tables(demo, tmp_path):
 
 
 def test_a_plan_may_leave_out_the_detection_half(tmp_path):
-    for name in ("runs.parquet", "reference.yaml"):
-        shutil.copy(DEMO / name, tmp_path / name)
+    """A CRS-only plan, with frozen and adapted regimes."""
+    from stats import simulate
+
+    simulate.crs_runs(n_encoders=6, n_datasets=2, n_seeds=3, regimes=("frozen", "adapted"),
+                      seed=3).data.to_parquet(tmp_path / "runs.parquet")
+    (tmp_path / "reference.yaml").write_text("panel: [enc_01, enc_02, enc_03]\n")
     raw = yaml.safe_load((DEMO / "plan.yaml").read_text())
     raw.pop("detection")
     raw["inputs"].pop("cases")
@@ -220,6 +224,10 @@ def test_a_plan_may_leave_out_the_detection_half(tmp_path):
     qmd = (tmp_path / "out" / "appendix.qmd").read_text()
     assert "Flow of cases" not in qmd and "Clinical Reliability Score" in qmd
     assert "**Detection.**" not in qmd
+    scores = pd.read_csv(tmp_path / "out" / "tables" / "crs_scores.csv")
+    assert set(scores["regime"]) == {"frozen", "adapted"}
+    stab = pd.read_csv(tmp_path / "out" / "tables" / "crs_stability.csv")
+    assert "frozen_vs_adapted" in set(stab["analysis"])
 
 HOSTILE_SITE = 'S<b>&amp; "1" #2 $x @y *z* _w_ [a] $\\q$'
 HOSTILE_MODEL = "m<1>&'q'"

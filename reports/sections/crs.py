@@ -42,7 +42,10 @@ def build(study) -> Section:
     scores = scores.assign(label=_enc_label(scores))
     wide = scores.pivot_table(index=["regime", "encoder", "label"], columns="estimand",
                               values="estimate", sort=False).reset_index()
-    crs_rows = scores[scores["estimand"] == "crs"].sort_values("estimate", ascending=False)
+    crs_rows = scores[scores["estimand"] == "crs"].assign(
+        _r=lambda d: d["regime"].map({"frozen": 0, "adapted": 1}).fillna(2))
+    crs_rows = crs_rows.sort_values(["_r", "estimate"], ascending=[True, False]).drop(
+        columns="_r")  # within each regime, best first
     order = list(crs_rows["label"])
     panel = set(ref.get("panel", []))
     # ---- axes table
@@ -226,11 +229,11 @@ def _rank_shift(wide: pd.DataFrame) -> ReportFigure:
     order only; the agreement statistics come from stats.ranking_stability)."""
     import plotnine as p9
 
-    d = pd.concat([
-        wide.assign(ranking="by AUROC", position=wide["discrimination"].rank(
-            ascending=False, method="min")),
-        wide.assign(ranking="by CRS", position=wide["crs"].rank(ascending=False, method="min"))],
-        ignore_index=True)
+    def rank(col):
+        return wide.groupby("regime")[col].rank(ascending=False, method="min")
+
+    d = pd.concat([wide.assign(ranking="by AUROC", position=rank("discrimination")),
+                   wide.assign(ranking="by CRS", position=rank("crs"))], ignore_index=True)
     d["ranking"] = pd.Categorical(d["ranking"], categories=["by AUROC", "by CRS"])
     left = d[d["ranking"] == "by AUROC"]
     right = d[d["ranking"] == "by CRS"]
