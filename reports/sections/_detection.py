@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import text
 from ..study import level_order
 
 PROPORTIONS = ("sensitivity", "specificity", "ppv", "npv", "accuracy")
@@ -167,4 +166,4 @@ def small_mark(n, small_n) -> str:
     return " \u2020" if (np.isfinite(n) and n < small_n) else ""
 
 
-__all__ = ["calls", "evaluation", "metrics", "counts", "wide", "axes", "axis_label", "text"]
+__all__ = ["calls", "evaluation", "metrics", "counts", "wide", "axes", "axis_label"]

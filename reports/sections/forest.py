@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .. import text
 from ..figures import ReportFigure, forest_plot
 from . import Section
 from . import _detection as D
