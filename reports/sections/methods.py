@@ -57,7 +57,7 @@ def _detection(study) -> list[str]:
     out.append(f"Prespecified subgroup axes: {md(axes)}.")
     if det.bins:
         out.append("Bins (left-closed intervals): " + md("; ".join(
-            f"{b.column} -> {b.name} ({', '.join(b.labels)})" for b in det.bins)) + ".")
+            f"{b.column} \u2192 {b.name} ({', '.join(b.labels)})" for b in det.bins)) + ".")
     if det.bootstrap_n:
         strata = f", stratified by {md(det.bootstrap_strata)}" if det.bootstrap_strata else ""
         out.append(f"Statistics without a closed-form interval use a cluster bootstrap "
@@ -101,8 +101,8 @@ def _crs(study) -> list[str]:
 def build(study) -> Section:
     plan = study.plan
     sec = Section(KEY, TITLE)
-    sec.add(f"This appendix follows the analysis plan {text.md(plan.path.name)} "
-            f"(SHA-256 `{plan.sha256}`), written before the analysis.")
+    sec.add(f"This appendix follows the analysis plan {text.md(plan.path.name)}, written "
+            f"before the analysis. Plan SHA-256:", f"`{plan.sha256}`")
     if plan.prespecified:
         sec.add("Prespecified: " + " ".join(text.md(p) for p in plan.prespecified))
     if plan.exploratory:
