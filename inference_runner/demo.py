@@ -31,18 +31,17 @@ SPACING_MM = 2.0
 WINDOW_HU = (-100.0, 240.0)
 PHASES = ("venous", "arterial", "delayed", "non_contrast")
 #: liver and lesion attenuation (HU) by phase: a hypovascular lesion in an enhancing liver
-LIVER_HU = {"non_contrast": 96.0, "arterial": 102.0, "venous": 122.0, "delayed": 112.0}
-LESION_HU = {"non_contrast": 89.0, "arterial": 92.0, "venous": 62.0, "delayed": 82.0}
-LOCATIONS = {  # lesion centre offset, as a fraction of the liver's semi-axes
-    "right_lobe": (0.35, -0.25, 0.0), "left_lobe": (-0.45, 0.2, 0.05),
-    "dome": (0.1, 0.0, 0.55), "caudate": (-0.05, 0.4, -0.2), "segment_6": (0.3, 0.1, -0.5),
-}
+LIVER_HU = {"non_contrast": 108.0, "arterial": 112.0, "venous": 122.0, "delayed": 116.0}
+LESION_HU = {"non_contrast": 101.0, "arterial": 102.0, "venous": 62.0, "delayed": 84.0}
+LOCATIONS = ("right_lobe", "left_lobe", "dome", "inferior")  # named from the lesion's position
 N_SITES = 8
 SCANNERS = ("GE Revolution", "Siemens Force", "Philips iQon", "Canon Aquilion")
-DEMO_MODELS = {  # name: (UNet channels, strides, training steps of 8 volumes)
-    "unet_large": ((8, 16, 32), (2, 2), 400),
-    "unet_small": ((4, 8, 16), (2, 2), 150),
+DEMO_MODELS = {  # name: (UNet channels, strides, training steps of 8 volumes, learning rate)
+    "unet_large": ((8, 16, 32), (2, 2), 3000, 1e-2),
+    "unet_small": ((4, 8, 16), (2, 2), 1500, 1e-2),
 }
+#: the training cohort is mostly contrast-enhanced CT (as public liver-lesion sets are)
+TRAIN_PHASE_MIX = {"venous": 0.65, "delayed": 0.2, "arterial": 0.1, "non_contrast": 0.05}
 DEFAULT_THRESHOLD = 50  # voxels (2 mm grid: a sphere of about 9 mm diameter)
 MIN_COMPONENT_VOXELS = 8
 
@@ -73,10 +72,10 @@ def _site_table(rng: np.random.Generator) -> pd.DataFrame:
 
 
 def sample_cohort_meta(n_patients: int, *, prevalence: float = 0.45, seed=0,
-                       val_fraction: float = 0.3, uniform_phase: bool = False) -> pd.DataFrame:
+                       val_fraction: float = 0.3, phase_mix: dict | None = None) -> pd.DataFrame:
     """Patients (1-3 scans each) with site, demographics, phase and lesion attributes.
 
-    ``uniform_phase`` draws phases with equal probability at every site (training cohorts).
+    ``phase_mix`` ({phase: probability}) replaces the sites' phase mix (training cohorts).
     """
     rng = np.random.default_rng(seed)
     sites = _site_table(np.random.default_rng(12345))
@@ -88,14 +87,19 @@ def sample_cohort_meta(n_patients: int, *, prevalence: float = 0.45, seed=0,
     race = np.where(rng.random(n_patients) < st["unknown_race"], "Unknown", race).astype(object)
     positive = rng.random(n_patients) < prevalence
     size = np.where(positive, np.clip(np.exp(rng.normal(np.log(13), 0.55, n_patients)), 4, 44), np.nan)
-    loc_names = np.array(list(LOCATIONS))
-    location = np.where(positive, loc_names[rng.integers(0, len(loc_names), n_patients)], None)
+    # lesion centre: uniform in a ball of 0.7 x the liver's semi-axes (fractions x, y, z)
+    direction = rng.normal(0, 1, (n_patients, 3))
+    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    offset = direction * 0.7 * rng.random((n_patients, 1)) ** (1 / 3)
+    location = np.select([offset[:, 2] > 0.3, offset[:, 2] < -0.3, offset[:, 0] > 0],
+                         ["dome", "inferior", "right_lobe"], "left_lobe").astype(object)
+    location = np.where(positive, location, None)
     split = np.where(rng.random(n_patients) < val_fraction, "validation", "test")
     n_scans = rng.choice([1, 2, 3], n_patients, p=[0.55, 0.3, 0.15])
     rows = np.repeat(np.arange(n_patients), n_scans)
     probs = st[[f"p_{ph}" for ph in PHASES]].to_numpy()[rows]
-    if uniform_phase:
-        probs = np.full_like(probs, 1 / len(PHASES))
+    if phase_mix is not None:
+        probs = np.broadcast_to(np.array([phase_mix.get(ph, 0.0) for ph in PHASES]), probs.shape)
     u = rng.random(len(rows))[:, None]
     phase = np.array(PHASES)[(u > np.cumsum(probs, axis=1)).sum(axis=1).clip(0, len(PHASES) - 1)]
     meta = pd.DataFrame({
@@ -111,6 +115,7 @@ def sample_cohort_meta(n_patients: int, *, prevalence: float = 0.45, seed=0,
         "scanner": st["scanner"].to_numpy()[rows],
         "tumor_size_mm": size[rows],
         "tumor_location": location[rows],
+        "lesion_dx": offset[rows, 0], "lesion_dy": offset[rows, 1], "lesion_dz": offset[rows, 2],
         "noise_hu": st["noise_hu"].to_numpy()[rows],
         "offset_hu": st["offset_hu"].to_numpy()[rows],
     })
@@ -137,13 +142,18 @@ def render_volumes(meta: pd.DataFrame, *, seed=0, chunk: int = 64) -> tuple[np.n
         sl = slice(start, min(start + chunk, n))
         m = meta.iloc[sl]
         b = len(m)
-        scale = (1.12 - 0.005 * (m["age"].to_numpy() - 60)).astype(np.float32)[:, None, None, None]
-        jitter = rng.normal(0, 1.0, (b, 3)).astype(np.float32)
+        # older livers are smaller (1.08 at age 20 down to 0.92 at 100), times a
+        # patient-to-patient size variation
+        scale = np.clip(1.0 - 0.002 * (m["age"].to_numpy() - 60), 0.92, 1.08) \
+            * np.exp(rng.normal(0, 0.07, b))
+        scale = np.clip(scale, 0.8, 1.15).astype(np.float32)[:, None, None, None]
+        jitter = rng.normal(0, 1.3, (b, 3)).astype(np.float32)
         cz, cy, cx = (jitter[:, i, None, None, None] for i in range(3))
-        semi = np.array([7.5, 9.0, 10.5], dtype=np.float32)  # voxels (z, y, x)
+        semi = np.array([6.8, 7.8, 9.0], dtype=np.float32)  # voxels (z, y, x)
         liver = (((zz - cz) / (semi[0] * scale)) ** 2 + ((yy - cy) / (semi[1] * scale)) ** 2
                  + ((xx - cx) / (semi[2] * scale)) ** 2) <= 1.0
         body = ((zz / 11.5) ** 2 + (yy / 10.5) ** 2 + (xx / 11.5) ** 2) <= 1.0
+        liver &= body
         liver_hu = np.array([LIVER_HU[p] for p in phase[sl]], dtype=np.float32)[:, None, None, None]
         lesion_hu = np.array([LESION_HU[p] for p in phase[sl]], dtype=np.float32)[:, None, None, None]
         hu = np.where(body, -70.0, -1000.0).astype(np.float32)  # fat around the liver
@@ -153,9 +163,8 @@ def render_volumes(meta: pd.DataFrame, *, seed=0, chunk: int = 64) -> tuple[np.n
         # lesions
         pos = m["label"].to_numpy() == 1
         radius = np.where(pos, m["tumor_size_mm"].fillna(0).to_numpy() / 2 / SPACING_MM, 0)
-        off = np.array([LOCATIONS[x] if x in LOCATIONS else (0, 0, 0) for x in m["tumor_location"]],
-                       dtype=np.float32)
-        centre = (off * semi[None, [2, 1, 0]] * scale[:, 0, 0, 0, None])[:, [2, 1, 0]] \
+        off = m[["lesion_dz", "lesion_dy", "lesion_dx"]].to_numpy(np.float32)
+        centre = off * semi[None, :] * scale[:, 0, 0, 0, None] \
             + jitter + rng.normal(0, 1.2, (b, 3)).astype(np.float32)
         lz, ly, lx = (centre[:, i, None, None, None] for i in range(3))
         r = radius.astype(np.float32)[:, None, None, None]
@@ -177,10 +186,32 @@ def render_volumes(meta: pd.DataFrame, *, seed=0, chunk: int = 64) -> tuple[np.n
 
 
 def make_cohort(n_patients: int, *, seed=0, prevalence: float = 0.45,
-                uniform_phase: bool = False) -> Cohort:
-    meta = sample_cohort_meta(n_patients, prevalence=prevalence, seed=seed, uniform_phase=uniform_phase)
+                phase_mix: dict | None = None) -> Cohort:
+    meta = sample_cohort_meta(n_patients, prevalence=prevalence, seed=seed, phase_mix=phase_mix)
     images, masks = render_volumes(meta, seed=seed + 1)
     return Cohort(meta, images, masks)
+
+
+def _lesion_centres(masks: np.ndarray) -> np.ndarray:
+    """Centre of mass (voxel index) of each mask; the volume centre when empty."""
+    n = len(masks)
+    flat = masks.reshape(n, -1).astype(np.float32)
+    count = flat.sum(1)
+    grids = np.indices(SHAPE).reshape(3, -1).astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = (flat @ grids.T) / np.maximum(count, 1)[:, None]
+    return np.where(count[:, None] > 0, c, (np.array(SHAPE) - 1) / 2)
+
+
+def _shift(a: np.ndarray, k: int, axis: int) -> np.ndarray:
+    """Translate ``a`` by ``k`` voxels along ``axis``, filling with zeros."""
+    out = np.zeros_like(a)
+    src = [slice(None)] * a.ndim
+    dst = [slice(None)] * a.ndim
+    src[axis] = slice(0, a.shape[axis] - k) if k > 0 else slice(-k, None)
+    dst[axis] = slice(k, None) if k > 0 else slice(0, a.shape[axis] + k)
+    out[tuple(dst)] = a[tuple(src)]
+    return out
 
 
 def train_unet(cohort: Cohort, *, channels, strides, steps: int, seed: int = 0,
@@ -210,6 +241,9 @@ def train_unet(cohort: Cohort, *, channels, strides, steps: int, seed: int = 0,
         for ax in range(3):
             if rng.random() < 0.5:
                 x, y = np.flip(x, ax + 2), np.flip(y, ax + 2)
+            shift = int(rng.integers(-4, 5))  # random translation, air (0) shifted in
+            if shift:
+                x, y = _shift(x, shift, ax + 2), _shift(y, shift, ax + 2)
         x = torch.from_numpy(np.ascontiguousarray(x))
         y = torch.from_numpy(np.ascontiguousarray(y).astype(np.int64))
         opt.zero_grad()
@@ -314,15 +348,15 @@ def regenerate(out_dir, *, seed: int = 0, quiet: bool = False, n_patients: int =
     out.mkdir(parents=True, exist_ok=True)
     models = DEMO_MODELS if models is None else models
     t = {"start": time.perf_counter()}
-    train = make_cohort(n_train_patients, seed=seed + 100, prevalence=0.5, uniform_phase=True)
+    train = make_cohort(n_train_patients, seed=seed + 100, prevalence=0.5, phase_mix=TRAIN_PHASE_MIX)
     test = make_cohort(n_patients, seed=seed, prevalence=0.45)
     t["volumes"] = time.perf_counter()
     say(f"{len(train.meta)} training and {len(test.meta)} demo volumes rendered")
     frames = []
     train_seconds = {}
-    for j, (name, (channels, strides, steps)) in enumerate(models.items()):
+    for j, (name, (channels, strides, steps, lr)) in enumerate(models.items()):
         t0 = time.perf_counter()
-        net = train_unet(train, channels=channels, strides=strides, steps=steps, seed=seed + j)
+        net = train_unet(train, channels=channels, strides=strides, steps=steps, lr=lr, seed=seed + j)
         train_seconds[name] = round(time.perf_counter() - t0, 2)
         res = predict_cases(net, test.images)
         frames.append(test.meta.assign(model=name, **{c: res[c].to_numpy() for c in res.columns}))
@@ -346,7 +380,7 @@ def regenerate(out_dir, *, seed: int = 0, quiet: bool = False, n_patients: int =
     seconds = {k: round(v, 2) for k, v in seconds.items()}
     write_manifest(out, kind="demo", config_hash="demo-v1", seed=seed, device="cpu", tables=tables,
                    extra={"seconds": seconds, "train_seconds": train_seconds,
-                          "models": {k: {"channels": list(v[0]), "strides": list(v[1]), "steps": v[2]}
+                          "models": {k: {"channels": list(v[0]), "strides": list(v[1]), "steps": v[2], "lr": v[3]}
                                      for k, v in models.items()},
                           "threshold_voxels": DEFAULT_THRESHOLD, "spacing_mm": SPACING_MM,
                           "shape": list(SHAPE), "min_component_voxels": MIN_COMPONENT_VOXELS,
