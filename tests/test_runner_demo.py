@@ -1,0 +1,82 @@
+"""inference_runner.demo: the synthetic CT physics, a tiny end-to-end regeneration, and
+(slow) the full demo's BenchX pattern produced by the trained networks."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch")
+
+from inference_runner import demo  # noqa: E402
+
+
+def test_cohort_physics_phase_sets_lesion_contrast_and_site_sets_noise():
+    c = demo.make_cohort(120, seed=5)
+    m = c.meta
+    assert c.images.shape == (len(m), 1, *demo.SHAPE) and c.masks.shape == (len(m), *demo.SHAPE)
+    assert c.images.min() >= 0 and c.images.max() <= 1
+    pos = m["label"].to_numpy() == 1
+    assert not c.masks[~pos].any() and c.masks[pos].reshape(pos.sum(), -1).any(1).all()
+    # lesion-to-surrounding contrast measured on the images, by phase
+    contrast = {}
+    from scipy import ndimage
+
+    for ph in demo.PHASES:
+        sel = np.flatnonzero(pos & (m["phase"].to_numpy() == ph))
+        vals = []
+        for i in sel:
+            les = c.masks[i].astype(bool)
+            ring = ndimage.binary_dilation(les, iterations=2) & ~les
+            vals.append(c.images[i, 0][ring].mean() - c.images[i, 0][les].mean())
+        contrast[ph] = np.median(vals)
+    assert contrast["venous"] > 2 * contrast["arterial"] and contrast["venous"] > 2 * contrast["non_contrast"]
+    # phase is confounded with site: early sites are mostly venous
+    share = m.assign(v=m["phase"] == "venous").groupby("site")["v"].mean()
+    assert share.iloc[:2].mean() > share.iloc[-2:].mean() + 0.2
+    # every patient keeps one site, age and label across scans
+    assert (m.groupby("patient_id")[["site", "age", "label"]].nunique() == 1).all().all()
+
+
+def test_tiny_regenerate_writes_the_contracts(tmp_path):
+    import stats
+
+    res = demo.regenerate(tmp_path, seed=1, quiet=True, n_patients=24, n_train_patients=12,
+                          models={"u_a": ((4, 8), (2,), 3, 1e-2), "u_b": ((4, 8), (2,), 1, 1e-2)},
+                          probe=False)
+    cases = pd.read_parquet(tmp_path / "cases.parquet")
+    assert tuple(cases.columns) == demo.CASE_COLUMNS
+    assert set(cases["model"]) == {"u_a", "u_b"} and len(cases) == 2 * res["n_cases"]
+    checked = stats.read_cases(cases)
+    assert len(checked) == len(cases)
+    assert (cases["score"] >= 0).all() and cases["split"].isin(["validation", "test"]).all()
+    assert cases.loc[cases["label"] == 0, "tumor_size_mm"].isna().all()
+    man = json.loads((tmp_path / "run_manifest.json").read_text())
+    assert man["kind"] == "demo" and man["models"]["u_a"]["steps"] == 3 and man["seed"] == 1
+
+
+def test_probe_datasets_shapes_and_shift_sites():
+    c = demo.make_cohort(30, seed=2)
+    ds = demo.probe_datasets(c)
+    assert [d["name"] for d in ds] == ["ct_axial", "ct_coronal"]
+    for d in ds:
+        assert d["images"].shape == (len(c.meta), demo.PROBE_SIZE, demo.PROBE_SIZE)
+    shift = ds[0]["shift_mask"]
+    assert (c.meta.loc[shift, "site"].isin(demo.PROBE_SHIFT_SITES)).all()
+
+
+@pytest.mark.slow
+def test_full_demo_shows_sensitivity_collapse_in_faint_phases(tmp_path):
+    demo.regenerate(tmp_path, seed=0, quiet=True, probe=False)
+    cases = pd.read_parquet(tmp_path / "cases.parquet")
+    cases["pred"] = cases["score"] >= demo.DEFAULT_THRESHOLD
+    for model, g in cases.groupby("model"):
+        sens = g[g["label"] == 1].groupby("phase")["pred"].mean()
+        spec = 1 - g[g["label"] == 0].groupby("phase")["pred"].mean()
+        assert sens["venous"] > sens["non_contrast"] + 0.3 and sens["venous"] > sens["arterial"] + 0.3
+        assert spec.min() > 0.8
+        small = g[(g["label"] == 1) & (g["tumor_size_mm"] < 10)]["pred"].mean()
+        large = g[(g["label"] == 1) & (g["tumor_size_mm"] >= 20)]["pred"].mean()
+        assert large > small + 0.4
