@@ -296,28 +296,14 @@ def validate_probe_config(data: Mapping, *, file: str = "<config>", base: Path =
             isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
         raise _err(file, "seeds", f"must be a list of distinct whole numbers >= 0; got {seeds!r}",
                    "write e.g. [0, 1, 2]")
-    if not isinstance(cfg["datasets"], list) or not cfg["datasets"]:
-        raise _err(file, "datasets", "must be a non-empty list", "add '- {name: x, cases: x.csv}'")
-    names = set()
-    for j, d in enumerate(cfg["datasets"]):
-        d = cfg["datasets"][j] = _merge(d, DATASET_DEFAULTS, file=file, prefix=f"datasets[{j}].")
-        if not isinstance(d["name"], str) or not d["name"] or d["name"] in names:
-            raise _err(file, f"datasets[{j}].name", f"must be a unique name; got {d['name']!r}",
-                       "give every dataset its own name")
-        names.add(d["name"])
+    for j, d in enumerate(_named_entries(cfg, "datasets", DATASET_DEFAULTS, file,
+                                         "add '- {name: x, cases: x.csv}'")):
         d["cases"] = _path(d["cases"], base, file, f"datasets[{j}].cases", kind="CSV file")
         if not isinstance(d["shift_sites"], list):
             raise _err(file, f"datasets[{j}].shift_sites", "must be a list of site names",
                        "write e.g. [site_12] or []")
-    enc_names = set()
-    if not isinstance(cfg["encoders"], list) or not cfg["encoders"]:
-        raise _err(file, "encoders", "must be a non-empty list", "add '- {name: x, kind: resnet}'")
-    for j, e in enumerate(cfg["encoders"]):
-        e = cfg["encoders"][j] = _merge(e, ENCODER_DEFAULTS, file=file, prefix=f"encoders[{j}].")
-        if not isinstance(e["name"], str) or not e["name"] or e["name"] in enc_names:
-            raise _err(file, f"encoders[{j}].name", f"must be a unique name; got {e['name']!r}",
-                       "give every encoder its own name")
-        enc_names.add(e["name"])
+    for j, e in enumerate(_named_entries(cfg, "encoders", ENCODER_DEFAULTS, file,
+                                         "add '- {name: x, kind: resnet}'")):
         _choice(e["kind"], ENCODER_KINDS, file, f"encoders[{j}].kind")
         _choice(e["depth"], DEPTHS, file, f"encoders[{j}].depth")
         _int(e, "width", file, lo=1, name=f"encoders[{j}].width")
@@ -340,6 +326,21 @@ def validate_probe_config(data: Mapping, *, file: str = "<config>", base: Path =
     cfg["test_fraction"] = _number(cfg["test_fraction"], file, "test_fraction", lo=0.05, hi=0.9)
     _int(cfg, "image_size", file, lo=8, hi=512)
     return cfg
+
+
+def _named_entries(cfg: dict, key: str, defaults: Mapping, file: str, fix: str) -> list[dict]:
+    """Validate ``cfg[key]``: a non-empty list of mappings with unique ``name``s; each is
+    merged with ``defaults`` in place. Returns the merged list."""
+    if not isinstance(cfg[key], list) or not cfg[key]:
+        raise _err(file, key, "must be a non-empty list", fix)
+    names: set = set()
+    for j, entry in enumerate(cfg[key]):
+        entry = cfg[key][j] = _merge(entry, defaults, file=file, prefix=f"{key}[{j}].")
+        if not isinstance(entry["name"], str) or not entry["name"] or entry["name"] in names:
+            raise _err(file, f"{key}[{j}].name", f"must be a unique name; got {entry['name']!r}",
+                       f"give every entry of {key} its own name")
+        names.add(entry["name"])
+    return cfg[key]
 
 
 def config_hash(cfg: Mapping) -> str:

@@ -1,12 +1,16 @@
 """The embedded demo study, made by real (small) networks on synthetic CT-like volumes.
 
-Nothing in the demo decides who is detected by formula. Volumes are drawn with a simple
-physics of contrast: the lesion-to-liver difference in HU depends on the contrast phase
-(large in portal-venous, small in arterial and non-contrast), sites differ in noise and
-calibration offset, age changes the liver's size, and lesions vary in size and location.
-Small MONAI UNets are trained on the CPU on a separate training cohort; their predicted
-tumour voxels on the demo cohort are the scores. Sensitivity collapses in non-contrast
-and arterial phases and for small lesions because the networks miss faint lesions.
+Nothing in the demo decides who is detected by formula. Volumes (24^3 voxels of 2 mm)
+are drawn with a simple physics of contrast: the lesion-to-liver difference in HU
+depends on the contrast phase (60 HU in portal-venous, 32 delayed, 10 arterial, 7
+non-contrast), sites differ in noise SD (9-16 HU, spatially correlated) and calibration
+offset, age changes the liver's size, and lesions vary in size (4-44 mm) and position.
+Two small MONAI UNets (channels 8-16-32 trained 3000 steps; 4-8-16 trained 1500 steps)
+are trained on the CPU on a separate training cohort that is mostly portal-venous (as
+public liver-lesion sets are); their predicted tumour voxels on the demo cohort are the
+scores. Sensitivity collapses in non-contrast and arterial phases and for small lesions
+while specificity holds, because the networks miss faint lesions. Larger (younger)
+livers draw more false positives: a weakness of the networks, not of the generator.
 
 ``regenerate(out_dir, seed=0)`` writes
 
@@ -123,9 +127,9 @@ def sample_cohort_meta(n_patients: int, *, prevalence: float = 0.45, seed=0,
 
 
 def render_volumes(meta: pd.DataFrame, *, seed=0, chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    """CT-like volumes (N, 1, 32, 32, 32) windowed to [0, 1], and lesion masks (N, 32, 32, 32).
+    """CT-like volumes (N, 1, *SHAPE) windowed to [0, 1], and lesion masks (N, *SHAPE).
 
-    Body ellipsoid (soft tissue, 40 HU) in air; liver ellipsoid scaled by age with
+    Body ellipsoid (fat, -70 HU) in air; liver ellipsoid scaled by age and patient with
     phase-dependent enhancement and smooth heterogeneity; a spherical hypovascular lesion
     (phase-dependent HU) at its location; correlated noise with the site's SD and offset.
     """

@@ -154,3 +154,22 @@ def test_cli_probe_on_png_and_npy_files(tmp_path):
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(cfg))
     res = CliRunner().invoke(app, ["infer", "probe", "--config", str(tmp_path / "bad.yaml")])
     assert res.exit_code == 2 and "label_fractions" in res.output and "bad.yaml" in res.output
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"encoders": [{"name": "a", "kind": "handcrafted"}, {"name": "a", "kind": "cnn"}]}, "encoders[1].name"),
+    ({"encoders": [{"name": "a", "kind": "vit"}]}, "encoders[0].kind"),
+    ({"encoders": [{"name": "a", "kind": "cnn", "layers": 3}]}, "encoders[0].layers"),
+    ({"datasets": []}, "datasets"),
+    ({"seeds": [0, 0]}, "seeds"),
+    ({"severities": [4]}, "severities"),
+    ({"perturbations": ["fog"]}, "perturbations"),
+])
+def test_probe_config_errors_name_file_key_and_fix(tmp_path, change, key):
+    from inference_runner.config import ConfigError, validate_probe_config
+
+    pd.DataFrame({"case_id": ["a"], "image": ["a.npy"], "label": [0]}).to_csv(tmp_path / "d.csv", index=False)
+    cfg = {"output": "o", "datasets": [{"name": "d", "cases": "d.csv"}], **change}
+    with pytest.raises(ConfigError) as exc:
+        validate_probe_config(cfg, file="probe.yaml", base=tmp_path)
+    assert "probe.yaml" in str(exc.value) and f"'{key}'" in str(exc.value)
