@@ -144,8 +144,9 @@ def summarize_masks(prob: np.ndarray, *, threshold: float = 0.5, min_component_v
                     connectivity: int = 1, voxel_volume_mm3=1.0) -> pd.DataFrame:
     """Per-case summaries of a batch of probability maps ``prob`` (B, *spatial).
 
-    Components are labelled once for the whole batch with a structuring element that
-    never connects across cases; components below ``min_component_voxels`` are dropped.
+    Components are labelled in one pass over the batch (cases stacked along the first
+    spatial axis, separated by an empty slab, so no component joins two cases);
+    components below ``min_component_voxels`` are dropped.
     Returns columns ``score`` (= ``pred_voxels``), ``pred_voxels``, ``volume_mm3``,
     ``max_prob``, ``mean_prob`` (over predicted voxels; NaN when none), ``n_components``.
     """
@@ -154,27 +155,29 @@ def summarize_masks(prob: np.ndarray, *, threshold: float = 0.5, min_component_v
     prob = np.asarray(prob, dtype=np.float32)
     b = prob.shape[0]
     spatial = prob.ndim - 1
-    base = ndimage.generate_binary_structure(spatial, connectivity)
-    structure = np.zeros((3,) + base.shape, dtype=bool)
-    structure[1] = base
-    mask = prob >= threshold
-    labels, n = ndimage.label(mask, structure=structure)
+    structure = ndimage.generate_binary_structure(spatial, connectivity)
+    # stack the cases along the first spatial axis with an empty slab between them: one
+    # labelling pass, and no component can join two cases
+    padded = np.zeros((b, prob.shape[1] + 1, *prob.shape[2:]), dtype=bool)
+    padded[:, :-1] = prob >= threshold
+    stacked, n = ndimage.label(padded.reshape(-1, *prob.shape[2:]), structure=structure)
+    labels = stacked.reshape(padded.shape)[:, :-1]
     flat = labels.ravel()
     sizes = np.bincount(flat, minlength=n + 1)
-    keep = sizes >= max(int(min_component_voxels), 1)
-    keep[0] = False
-    kept = keep[flat].reshape(b, -1)
-    pflat = prob.reshape(b, -1)
-    pred_voxels = kept.sum(axis=1)
-    psum = np.where(kept, pflat, 0.0).sum(axis=1)
-    # components per case: each kept component id belongs to exactly one case
-    comp_case = np.full(n + 1, -1)
-    case_of_voxel = np.repeat(np.arange(b), pflat.shape[1])
-    comp_case[flat] = case_of_voxel
-    n_comp = np.bincount(comp_case[1:][keep[1:]], minlength=b) if n else np.zeros(b, int)
+    psums = np.bincount(flat, weights=prob.ravel(), minlength=n + 1)
+    ids = np.arange(1, n + 1)
+    kept = ids[sizes[1:] >= max(int(min_component_voxels), 1)]
+    # labels are numbered in raster order and never span cases, so each case holds a
+    # contiguous block of ids: the running maximum of per-case maxima maps id -> case
+    case_max = np.maximum.accumulate(labels.reshape(b, -1).max(axis=1))
+    owner = np.searchsorted(case_max, kept, side="left")
+    pred_voxels = np.bincount(owner, weights=sizes[kept], minlength=b).astype(np.int64)
+    psum = np.bincount(owner, weights=psums[kept], minlength=b)
+    n_comp = np.bincount(owner, minlength=b)
     vv = np.broadcast_to(np.asarray(voxel_volume_mm3, dtype=float), (b,))
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_prob = np.where(pred_voxels > 0, psum / np.maximum(pred_voxels, 1), np.nan)
+    pflat = prob.reshape(b, -1)
     return pd.DataFrame({
         "score": pred_voxels.astype(float),
         "pred_voxels": pred_voxels.astype(np.int64),

@@ -104,13 +104,18 @@ def test_dicom_series_folder_is_read(study):
     series = study / "dicom_series"
     series.mkdir()
     shutil.copy(src, series / "slice1.dcm")
-    pd.DataFrame({"case_id": ["ct"], "image": ["dicom_series"], "label": [0], "site": ["s"]}).to_csv(
-        study / "dicom.csv", index=False)
+    five_slices = Path(pydicom.data.__file__).parent / "test_files" / "dicomdirtests" / "98892001" / "CT5N"
+    pd.DataFrame({"case_id": ["ct", "ct5"], "image": ["dicom_series", str(five_slices)], "label": [0, 1],
+                  "site": ["s", "s"]}).to_csv(study / "dicom.csv", index=False)
     cfg = load_segment_config(study / "run.yaml", overrides={"cases": "dicom.csv", "output": "dout",
                                                               "transforms": {"spacing": None}})
     run_segment(cfg)
-    row = pd.read_parquet(study / "dout" / "cases.parquet").iloc[0]
-    assert row["status"] == "ok", row["reason"]
+    rows = pd.read_parquet(study / "dout" / "cases.parquet")
+    assert (rows["status"] == "ok").all(), rows["reason"].tolist()
+    from inference_runner.segment import load_case
+
+    img, voxel_volume = load_case(five_slices, cfg["transforms"])
+    assert img.shape[-1] == 5 and voxel_volume > 0  # a real five-slice CT series
 
 
 def test_summaries_match_independent_recomputation():
