@@ -305,6 +305,36 @@ def test_other_study_shapes_render(tmp_path, variant):
         assert "comparisons" not in keys and not res.skipped
 
 
+def test_calibration_with_probe_predictions(tmp_path):
+    for name in ("cases.parquet", "runs.parquet", "reference.yaml"):
+        shutil.copy(DEMO / name, tmp_path / name)
+    rng = np.random.default_rng(1)
+    rows = []
+    for enc in ("enc_01", "enc_02"):
+        for seed in (0, 1):
+            y = rng.integers(0, 2, 150)
+            p = np.clip(0.5 + (y - 0.5) * rng.uniform(0.1, 0.8, 150), 0.01, 0.99)
+            rows.append(pd.DataFrame({"encoder": enc, "dataset": "d1", "label_fraction": 1.0,
+                                      "condition": "clean", "severity": 0, "seed": seed,
+                                      "case_id": [f"c{i}" for i in range(150)], "label": y,
+                                      "prob": p}))
+    pd.concat(rows).to_parquet(tmp_path / "probe_predictions.parquet")
+    raw = yaml.safe_load((DEMO / "plan.yaml").read_text())
+    raw["inputs"]["probe_predictions"] = "probe_predictions.parquet"
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = render_report(tmp_path / "plan.yaml", tmp_path / "out", only=("calibration",),
+                            formats=(), draw=False)
+    summ = pd.read_csv(tmp_path / "out" / "tables" / "calibration_summary.csv")
+    assert set(summ["unit"]) == {"model_A", "model_B", "model_C", "enc_01", "enc_02"}
+    probe = summ[summ["source"] == "encoder probe"]
+    assert set(probe["stage"]) == {"before"} and probe["n"].eq(300).all()
+    rel = pd.read_csv(tmp_path / "out" / "tables" / "fig_reliability.csv")
+    assert set(rel.loc[rel["unit"] == "enc_01", "stage"]) == {"before"}
+    assert res.tables[0].display.set_index("unit").loc["enc_01", "temperature"] == text.DASH
+
+
 def test_metadata_provenance_section(tmp_path):
     plan_path = _small_study(tmp_path)
     cases = pd.read_csv(tmp_path / "cases.csv")

@@ -32,16 +32,21 @@ def _groups(study):
                             cal[["label", "max_prob"]].rename(columns={"max_prob": "prob"}),
                             test[["label", "max_prob"]].rename(columns={"max_prob": "prob"})))
     pp = study.probe_predictions
-    if pp is not None and {"encoder", "label", "prob", "split"} <= set(pp.columns):
+    if pp is not None and {"encoder", "label", "prob"} <= set(pp.columns):
         sel = pp
         if "condition" in sel.columns:
             sel = sel[sel["condition"].astype(str).str.lower() == "clean"]
         if "label_fraction" in sel.columns:
             sel = sel[sel["label_fraction"] == 1.0]
         for enc, g in sel.groupby("encoder", sort=False):
-            cal, test = g[g["split"].isin(CAL_SPLITS)], g[g["split"] == "test"]
-            if len(cal) and len(test):
-                out.append(("encoder probe", str(enc), cal[["label", "prob"]], test[["label", "prob"]]))
+            if "split" in g.columns:
+                cal, test = g[g["split"].isin(CAL_SPLITS)], g[g["split"] == "test"]
+            else:  # held-out predictions only: reliability before scaling, no temperature
+                cal, test = None, g
+            if len(test) and (cal is None or len(cal)):
+                out.append(("encoder probe", str(enc),
+                            None if cal is None else cal[["label", "prob"]],
+                            test[["label", "prob"]]))
     return out
 
 
@@ -59,12 +64,17 @@ def build(study) -> Section:
                           "(cases max_prob + split, or inputs.probe_predictions)")
     summary, rel = [], []
     for source, unit, cal, test in groups:
-        tf = stats.temperature_scale(cal["prob"].to_numpy(float), cal["label"].to_numpy())
-        ev = tf.evaluate(test["prob"].to_numpy(float), test["label"].to_numpy())
-        summary.append(ev.assign(source=source, unit=unit))
-        y = test["label"].to_numpy()
-        for stage, prob in (("before", test["prob"].to_numpy(float)),
-                            ("after", tf.apply(test["prob"].to_numpy(float)))):
+        y, p = test["label"].to_numpy(), test["prob"].to_numpy(float)
+        stages = [("before", p)]
+        if cal is not None:
+            tf = stats.temperature_scale(cal["prob"].to_numpy(float), cal["label"].to_numpy())
+            summary.append(tf.evaluate(p, y).assign(source=source, unit=unit))
+            stages.append(("after", tf.apply(p)))
+        else:
+            summary.append(pd.DataFrame({"estimand": ["ece"], "estimate": [stats.ece(y, p)],
+                                         "n": [len(y)], "stage": ["before"], "source": [source],
+                                         "unit": [unit], "temperature": [float("nan")]}))
+        for stage, prob in stages:
             rt = stats.reliability_table(y, prob, n_bins=N_BINS)
             rel.append(rt.assign(source=source, unit=unit, stage=stage))
     summ = pd.concat(summary, ignore_index=True)
@@ -72,7 +82,8 @@ def build(study) -> Section:
     rows = []
     for (source, unit), g in summ.groupby(["source", "unit"], sort=False):
         row = {"source": source, "unit": unit,
-               "temperature": text.num(g["temperature"].iloc[0], 3)}
+               "temperature": text.num(g["temperature"].iloc[0], 3)
+               if "temperature" in g and g["temperature"].notna().any() else text.DASH}
         for e in ("ece", "brier", "nll"):
             for stage in ("before", "after"):
                 v = g[(g["estimand"] == e) & (g["stage"] == stage)]["estimate"]
@@ -90,8 +101,12 @@ def build(study) -> Section:
                   ("Brier", ["brier_before", "brier_after"]), ("NLL", ["nll_before", "nll_after"])),
         notes=("Temperature T minimises the validation negative log-likelihood of "
                "sigmoid(logit(p) / T); ECE with 15 equal-width bins. The reliability diagram "
-               f"uses {N_BINS} equal-width bins (tables/fig_reliability.csv).",))
+               f"uses {N_BINS} equal-width bins (tables/fig_reliability.csv). Encoder probes: "
+               "held-out predictions of the clean runs at label fraction 1, pooled over seeds; "
+               "without a calibration split no temperature is fitted (\u2014).",))
     d = rel[rel["n"] > 0].copy()
+    n_units = d["unit"].nunique()
+    d["unit"] = pd.Categorical(d["unit"], categories=list(dict.fromkeys(d["unit"])))
     d["stage"] = pd.Categorical(d["stage"].map({"before": "before scaling",
                                                 "after": "after scaling"}),
                                 categories=["before scaling", "after scaling"])
@@ -101,7 +116,9 @@ def build(study) -> Section:
             + p9.geom_line() + p9.geom_point(p9.aes(size="n"))
             + p9.scale_size_continuous(range=(0.8, 3), name="cases in bin")
             + p9.scale_color_manual(values=PALETTE[:2], name="")
-            + p9.facet_wrap("~unit", nrow=1)
+            + p9.facet_wrap("~unit", ncol=min(4, n_units))
+            + p9.scale_x_continuous(breaks=[0, 0.5, 1], labels=["0", "0.5", "1"])
+            + p9.scale_y_continuous(breaks=[0, 0.5, 1], labels=["0", "0.5", "1"])
             + p9.coord_fixed(xlim=(0, 1), ylim=(0, 1))
             + p9.labs(x="Mean predicted probability", y="Observed frequency") + theme())
     fig = ReportFigure(
@@ -110,7 +127,7 @@ def build(study) -> Section:
         "calibration.", alt="Reliability diagrams per model before and after temperature scaling.",
         plot=plot, data=rel[["source", "unit", "stage", "bin", "bin_low", "bin_high",
                              "mean_confidence", "estimate", "conf_low", "conf_high", "n"]],
-        width=7.5, height=3.3)
+        width=7.5, height=1.0 + 2.3 * -(-n_units // 4))
     md = ("@tbl-calibration-summary and @fig-reliability show how well predicted probabilities "
           "match observed frequencies, before and after temperature scaling (a monotone "
           "rescaling: discrimination is unchanged).")
