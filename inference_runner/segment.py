@@ -163,8 +163,9 @@ def summarize_masks(prob: np.ndarray, *, threshold: float = 0.5, min_component_v
     stacked, n = ndimage.label(padded.reshape(-1, *prob.shape[2:]), structure=structure)
     labels = stacked.reshape(padded.shape)[:, :-1]
     flat = labels.ravel()
-    sizes = np.bincount(flat, minlength=n + 1)
-    psums = np.bincount(flat, weights=prob.ravel(), minlength=n + 1)
+    on = np.flatnonzero(flat)  # reductions over labelled voxels only (masks are sparse)
+    sizes = np.bincount(flat[on], minlength=n + 1)
+    psums = np.bincount(flat[on], weights=prob.ravel()[on], minlength=n + 1)
     ids = np.arange(1, n + 1)
     kept = ids[sizes[1:] >= max(int(min_component_voxels), 1)]
     # labels are numbered in raster order and never span cases, so each case holds a
