@@ -173,3 +173,18 @@ def test_probe_config_errors_name_file_key_and_fix(tmp_path, change, key):
     with pytest.raises(ConfigError) as exc:
         validate_probe_config(cfg, file="probe.yaml", base=tmp_path)
     assert "probe.yaml" in str(exc.value) and f"'{key}'" in str(exc.value)
+
+
+def test_encoder_weights_from_a_local_file_are_used(tmp_path):
+    import torch
+
+    from inference_runner.probe import build_encoder_net, network_features
+
+    net, depth = build_encoder_net("resnet", width=4, seed=11)
+    torch.save(net.state_dict(), tmp_path / "enc.pt")
+    x, _ = _toy(6)
+    expected = network_features(net, depth["last"], x)
+    spec = {"name": "r", "kind": "resnet", "depth": "last", "width": 4, "weights": str(tmp_path / "enc.pt")}
+    got = make_encoder(spec, seed=0)(x)  # another init seed: only the loaded weights can match
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(make_encoder({**spec, "weights": None}, seed=0)(x), expected)

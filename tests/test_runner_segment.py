@@ -192,3 +192,20 @@ def test_gpu_mixed_precision_matches_cpu():
     cpu = predict_probability(net, x, roi_size=(8, 8, 8), device=torch.device("cpu"))
     gpu = predict_probability(net, x, roi_size=(8, 8, 8), device=torch.device("cuda:0"), amp=True)
     np.testing.assert_allclose(cpu, gpu, atol=5e-3)
+
+
+def test_weights_from_a_bundle_folder_give_the_same_rows(study):
+    bundle = study / "bundle" / "models"
+    bundle.mkdir(parents=True)
+    shutil.copy(study / "model.pt", bundle / "model.pt")
+    a = run_segment(load_segment_config(study / "run.yaml"))
+    b = run_segment(load_segment_config(study / "run.yaml", overrides={"output": "out_bundle",
+                                                                       "network": {"weights": "bundle"}}))
+    assert a["merged"] and b["merged"]
+    ta = pd.read_parquet(study / "out" / "cases.parquet")
+    tb = pd.read_parquet(study / "out_bundle" / "cases.parquet")
+    pd.testing.assert_frame_equal(ta, tb)
+    with pytest.raises(ConfigError, match="models/model.pt"):
+        (study / "empty_bundle").mkdir()
+        run_segment(load_segment_config(study / "run.yaml", overrides={"output": "o3",
+                                                                       "network": {"weights": "empty_bundle"}}))
