@@ -220,7 +220,7 @@ def test_a_plan_may_leave_out_the_detection_half(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = render_report(tmp_path / "plan.yaml", tmp_path / "out", formats=(), draw=False)
-    assert [s.key for s in res.sections] == ["methods", "crs", "checklist"]
+    assert [s.key for s in res.sections] == ["methods", "crs", "calibration", "checklist"]
     qmd = (tmp_path / "out" / "appendix.qmd").read_text()
     assert "Flow of cases" not in qmd and "Clinical Reliability Score" in qmd
     assert "**Detection.**" not in qmd

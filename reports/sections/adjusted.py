@@ -69,9 +69,11 @@ def build(study) -> Section:
     cc = _complete_case(ev, formula)
     if cc is not None and "glmm" in fits:
         try:  # DESIGN: Unknown race is a level; the complete-case fit is reported beside it
-            fits["glmm_cc"] = stats.fit_adjusted(cc, formula, group=group, method="glmm",
-                                                 population="positives",
-                                                 conf_level=det.conf_level)
+            kw = dict(group=group, method="glmm", population="positives",
+                      conf_level=det.conf_level)
+            fit_cc = getattr(stats, "fit_complete_case", None)
+            fits["glmm_cc"] = (fit_cc(ev, formula, column="race", drop=(UNKNOWN,), **kw)
+                               if fit_cc is not None else stats.fit_adjusted(cc, formula, **kw))
         except Exception as exc:
             study.note(f"adjusted models: the complete-case GLMM failed: {exc}")
     # ---- odds ratios

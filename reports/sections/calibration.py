@@ -10,13 +10,14 @@ import pandas as pd
 from .. import text
 from ..figures import PALETTE, ReportFigure, theme
 from ..tables import ReportTable
-from . import Section, SkipSection
+from . import Section, SkipSection, missing_stats
 
 KEY = "calibration"
 TITLE = "Calibration"
 HALF = "any"
 REQUIRES = ("temperature_scale", "reliability_table")
 N_BINS = 10
+ECE_BOOT = 1000  # case-bootstrap replicates for the ECE intervals
 CAL_SPLITS = ("validation", "calibration")
 
 
@@ -50,30 +51,89 @@ def _groups(study):
     return out
 
 
+def _repair_runs(study):
+    runs = study.runs
+    if study.plan.crs is None or runs is None or "ece_after_ts" not in runs.columns:
+        return None
+    if runs["ece_after_ts"].notna().sum() == 0:
+        return None
+    return runs
+
+
 def applies(study) -> bool:
-    return bool(_groups(study))
+    return bool(_groups(study)) or _repair_runs(study) is not None
 
 
 def build(study) -> Section:
+    sec = Section(KEY, TITLE)
+    blocks = []
+    if _groups(study):
+        blocks += _probabilities(study)
+    if _repair_runs(study) is not None and not missing_stats(("calibration_repair",)):
+        blocks += _repair(study)
+    if not blocks:
+        raise SkipSection("no probabilities with a validation/calibration and a test split, and "
+                          "no ece_after_ts in the runs table")
+    return sec.add(*blocks)
+
+
+def _repair(study) -> list:
+    import stats
+
+    rep = stats.calibration_repair(_repair_runs(study))
+    ov = rep[rep["dataset"] == "overall"]
+    w = ov.pivot_table(index=["regime", "encoder"], columns="estimand", values="estimate",
+                       sort=False).reset_index()
+    w = w.sort_values(["regime", "ece_before"], kind="stable").reset_index(drop=True)
+    multi = w["regime"].nunique() > 1
+    disp = pd.DataFrame({
+        "encoder": w["encoder"].astype(str) + (" (" + w["regime"].astype(str) + ")" if multi else ""),
+        "before": [text.num(x, 3) for x in w["ece_before"]],
+        "after": [text.num(x, 3) for x in w["ece_after"]],
+        "reduction": [text.num(x) for x in w["relative_reduction"]]})
+    table = ReportTable(
+        name="calibration_repair", caption="Encoder probes: ECE before and after temperature "
+        "scaling (clean runs, label fraction 1; seed means, averaged over datasets).",
+        data=rep, display=disp,
+        labels={"encoder": "Encoder", "before": "ECE before", "after": "ECE after",
+                "reduction": "Relative reduction (1 \u2212 after/before)"},
+        notes=("From the runs table's ece and ece_after_ts columns; per-dataset values are in "
+               "tables/calibration_repair.csv.",))
+    return ["@tbl-calibration-repair shows how much of each encoder's miscalibration "
+            "temperature scaling removes; the CRS calibration axis uses the ECE before "
+            "scaling.", table]
+
+
+def _probabilities(study) -> list:
     import plotnine as p9
     import stats
 
     groups = _groups(study)
-    if not groups:
-        raise SkipSection("no probabilities with a validation/calibration and a test split "
-                          "(cases max_prob + split, or inputs.probe_predictions)")
+    try:
+        ece_ci = stats.ece_ci
+    except (ImportError, AttributeError):
+        ece_ci = None
+    det = study.plan.detection
+    seed = det.bootstrap_seed if det is not None and det.bootstrap_seed is not None else 0
     summary, rel = [], []
     for source, unit, cal, test in groups:
         y, p = test["label"].to_numpy(), test["prob"].to_numpy(float)
         stages = [("before", p)]
         if cal is not None:
             tf = stats.temperature_scale(cal["prob"].to_numpy(float), cal["label"].to_numpy())
-            summary.append(tf.evaluate(p, y).assign(source=source, unit=unit))
+            ev = tf.evaluate(p, y).assign(source=source, unit=unit)
             stages.append(("after", tf.apply(p)))
         else:
-            summary.append(pd.DataFrame({"estimand": ["ece"], "estimate": [stats.ece(y, p)],
-                                         "n": [len(y)], "stage": ["before"], "source": [source],
-                                         "unit": [unit], "temperature": [float("nan")]}))
+            ev = pd.DataFrame({"estimand": ["ece"], "estimate": [stats.ece(y, p)], "n": [len(y)],
+                               "stage": ["before"], "source": [source], "unit": [unit],
+                               "temperature": [float("nan")]})
+        if ece_ci is not None:  # bootstrap intervals for the ECE rows
+            for stage, prob in stages:
+                ci = ece_ci(y, prob, n_boot=ECE_BOOT, seed=seed)
+                hit = (ev["estimand"] == "ece") & (ev["stage"] == stage)
+                ev.loc[hit, "conf_low"] = float(ci["conf_low"].iloc[0])
+                ev.loc[hit, "conf_high"] = float(ci["conf_high"].iloc[0])
+        summary.append(ev)
         for stage, prob in stages:
             rt = stats.reliability_table(y, prob, n_bins=N_BINS)
             rel.append(rt.assign(source=source, unit=unit, stage=stage))
@@ -86,8 +146,14 @@ def build(study) -> Section:
                if "temperature" in g and g["temperature"].notna().any() else text.DASH}
         for e in ("ece", "brier", "nll"):
             for stage in ("before", "after"):
-                v = g[(g["estimand"] == e) & (g["stage"] == stage)]["estimate"]
-                row[f"{e}_{stage}"] = text.num(v.iloc[0], 3) if len(v) else text.DASH
+                v = g[(g["estimand"] == e) & (g["stage"] == stage)]
+                if not len(v):
+                    row[f"{e}_{stage}"] = text.DASH
+                elif e == "ece" and "conf_low" in v:
+                    r = v.iloc[0]
+                    row[f"{e}_{stage}"] = text.ci(r["estimate"], r["conf_low"], r["conf_high"], 3)
+                else:
+                    row[f"{e}_{stage}"] = text.num(v["estimate"].iloc[0], 3)
         rows.append(row)
     disp = pd.DataFrame(rows)
     table = ReportTable(
@@ -97,10 +163,11 @@ def build(study) -> Section:
         labels={"unit": "Model", "temperature": "Temperature", "ece_before": "before",
                 "ece_after": "after", "brier_before": "before", "brier_after": "after",
                 "nll_before": "before", "nll_after": "after"},
-        spanners=(("ECE (15 bins)", ["ece_before", "ece_after"]),
+        spanners=(("ECE (15 bins) [95% CI]", ["ece_before", "ece_after"]),
                   ("Brier", ["brier_before", "brier_after"]), ("NLL", ["nll_before", "nll_after"])),
         notes=("Temperature T minimises the validation negative log-likelihood of "
-               "sigmoid(logit(p) / T); ECE with 15 equal-width bins. The reliability diagram "
+               "sigmoid(logit(p) / T); ECE with 15 equal-width bins and a case-bootstrap "
+               f"percentile interval ({ECE_BOOT} replicates). The reliability diagram "
                f"uses {N_BINS} equal-width bins (tables/fig_reliability.csv). Encoder probes: "
                "held-out predictions of the clean runs at label fraction 1, pooled over seeds; "
                "without a calibration split no temperature is fitted (\u2014).",))
@@ -131,4 +198,4 @@ def build(study) -> Section:
     md = ("@tbl-calibration-summary and @fig-reliability show how well predicted probabilities "
           "match observed frequencies, before and after temperature scaling (a monotone "
           "rescaling: discrimination is unchanged).")
-    return Section(KEY, TITLE).add(md, table, fig)
+    return [md, table, fig]
