@@ -74,6 +74,10 @@ def build(study) -> Section:
     rp = rp.assign(label=_enc_label(rp))
     rpw = rp.pivot_table(index="label", columns="estimand", values="estimate", sort=False)
     rank_ci = rp[rp["estimand"] == "rank"].set_index("label")
+    tier = boot.leading_tier() if hasattr(boot, "leading_tier") else None
+    if tier is not None:
+        tier = tier.assign(label=_enc_label(tier))
+        in_tier = dict(zip(tier["label"], tier["in_leading_tier"].astype(bool)))
     s_ci = scores[scores["estimand"].isin(["dominance", "similarity", "worst_axis", "crs"])]
     disp_s = []
     for lab in order:
@@ -87,19 +91,24 @@ def build(study) -> Section:
         row["rank"] = f"{text.count(rk['estimate'])} [{text.count(rk['conf_low'])}, {text.count(rk['conf_high'])}]"
         row["p1"] = text.num(rpw.loc[lab, "p_rank_1"])
         row["pk"] = text.num(rpw.loc[lab, "p_top_k"])
+        if tier is not None:
+            row["tier"] = "yes" if in_tier.get(lab) else ""
         disp_s.append(row)
     t_scores = ReportTable(
         name="crs_scores", caption=f"CRS components and CRS with paired-seed bootstrap "
         f"{int(round(100 * float(s_ci['conf_level'].dropna().iloc[0] if s_ci['conf_level'].notna().any() else 0.95)))}% CIs, rank "
         f"[CI], P(rank 1) and P(rank \u2264 {crs.k}).",
-        data=pd.concat([s_ci, rp], ignore_index=True), display=pd.DataFrame(disp_s),
+        data=pd.concat([s_ci, rp] + ([tier] if tier is not None else []), ignore_index=True),
+        display=pd.DataFrame(disp_s),
         labels={"encoder": "Encoder", "dominance": "Dominance", "similarity": "Similarity",
                 "worst_axis": "Worst axis", "crs": "CRS [CI]", "rank": "Rank [CI]",
-                "p1": "P(rank 1)", "pk": f"P(top {crs.k})"},
+                "p1": "P(rank 1)", "pk": f"P(top {crs.k})", "tier": "Leading tier"},
         spanners=(("Components", ["dominance", "similarity", "worst_axis"]),),
         notes=(f"{crs.bootstrap_n} paired-seed bootstrap replicates (seed "
                f"{crs.bootstrap_seed}); anchors held fixed. CRS = weighted sum of dominance, "
-               f"similarity and worst axis (weights in the reference file).",))
+               f"similarity and worst axis (weights in the reference file). Leading tier: "
+               f"the best encoder and every encoder whose CRS difference from it has a "
+               f"bootstrap CI containing 0.",))
     # ---- differences
     diff = boot.differences()
     disp_d = pd.DataFrame({
