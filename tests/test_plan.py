@@ -14,8 +14,9 @@ DEMO = Path(__file__).resolve().parent.parent / "clinrel" / "demo_data"
 
 @pytest.fixture()
 def plan_dir(tmp_path):
-    for name in ("cases.parquet", "runs.parquet", "reference.yaml"):
-        shutil.copy(DEMO / name, tmp_path / name)
+    for path in DEMO.iterdir():  # every input the demo plan may name
+        if path.is_file() and path.suffix in (".parquet", ".csv", ".yaml", ".json"):
+            shutil.copy(path, tmp_path / path.name)
     return tmp_path
 
 
@@ -73,6 +74,7 @@ def test_plan_may_leave_out_either_half(plan_dir):
     raw = demo_raw()
     raw.pop("detection")
     raw["inputs"].pop("cases")
+    raw["inputs"].pop("probe_predictions", None)
     plan = load_plan(write(plan_dir, raw))
     assert plan.detection is None and plan.cases is None
     raw.pop("crs")
