@@ -48,7 +48,8 @@ bench: install
 # Re-make the committed demo data with the networks of inference_runner (minutes, CPU).
 demo-data: install
 	$(VENV)/bin/clinrel demo --regenerate --out build/demo-regenerated
-	cp build/demo-regenerated/cases.parquet build/demo-regenerated/runs.parquet clinrel/demo_data/
+	cp build/demo-regenerated/cases.parquet build/demo-regenerated/runs.parquet \
+	   build/demo-regenerated/probe_predictions.parquet build/demo-regenerated/run_manifest.json clinrel/demo_data/
 
 clean:
 	rm -rf build .pytest_cache

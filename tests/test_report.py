@@ -215,6 +215,7 @@ def test_a_plan_may_leave_out_the_detection_half(tmp_path):
     raw = yaml.safe_load((DEMO / "plan.yaml").read_text())
     raw.pop("detection")
     raw["inputs"].pop("cases")
+    raw["inputs"].pop("probe_predictions", None)
     raw["crs"]["bootstrap"]["n"] = 200
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
     with warnings.catch_warnings():
@@ -327,7 +328,8 @@ def test_calibration_with_probe_predictions(tmp_path):
         res = render_report(tmp_path / "plan.yaml", tmp_path / "out", only=("calibration",),
                             formats=(), draw=False)
     summ = pd.read_csv(tmp_path / "out" / "tables" / "calibration_summary.csv")
-    assert set(summ["unit"]) == {"model_A", "model_B", "model_C", "enc_01", "enc_02"}
+    models = set(pd.read_parquet(DEMO / "cases.parquet")["model"])
+    assert set(summ["unit"]) == models | {"enc_01", "enc_02"}
     probe = summ[summ["source"] == "encoder probe"]
     assert set(probe["stage"]) == {"before"} and probe["n"].eq(300).all()
     rel = pd.read_csv(tmp_path / "out" / "tables" / "fig_reliability.csv")

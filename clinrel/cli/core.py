@@ -11,7 +11,8 @@ import typer
 
 from ._common import InputError, atomic_dir, guarded, write_table
 
-DEMO_FILES = ("cases.parquet", "runs.parquet", "plan.yaml", "reference.yaml")
+DEMO_FILES = ("cases.parquet", "runs.parquet", "probe_predictions.parquet", "run_manifest.json",
+              "plan.yaml", "reference.yaml")
 
 
 def demo_data_dir() -> Path:

@@ -1,8 +1,10 @@
 """Write the simulated fallback demo study (``cases.parquet``, ``runs.parquet``).
 
-The committed demo data are made by the networks of ``inference_runner.demo``
-(``clinrel demo --regenerate --out DIR``); this script writes a simulated study of the
-same shape, for a machine where that is too slow. Run: ``python -m clinrel.demo_data.make_simulated DIR``.
+The committed demo data (cases, runs, probe_predictions, run_manifest.json) are made by
+the MONAI networks of ``inference_runner.demo``: ``make demo-data`` or ``clinrel demo
+--regenerate --out DIR`` (1-3 minutes on 2 CPU cores, deterministic for a seed). This
+script writes a *simulated* study of the same shape (model_A..C, enc_01..08), for tests
+or a machine where training is too slow; its reference panel would be enc_01..enc_05. Run: ``python -m clinrel.demo_data.make_simulated DIR``.
 """
 from __future__ import annotations
 
