@@ -96,6 +96,10 @@ class Plan:
     prespecified: tuple[str, ...] = ()
     exploratory: tuple[str, ...] = ()
     raw: dict = field(default_factory=dict, repr=False)
+    #: Dask scheduler address for the bootstrap, per-model fits and CRS replicates
+    #: (None: this process). Results are identical either way, so it is not part of the
+    #: analysis: ``clinrel report --scheduler`` overrides it.
+    scheduler: str | None = None
 
     @property
     def inputs(self) -> dict[str, Path]:
@@ -166,7 +170,7 @@ def _closest_hint(key: str, allowed) -> str:
 
 
 TOP_KEYS = {"version": "", "title": "", "inputs": "", "detection": "", "crs": "", "privacy": "",
-            "prespecified": "", "exploratory": ""}
+            "prespecified": "", "exploratory": "", "scheduler": ""}
 INPUT_KEYS = {"cases": "", "runs": "", "reference": "", "metadata": "", "probe_predictions": ""}
 DETECTION_KEYS = {"threshold": "", "ci": "", "conf_level": "", "subgroups": "", "bins": "",
                   "small_n": "", "bootstrap": "", "adjusted": "", "failure_map": ""}
@@ -368,7 +372,17 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
                 runs=paths["runs"], reference=paths["reference"], metadata=paths["metadata"],
                 probe_predictions=paths["probe_predictions"], detection=det, crs=crs,
                 privacy=privacy, prespecified=_notes(c, raw.get("prespecified"), "prespecified"),
-                exploratory=_notes(c, raw.get("exploratory"), "exploratory"), raw=raw)
+                exploratory=_notes(c, raw.get("exploratory"), "exploratory"), raw=raw,
+                scheduler=_scheduler(c, raw.get("scheduler")))
+
+
+def _scheduler(c, value) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise PlanError(f"{c.file}: key 'scheduler' must be a Dask scheduler address such as "
+                        f"'tcp://10.0.0.5:8786' (or left out to run here); got {value!r}")
+    return value.strip()
 
 
 def load_plan(path) -> Plan:

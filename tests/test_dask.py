@@ -50,3 +50,35 @@ def test_per_model_fits_identical(client, cases):
     remote = stats.fit_adjusted(cases, f, method="glmm", scheduler=client)
     pd.testing.assert_frame_equal(local.tidy(), remote.tidy())
     assert set(local.tidy()["model"]) == {"model_A", "model_B", "model_C"}
+
+
+def test_report_on_a_cluster_equals_local(client, tmp_path):
+    """`clinrel report --scheduler ADDRESS` (and `scheduler:` in the plan) gives the same
+    tables as a local render."""
+    import warnings
+
+    from reports.plan import PlanError, load_plan
+    from reports.render import render_report
+    from clinrel.cli.report import demo_plan_path
+
+    plan = load_plan(demo_plan_path())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        render_report(plan, tmp_path / "local", formats=(), draw=False, only=("subgroups", "adjusted", "crs"))
+        import dataclasses
+
+        render_report(dataclasses.replace(plan, scheduler=client.scheduler.address), tmp_path / "remote",
+                      formats=(), draw=False, only=("subgroups", "adjusted", "crs"))
+    local = sorted((tmp_path / "local" / "tables").glob("*.csv"))
+    assert local
+    for p in local:
+        assert p.read_bytes() == (tmp_path / "remote" / "tables" / p.name).read_bytes(), p.name
+    import shutil
+
+    for f in demo_plan_path().parent.iterdir():
+        if f.suffix in (".parquet", ".yaml"):
+            shutil.copy(f, tmp_path / f.name)
+    bad = tmp_path / "plan.yaml"
+    bad.write_text(bad.read_text() + "\nscheduler: 3\n")
+    with pytest.raises(PlanError, match="scheduler"):
+        load_plan(bad)

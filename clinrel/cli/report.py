@@ -23,6 +23,9 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option(help="Output folder (replaced atomically).")],
         plan: Annotated[Optional[Path], typer.Option(help="The analysis plan (plan.yaml).")] = None,
         demo: Annotated[bool, typer.Option("--demo", help="Render the embedded demo study.")] = False,
+        scheduler: Annotated[Optional[str], typer.Option(
+            help="Dask scheduler address for bootstrap blocks and model fits "
+                 "(overrides the plan's 'scheduler:'; results are identical).")] = None,
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress or summary output.")] = False,
     ) -> None:
         """Render the reliability appendix of the study described by PLAN into OUT.
@@ -40,7 +43,14 @@ def register(app: typer.Typer) -> None:
         logging.getLogger("clinrel.report").setLevel(logging.WARNING)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = render_report(demo_plan_path() if demo else plan, out, quiet=quiet)
+            target = demo_plan_path() if demo else plan
+            if scheduler is not None:
+                import dataclasses
+
+                from reports.plan import load_plan
+
+                target = dataclasses.replace(load_plan(target), scheduler=scheduler)
+            result = render_report(target, out, quiet=quiet)
         if not quiet:
             typer.echo(f"report written to {out} in {result.seconds:.1f} s "
                        f"({len(result.sections)} sections, {len(result.tables)} tables, "

@@ -78,7 +78,7 @@ def metrics(study) -> pd.DataFrame:
             kw = {"bootstrap": det.bootstrap_n, "seed": det.bootstrap_seed,
                   "strata": det.bootstrap_strata}
         out = subgroup_metrics(ev, by=by, ci=det.ci, conf_level=det.conf_level,
-                               small_n=det.small_n, **kw)
+                               small_n=det.small_n, scheduler=study.plan.scheduler, **kw)
     else:
         study.note("stats.subgroup_metrics not in this build: proportions from "
                    "stats.confusion_counts + stats.proportion_ci (no bootstrap F1)")

@@ -60,7 +60,8 @@ def build(study) -> Section:
     for m in adj["methods"]:
         try:
             fits[m] = stats.fit_adjusted(ev, formula, group=group, method=m,
-                                         population="positives", conf_level=det.conf_level)
+                                         population="positives", conf_level=det.conf_level,
+                                         scheduler=study.plan.scheduler)
         except Exception as exc:  # reported in the text; other methods still shown
             failed.append(f"{METHOD_LABEL[m]} ({type(exc).__name__}: {str(exc)[:120]})")
             study.note(f"adjusted models: the {m} fit failed: {type(exc).__name__}: {exc}")
@@ -70,7 +71,7 @@ def build(study) -> Section:
     if cc is not None and "glmm" in fits:
         try:  # DESIGN: Unknown race is a level; the complete-case fit is reported beside it
             kw = dict(group=group, method="glmm", population="positives",
-                      conf_level=det.conf_level)
+                      conf_level=det.conf_level, scheduler=study.plan.scheduler)
             fit_cc = getattr(stats, "fit_complete_case", None)
             fits["glmm_cc"] = (fit_cc(ev, formula, column="race", drop=(UNKNOWN,), **kw)
                                if fit_cc is not None else stats.fit_adjusted(cc, formula, **kw))
@@ -131,7 +132,7 @@ def build(study) -> Section:
     blocks_tbl = None
     if ml is not None:
         bt = stats.block_tests(ev, formula, adj["blocks"] or None, group=group, method=ml,
-                               population="positives")
+                               population="positives", scheduler=study.plan.scheduler)
         lr = bt[bt["estimand"] == "likelihood_ratio"].reset_index(drop=True)
         order = {m: i for i, m in enumerate(models)}
         lr = lr.assign(_m=lr["model"].map(order)).sort_values("_m", kind="stable").drop(
@@ -162,7 +163,9 @@ def build(study) -> Section:
     var_tbl = ReportTable(
         name="adjusted_variance", caption=f"Variance decomposition: {group} random-intercept "
         f"SD (log-odds) and latent-scale R\u00b2 (marginal: fixed effects; conditional: "
-        f"fixed + {group}).", data=glance, display=disp_v,
+        f"fixed + {group}; Nakagawa, GLMM rows only: GEE coefficients are not on the latent "
+        f"scale and site-fixed R\u00b2 would count the site dummies, so they show a dash).",
+        data=glance, display=disp_v,
         labels={"model": "Model", "method": "Method", "nobs": "Positives", "groups": "Groups",
                 "sd": f"{group} SD", "r2m": "R\u00b2 marginal", "r2c": "R\u00b2 conditional",
                 "conv": "Converged"},

@@ -37,7 +37,8 @@ def build(study) -> Section:
     if study.reference is None:
         raise SkipSection("the plan names no inputs.reference (the CRS reference panel)")
     runs, ref, crs = study.runs, study.reference, plan.crs
-    boot = stats.crs_bootstrap(runs, ref, n_boot=crs.bootstrap_n, seed=crs.bootstrap_seed)
+    boot = stats.crs_bootstrap(runs, ref, n_boot=crs.bootstrap_n, seed=crs.bootstrap_seed,
+                               scheduler=plan.scheduler)
     scores = boot.scores()
     scores = scores.assign(label=_enc_label(scores))
     wide = scores.pivot_table(index=["regime", "encoder", "label"], columns="estimand",
