@@ -284,7 +284,6 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
     cm = case_matrix(cases, by)
     c = cm.cell_counts()
     axis = cm.cells["axis"].to_numpy()
-    keep = axis > 0
     n_axes = int(axis.max()) + 1
     frames = []
     for metric, x, n in (("sensitivity", c["tp"], c["n_pos"][:, None] + 0 * c["tp"]),

@@ -58,8 +58,7 @@ def axis_label(axis: tuple[str, ...] | str) -> str:
 def metrics(study) -> pd.DataFrame:
     """Tidy metrics per model x cell (overall, every axis level, intersections).
 
-    ``stats.subgroup_metrics`` when the tree has it; otherwise the proportions from
-    ``stats.confusion_counts`` with ``stats.proportion_ci`` (same definitions).
+    ``stats.subgroup_metrics`` (closed-form CIs, cluster-bootstrap F1 when planned).
     """
     if "metrics" in study.cache:
         return study.cache["metrics"]
@@ -68,21 +67,12 @@ def metrics(study) -> pd.DataFrame:
     det = study.plan.detection
     ev = evaluation(study)
     by = axes(study)
-    try:
-        subgroup_metrics = stats.subgroup_metrics
-    except (ImportError, AttributeError):
-        subgroup_metrics = None
-    if subgroup_metrics is not None:
-        kw = {}
-        if det.bootstrap_n:
-            kw = {"bootstrap": det.bootstrap_n, "seed": det.bootstrap_seed,
-                  "strata": det.bootstrap_strata}
-        out = subgroup_metrics(ev, by=by, ci=det.ci, conf_level=det.conf_level,
-                               small_n=det.small_n, scheduler=study.plan.scheduler, **kw)
-    else:
-        study.note("stats.subgroup_metrics not in this build: proportions from "
-                   "stats.confusion_counts + stats.proportion_ci (no bootstrap F1)")
-        out = _from_counts(stats, counts(study), det)
+    kw = {}
+    if det.bootstrap_n:
+        kw = {"bootstrap": det.bootstrap_n, "seed": det.bootstrap_seed,
+              "strata": det.bootstrap_strata}
+    out = stats.subgroup_metrics(ev, by=by, ci=det.ci, conf_level=det.conf_level,
+                                 small_n=det.small_n, scheduler=study.plan.scheduler, **kw)
     study.cache["metrics"] = out
     return out
 
@@ -103,27 +93,6 @@ def counts(study) -> pd.DataFrame:
 
         study.cache["counts"] = stats.confusion_counts(evaluation(study), by=axes(study))
     return study.cache["counts"]
-
-
-def _from_counts(stats, c: pd.DataFrame, det) -> pd.DataFrame:
-    defs = {"sensitivity": ("tp", c["n_pos"]), "specificity": ("tn", c["n_neg"]),
-            "ppv": ("tp", c["tp"] + c["fp"]), "npv": ("tn", c["tn"] + c["fn"]),
-            "accuracy": (c["tp"] + c["tn"], c["n"])}
-    frames = []
-    for name, (num, den) in defs.items():
-        num = c[num] if isinstance(num, str) else num
-        num, den = np.asarray(num, float), np.asarray(den, float)
-        lo, hi = stats.proportion_ci(num, den, method=det.ci, conf_level=det.conf_level)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            est = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
-        frames.append(pd.DataFrame({
-            "estimand": name, "model": c["model"], "group_var": c["group_var"],
-            "group_level": c["group_level"], "estimate": est, "conf_low": lo, "conf_high": hi,
-            "conf_level": det.conf_level, "n": c["n"], "n_pos": c["n_pos"], "n_neg": c["n_neg"],
-            "method": det.ci, "flag": np.where(den == 0, "empty", ""),
-            "numerator": num, "denominator": den}))
-    return stats.schema.tidy(pd.concat(frames, ignore_index=True),
-                             group_cols=("model", "group_var", "group_level"))
 
 
 def wide(m: pd.DataFrame, estimands=("sensitivity", "specificity")) -> pd.DataFrame:

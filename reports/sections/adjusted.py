@@ -72,9 +72,7 @@ def build(study) -> Section:
         try:  # DESIGN: Unknown race is a level; the complete-case fit is reported beside it
             kw = dict(group=group, method="glmm", population="positives",
                       conf_level=det.conf_level, scheduler=study.plan.scheduler)
-            fit_cc = getattr(stats, "fit_complete_case", None)
-            fits["glmm_cc"] = (fit_cc(ev, formula, column="race", drop=(UNKNOWN,), **kw)
-                               if fit_cc is not None else stats.fit_adjusted(cc, formula, **kw))
+            fits["glmm_cc"] = stats.fit_complete_case(ev, formula, column="race", drop=(UNKNOWN,), **kw)
         except Exception as exc:
             study.note(f"adjusted models: the complete-case GLMM failed: {exc}")
     # ---- odds ratios

@@ -109,10 +109,6 @@ def _probabilities(study) -> list:
     import stats
 
     groups = _groups(study)
-    try:
-        ece_ci = stats.ece_ci
-    except (ImportError, AttributeError):
-        ece_ci = None
     det = study.plan.detection
     seed = det.bootstrap_seed if det is not None and det.bootstrap_seed is not None else 0
     summary, rel = [], []
@@ -127,12 +123,11 @@ def _probabilities(study) -> list:
             ev = pd.DataFrame({"estimand": ["ece"], "estimate": [stats.ece(y, p)], "n": [len(y)],
                                "stage": ["before"], "source": [source], "unit": [unit],
                                "temperature": [float("nan")]})
-        if ece_ci is not None:  # bootstrap intervals for the ECE rows
-            for stage, prob in stages:
-                ci = ece_ci(y, prob, n_boot=ECE_BOOT, seed=seed)
-                hit = (ev["estimand"] == "ece") & (ev["stage"] == stage)
-                ev.loc[hit, "conf_low"] = float(ci["conf_low"].iloc[0])
-                ev.loc[hit, "conf_high"] = float(ci["conf_high"].iloc[0])
+        for stage, prob in stages:  # bootstrap intervals for the ECE rows
+            ci = stats.ece_ci(y, prob, n_boot=ECE_BOOT, seed=seed)
+            hit = (ev["estimand"] == "ece") & (ev["stage"] == stage)
+            ev.loc[hit, "conf_low"] = float(ci["conf_low"].iloc[0])
+            ev.loc[hit, "conf_high"] = float(ci["conf_high"].iloc[0])
         summary.append(ev)
         for stage, prob in stages:
             rt = stats.reliability_table(y, prob, n_bins=N_BINS)

@@ -12,12 +12,10 @@ from . import _detection as D
 KEY = "overall"
 TITLE = "Overall accuracy"
 HALF = "detection"
-REQUIRES = ("scan_level", "confusion_counts", "proportion_ci")
+REQUIRES = ("scan_level", "confusion_counts", "subgroup_metrics")
 
 
 def build(study) -> Section:
-    import stats
-
     det = study.plan.detection
     m = D.metrics(study)
     m = m[m["group_var"] == "overall"]
@@ -25,20 +23,8 @@ def build(study) -> Section:
     if "f1" in set(m["estimand"]):
         est.append("f1")
     data = m[m["estimand"].isin(est)].copy()
-    ev = D.evaluation(study)
-    try:
-        auc_ci = stats.auc_ci
-    except (ImportError, AttributeError):
-        auc_ci = None
     if "auc" in set(m["estimand"]):  # stats.subgroup_metrics gives the DeLong AUC itself
         data = pd.concat([data, m[m["estimand"] == "auc"]], ignore_index=True)
-        est.append("auc")
-    elif auc_ci is not None:
-        aucs = []
-        for model, g in ev.groupby("model", sort=False):
-            a = auc_ci(g["label"].to_numpy(), g["score"].to_numpy(), conf_level=det.conf_level)
-            aucs.append(a.assign(model=model, group_var="overall", group_level="overall"))
-        data = pd.concat([data, *aucs], ignore_index=True)
         est.append("auc")
     data = D.with_counts(study, data.reset_index(drop=True))
     w = D.wide(data, tuple(est))
