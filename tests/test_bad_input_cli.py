@@ -1,4 +1,4 @@
-"""Bad input through the command line (issue 9): each malformed input exits 2 with a
+"""Bad input through the command line (issue 9): 38 malformed inputs, each exits 2 with a
 message naming the file, the column (or key), rows where there are rows, and the fix; no
 traceback; no partial output (the --out path is absent, or as it was)."""
 from __future__ import annotations
@@ -145,6 +145,20 @@ CASES = [
                                               str(raw(t, b"version: 1\ninputs:\n  cases: cases.csv\nbogus_key: 3\n", "plan.yaml")),
                                               "--out", "{out}"],
      ["bogus_key"]),
+    ("metadata-wrong-text-columns", lambda g, t: ["metadata", "extract",
+                                                  str(raw(t, b"case_id,txt\n1,arterial phase\n", "reports.csv")),
+                                                  "--out", "{out}"],
+     ["reports.csv", "'case_id' and 'text'", "rename"]),
+    ("metadata-missing-path", lambda g, t: ["metadata", "extract", str(t / "nothere.dcm"), "--out", "{out}"],
+     ["nothere.dcm", "not found"]),
+    ("infer-segment-unknown-key", lambda g, t: ["infer", "segment", "--config",
+                                                str(raw(t, b"images: [a.nii]\n", "run.yaml"))],
+     ["run.yaml", "'images'"]),
+    ("infer-probe-missing-config", lambda g, t: ["infer", "probe", "--config", str(t / "probe.yaml")],
+     ["probe.yaml", "not found"]),
+    ("infer-probe-malformed-config", lambda g, t: ["infer", "probe", "--config",
+                                                   str(raw(t, b"encoders: [\n", "probe.yaml"))],
+     ["probe.yaml", "not valid YAML"]),
     ("report-plan-malformed", lambda g, t: ["report", "--plan", str(raw(t, b"inputs: [\n", "plan.yaml")),
                                             "--out", "{out}"],
      ["plan.yaml"]),
