@@ -4,6 +4,8 @@ Workloads:
   * paired cluster bootstrap of the BenchX subgroup table (the axes of
     ``bench_detection``; 3 models; count metrics + DeLong AUC) at 10k, 20k, 42.5k, 85k and
     170k cases with 1,000 replicates, and at 85k cases with 250 ... 4,000 replicates;
+  * the same bootstrap without the DeLong AUC (count metrics only: the AUC needs a sort,
+    O(n log n), so its series cannot be strictly linear);
   * the Laplace GLMM of detection at 10k ... 170k cases (positives ~40%).
 For each series the exponent b of ``time = a * size**b`` is fitted by least squares on
 the log-log minimum times over repeats (noise on a shared machine only adds time); linear or better cost means b <= 1 (reported with the fit). Peak
@@ -60,9 +62,8 @@ def run(full: bool) -> dict:
     fixed_cases = 85_000 if full else 10_000
     out: dict = {"repeats": repeats}
 
-    def boot(cases, b):
-        return stats.subgroup_metrics(cases, by=BY, metrics=("sensitivity", "specificity", "ppv", "npv", "f1", "auc"),
-                                      ci="bootstrap", bootstrap=b, seed=1)
+    def boot(cases, b, metrics=("sensitivity", "specificity", "ppv", "npv", "f1", "auc")):
+        return stats.subgroup_metrics(cases, by=BY, metrics=metrics, ci="bootstrap", bootstrap=b, seed=1)
 
     t_cases = []
     for n in case_sizes:
@@ -72,6 +73,16 @@ def run(full: bool) -> dict:
     out["bootstrap_vs_cases_sizes"] = case_sizes
     out["bootstrap_vs_cases_s"] = [round(t, 3) for t in t_cases]
     out["bootstrap_vs_cases_exponent"] = round(exponent(case_sizes, t_cases), 3)
+
+    # the same without the DeLong AUC, whose per-cell sort is O(n log n) by nature
+    t_counts = []
+    for n in case_sizes:
+        c = cohort(n, 3)
+        t_counts.append(_median(lambda: boot(c, fixed_boot, ("sensitivity", "specificity", "ppv", "npv", "f1")),
+                                repeats))
+        print(f"bootstrap (count metrics only) {n} cases: {t_counts[-1]:.2f} s", flush=True)
+    out["bootstrap_counts_only_vs_cases_s"] = [round(t, 3) for t in t_counts]
+    out["bootstrap_counts_only_vs_cases_exponent"] = round(exponent(case_sizes, t_counts), 3)
 
     c = cohort(fixed_cases, 3)
     t_boot = []
