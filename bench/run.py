@@ -119,7 +119,14 @@ def main(argv=None) -> int:
         results["report"] = run_report(1 if args.quick else 3)
         print(f"[bench] report: {results['report']}", flush=True)
     suffix = "-quick" if args.quick else ""
-    (HERE / f"results{suffix}.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    path = HERE / f"results{suffix}.json"
+    if args.only and path.exists():  # re-run of some workloads: replace just those entries
+        old = json.loads(path.read_text())
+        fresh = {w["script"]: w for w in results["workloads"]}
+        old["workloads"] = [fresh.pop(w["script"], w) for w in old["workloads"]] + list(fresh.values())
+        old.setdefault("reruns", []).append({"started": results["started"], "only": args.only})
+        results = old
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
     if not args.quick:
         write_readme(results, HERE / "README.md")
     return 1 if failed else 0
