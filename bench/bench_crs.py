@@ -120,15 +120,9 @@ def run(full: bool = False, repeats: int | None = None, n_loop: int | None = Non
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true")
-    g.add_argument("--full", action="store_true")
-    ap.add_argument("--repeats", type=int, default=None)
+    from _common import emit, parser
+
+    ap = parser(__doc__)
     ap.add_argument("--loop", type=int, default=None, help="replicates timed in the pandas loop")
-    ap.add_argument("--json", default=None, help="write the figures to this JSON file")
     a = ap.parse_args()
-    figs = run(full=a.full, repeats=a.repeats, n_loop=a.loop)
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(figs, fh, indent=2, default=str)
+    emit(run(full=a.full, repeats=a.repeats, n_loop=a.loop), a.json)

@@ -24,7 +24,6 @@ Recorded 2026-11-30 on the shared 2-core build machine (load average 5-7 from ot
 """
 from __future__ import annotations
 
-import argparse
 import resource
 import time
 import tracemalloc
@@ -132,20 +131,13 @@ def run(full: bool = False, repeats: int | None = None, with_r: bool = False) ->
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("--quick", action="store_true")
-    g.add_argument("--full", action="store_true")
-    ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--with-r", action="store_true",
-                    help="also time R's glmer on the same data (default with --full when Rscript is on PATH)")
-    ap.add_argument("--json", default=None, help="write the figures to this JSON file")
-    a = ap.parse_args()
-    import json
     import shutil
 
+    from _common import emit, parser
+
+    ap = parser(__doc__)
+    ap.add_argument("--with-r", action="store_true",
+                    help="also time R's glmer on the same data (default with --full when Rscript is on PATH)")
+    a = ap.parse_args()
     with_r = a.with_r or (a.full and shutil.which("Rscript") is not None)
-    figs = run(full=a.full, repeats=a.repeats, with_r=with_r)
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(figs, fh, indent=2)
+    emit(run(full=a.full, repeats=a.repeats, with_r=with_r), a.json)
