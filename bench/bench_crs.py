@@ -19,8 +19,6 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "2")  # the target is stated for 2 cores
 
-import argparse  # noqa: E402
-import json  # noqa: E402
 import resource  # noqa: E402
 import time  # noqa: E402
 import tracemalloc  # noqa: E402
