@@ -61,3 +61,16 @@ def test_bad_out_suffix_writes_nothing(tmp_path):
     r = runner.invoke(app, ["simulate", "benchx", "--scale", "50", "--out", str(tmp_path / "x.xlsx")])
     assert r.exit_code == 2 and "unknown file type" in r.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_report_with_a_relative_out_path(tmp_path, monkeypatch):
+    """`make report` passes a relative --out: every file, the HTML included, lands there
+    (pandoc runs in the output folder, so a relative temp path once nested the HTML)."""
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["report", "--demo", "--out", "build/report", "--quiet"])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "build" / "report"
+    for name in ("appendix.qmd", "appendix.html", "appendix.pdf", "manifest.json"):
+        assert (out / name).stat().st_size > 0, name
+    assert not (out / "build").exists()
+    assert sorted(p.name for p in (tmp_path / "build").iterdir()) == ["report"]

@@ -65,9 +65,11 @@ def guarded(fn: Callable) -> Callable:
 def atomic_dir(out: Path) -> Iterator[Path]:
     """Yield a temporary folder next to ``out``; on success it replaces ``out``.
 
-    On any exception the temporary folder is removed and ``out`` is left as it was.
+    On any exception the temporary folder is removed and ``out`` is left as it was. The
+    yielded path is absolute, so tools that change directory (pandoc's working folder)
+    still write inside it.
     """
-    out = Path(out)
+    out = Path(out).absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
@@ -87,7 +89,7 @@ def atomic_dir(out: Path) -> Iterator[Path]:
 @contextlib.contextmanager
 def atomic_file(out: Path) -> Iterator[Path]:
     """Yield a temporary path next to ``out``; on success it is renamed to ``out``."""
-    out = Path(out)
+    out = Path(out).absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{out.name}.tmp-", suffix=out.suffix, dir=out.parent)
     os.close(fd)
