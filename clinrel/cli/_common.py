@@ -56,9 +56,24 @@ def guarded(fn: Callable) -> Callable:
         except typer.Exit:
             raise
         except _bad_input_types() as exc:  # type: ignore[misc]
-            fail(str(exc))
+            fail(_with_source(str(exc), kwargs))
 
     return wrapper
+
+
+def _with_source(message: str, kwargs: dict) -> str:
+    """Name the input file in a message raised by ``stats`` on an in-memory table.
+
+    ``stats`` functions see DataFrames and say ``cases: ...`` or ``runs: ...``; the
+    command knows which file that table came from, so the file goes in front.
+    """
+    for key in ("cases", "runs"):
+        path = kwargs.get(key)
+        if isinstance(path, (str, os.PathLike)) and str(path) not in message:
+            prefix = f"{key}: "
+            body = message[len(prefix):] if message.startswith(prefix) else message
+            return f"{path}: {body}"
+    return message
 
 
 @contextlib.contextmanager
