@@ -40,6 +40,10 @@ BOOT_METRICS = ("sensitivity", "specificity", "ppv", "npv", "accuracy", "f1")
 #: elements (replicates x clusters) of one block (its W is float32: 256 MiB); large blocks
 #: keep the BLAS product efficient (about 1,260 replicates at 53,000 clusters)
 _BLOCK_ELEMENTS = 2 ** 26
+#: a block never has fewer replicates than this, however many clusters: the W @ K product
+#: costs more per element when W has few rows (BLAS packs K once per product), which made
+#: the cost grow faster than the number of clusters above ~100k (bench/README.md)
+_MIN_BLOCK_REPLICATES = 256
 #: elements of one draw chunk inside a block (bounds the int64 bincount temporaries)
 _DRAW_ELEMENTS = 2 ** 24
 
@@ -52,7 +56,8 @@ MSG_NBOOT = "n_boot must be a positive integer; got {n!r}"
 class BootCounts:
     """Cluster-level sufficient statistics of a :class:`CaseMatrix`.
 
-    ``K`` (clusters x S, float32): columns ``[n_pos (G), n_neg (G), tp (G x M), fp (G x M)]``;
+    ``K`` (clusters x S, float32): columns ``[n_pos (G), n_neg (G), tp (M x G), fp (M x G)]``
+    (model-major: the tp column of model ``m`` in cell ``g`` is ``2G + m G + g``);
     ``strata`` (clusters,) codes; ``G`` cells, ``M`` models.
     """
 
@@ -67,7 +72,8 @@ class BootCounts:
 
     def block_size(self, n_boot: int) -> int:
         """Replicates per block: fixed by the data only (so Dask runs match local ones)."""
-        return int(max(1, min(n_boot, _BLOCK_ELEMENTS // max(self.n_clusters, 1))))
+        per_block = max(_MIN_BLOCK_REPLICATES, _BLOCK_ELEMENTS // max(self.n_clusters, 1))
+        return int(max(1, min(n_boot, per_block)))
 
     def unpack(self, R: np.ndarray) -> dict[str, np.ndarray]:
         """tp, fp, fn, tn as (..., G, M) arrays from count rows R (..., S)."""
@@ -75,8 +81,8 @@ class BootCounts:
         lead = R.shape[:-1]
         n_pos = R[..., :G, None].astype("float64")
         n_neg = R[..., G:2 * G, None].astype("float64")
-        tp = R[..., 2 * G:2 * G + G * M].reshape(*lead, G, M).astype("float64")
-        fp = R[..., 2 * G + G * M:].reshape(*lead, G, M).astype("float64")
+        tp = R[..., 2 * G:2 * G + G * M].reshape(*lead, M, G).swapaxes(-1, -2).astype("float64")
+        fp = R[..., 2 * G + G * M:].reshape(*lead, M, G).swapaxes(-1, -2).astype("float64")
         return {"tp": tp, "fp": fp, "fn": n_pos - tp, "tn": n_neg - fp}
 
 
@@ -86,23 +92,21 @@ def boot_counts(cm: CaseMatrix, *, strata: str | None = None) -> BootCounts:
         raise ContractError("cases: no 'pred' column; run stats.scan_level first")
     n = len(cm.label)
     n_cl = int(cm.patient.max()) + 1 if n else 0
-    C = sparse.csr_matrix((np.ones(n), (cm.patient, np.arange(n))), shape=(n_cl, n))
-    AT = cm.member.T.tocsc()
-    y = cm.label.astype("float64")
-    feats = [y, 1 - y]
-    P = cm.pred.astype("float64")
-    feats += [P[:, m] * y for m in range(cm.pred.shape[1])]
-    feats += [P[:, m] * (1 - y) for m in range(cm.pred.shape[1])]
+    y = cm.label.astype(np.float32)
+    P = cm.pred.astype(np.float32)
+    feats = np.column_stack([y, 1 - y, P * y[:, None], P * (1 - y)[:, None]])  # n x (2 + 2M)
     G, M = cm.n_cells, len(cm.models)
-    K = np.zeros((n_cl, 2 * G + 2 * G * M), dtype=np.float32)
-    for j, f in enumerate(feats):  # 2 + 2M sparse products, never per cell or case
-        block = (C @ sparse.diags(f) @ AT).toarray()
-        if j < 2:
-            K[:, j * G:(j + 1) * G] = block
-        else:
-            kind, m = divmod(j - 2, M)
-            cols = 2 * G + kind * G * M + np.arange(G) * M + m
-            K[:, cols] = block
+    # K[c, f G + g] = sum of feature f over cluster c's rows in cell g: one scatter-add of
+    # (membership entries x features) into K, in K's (feature-major) column order. Strided
+    # column writes into K cost more than linear time at 100k clusters (bench/README.md).
+    mem = cm.member.tocoo()  # cells x cases
+    nf = feats.shape[1]
+    data = feats[mem.col].T.ravel()  # feature-major: all entries of feature 0, then 1, ...
+    cols = (np.arange(nf)[:, None] * G + mem.row[None, :]).ravel()
+    rows = np.tile(cm.patient[mem.col], nf)
+    keep = data != 0
+    K = sparse.coo_matrix((data[keep], (rows[keep], cols[keep])),
+                          shape=(n_cl, nf * G)).toarray()  # sums duplicates: exact integers
     if strata is None:
         codes = np.zeros(n_cl, dtype=np.int64)
     else:
@@ -152,7 +156,7 @@ def _block(K: np.ndarray, strata: np.ndarray, rng: np.random.Generator, size: in
         flat = (idx + (np.arange(b, dtype=np.int64) * n_cl)[:, None]).ravel()
         W[row:row + b] = np.bincount(flat, minlength=b * n_cl).reshape(b, n_cl)
         row += b
-    return W @ K
+    return W @ K  # one product per block: at least _MIN_BLOCK_REPLICATES rows (see there)
 
 
 def replicate_counts(bc: BootCounts, n_boot: int, *, seed=None, scheduler=None) -> np.ndarray:

@@ -37,14 +37,15 @@ def _row_counts(rows: pd.DataFrame, cm) -> np.ndarray:
         out[G + g] = (first.label == 0).sum()
         for m, name in enumerate(cm.models):
             s = sel[sel.model == name]
-            out[2 * G + g * M + m] = ((s.pred == 1) & (s.label == 1)).sum()
-            out[2 * G + G * M + g * M + m] = ((s.pred == 1) & (s.label == 0)).sum()
+            out[2 * G + m * G + g] = ((s.pred == 1) & (s.label == 1)).sum()
+            out[2 * G + G * M + m * G + g] = ((s.pred == 1) & (s.label == 0)).sum()
     return out
 
 
 @pytest.mark.parametrize("strata", [None, "site"])
 def test_count_path_equals_row_resampling(cases, strata, monkeypatch):
     monkeypatch.setattr(bs, "_BLOCK_ELEMENTS", 7 * 160)  # several blocks, a ragged last one
+    monkeypatch.setattr(bs, "_MIN_BLOCK_REPLICATES", 1)
     monkeypatch.setattr(bs, "_DRAW_ELEMENTS", 3 * 160)  # several draw chunks per block
     cm = case_matrix(cases, BY)
     bc = bs.boot_counts(cm, strata=strata)
@@ -144,7 +145,8 @@ def test_bad_inputs(cases):
 @pytest.mark.slow
 def test_dask_gives_identical_results(cases, monkeypatch):
     distributed = pytest.importorskip("distributed")
-    monkeypatch.setattr(bs, "_BLOCK_ELEMENTS", 40 * 160)
+    monkeypatch.setattr(bs, "_BLOCK_ELEMENTS", 40 * 160)  # several blocks
+    monkeypatch.setattr(bs, "_MIN_BLOCK_REPLICATES", 1)
     local = bs.cluster_bootstrap(cases, by=BY, n_boot=200, seed=17)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1,
                                   dashboard_address=None) as lc, distributed.Client(lc) as client:
