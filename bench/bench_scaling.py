@@ -77,6 +77,8 @@ def run(full: bool) -> dict:
         out[f"{name}_sizes"] = list(sizes)
         out[f"{name}_s"] = [round(t, 3) for t in times]
         out[f"{name}_exponent"] = round(exponent(sizes, times), 3)
+        # the largest step alone: a fit over the range can hide a superlinear top end
+        out[f"{name}_last_step_exponent"] = round(exponent(sizes[-2:], times[-2:]), 3)
 
     series("bootstrap_vs_cases", case_sizes, lambda n: cohort(n, 3), lambda c, n: boot(c, fixed_boot))
     # the same without the DeLong AUC, whose per-cell sort is O(n log n) by nature
