@@ -280,28 +280,51 @@ def delong_covariance(group, label, v_a, v_b, auc_a, auc_b, m, k) -> np.ndarray:
         return s10 / m + s01 / k
 
 
-def _auc_ci_from(auc, var, conf_level):
+AucScale = Literal["auc", "logit"]
+AUC_SCALES = ("auc", "logit")
+
+
+def _auc_ci_from(auc, var, conf_level, scale: AucScale = "auc"):
+    """DeLong SE and a Wald interval on the AUC scale (pROC) or the logit scale.
+
+    Logit: ``expit(logit(A) +- z se / (A (1 - A)))`` (delta method), which stays inside
+    (0, 1) and covers better in small cells (15 positives: 94-96% against 91-93% on the
+    AUC scale; ``tests/test_coverage.py``). At A = 0 or 1 the logit is infinite and the
+    AUC-scale interval is returned.
+    """
+    if scale not in AUC_SCALES:
+        raise ValueError(MSG_METHOD.format(allowed=AUC_SCALES, method=scale))
     z = _z(conf_level)
     se = np.sqrt(var)
     low = np.clip(auc - z * se, 0.0, 1.0)
     high = np.clip(auc + z * se, 0.0, 1.0)
+    if scale == "logit":
+        inner = (auc > 0) & (auc < 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            centre = special.logit(auc)
+            half = z * se / (auc * (1 - auc))
+            low = np.where(inner, special.expit(centre - half), low)
+            high = np.where(inner, special.expit(centre + half), high)
     return se, low, high
 
 
-def auc_ci(label, score, *, conf_level: float = 0.95) -> pd.DataFrame:
+def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auc") -> pd.DataFrame:
     """AUC with DeLong's variance and a Wald interval on the AUC scale (as pROC).
 
     Parameters
     ----------
     label : array-like of 0/1 (1 = case), score : array-like (higher = more likely a case).
     conf_level : float
+    scale : "auc" (default, as ``pROC::ci.auc``) or "logit": the Wald interval on the
+        logit of the AUC, back-transformed (method "delong-logit"). Prefer it for small
+        cells: at 15 positives it covers 94-96% where the AUC scale covers 91-93%.
 
     Returns
     -------
     Tidy one-row DataFrame: ``estimand`` "auc", ``estimate`` (AUC, ties counted 1/2),
     ``std_error`` (DeLong), ``conf_low``/``conf_high`` (``auc +- z se`` clipped to
     [0, 1], as ``pROC::ci.auc``), ``conf_level``, ``n``, ``n_pos``, ``n_neg``,
-    ``method`` "delong", ``flag`` ("not_estimable" when a class is missing, "small_n"
+    ``method`` "delong" (or "delong-logit"), ``flag`` ("not_estimable" when a class is missing, "small_n"
     when a class has one observation and no variance).
 
     Notes
@@ -314,17 +337,20 @@ def auc_ci(label, score, *, conf_level: float = 0.95) -> pd.DataFrame:
     ----------
     DeLong ER, DeLong DM, Clarke-Pearson DL (1988) Biometrics 44:837-845.
     Sun X, Xu W (2014) IEEE Signal Processing Letters 21:1389-1393.
+    Pepe MS (2003) The Statistical Evaluation of Medical Tests, sec. 5.2 (logit interval);
+    Qin G, Hotilovac L (2008) Stat Methods Med Res 17:207-221.
 
     Validated against pROC 1.18 ``ci.auc(roc(..., direction = "<"), method = "delong")``
     on pROC::aSAH and simulator data to 1e-10.
     """
     y, (s,) = _labels(label, score)
     d = delong_placements(np.zeros(len(y), dtype=np.int64), y, s, 1)
-    se, low, high = _auc_ci_from(d["auc"], d["var"], conf_level)
+    se, low, high = _auc_ci_from(d["auc"], d["var"], conf_level, scale)
     flag = "not_estimable" if np.isnan(d["auc"][0]) else ("small_n" if np.isnan(d["var"][0]) else "")
     return tidy({"estimand": ["auc"], "estimate": d["auc"], "std_error": se, "conf_low": low,
                  "conf_high": high, "conf_level": conf_level, "n": [len(y)], "n_pos": d["m"],
-                 "n_neg": d["k"], "method": "delong", "flag": flag})
+                 "n_neg": d["k"], "method": "delong" if scale == "auc" else "delong-logit",
+                 "flag": flag})
 
 
 def delong_test(label, score_a, score_b, *, conf_level: float = 0.95) -> pd.DataFrame:

@@ -116,6 +116,28 @@ def test_auc_ci_matches_proc_asah(ref):
         assert abs(got.std_error[0] ** 2 - _get(ref, "auc-asah", m, "var")) < 1e-12
 
 
+def test_auc_logit_interval_matches_r(ref):
+    """Logit-scale DeLong interval against R's plogis(qlogis(A) +- z sqrt(V) / (A (1 - A)))
+    on pROC's AUC and variance."""
+    d = pd.read_csv(R / "data" / "detection_asah.csv")
+    for m in ("s100b", "ndka", "wfns"):
+        got = iv.auc_ci(d.y, d[m], scale="logit")
+        check_tidy(got)
+        assert got.method[0] == "delong-logit"
+        assert abs(got.conf_low[0] - _get(ref, "auc-logit-asah", m, "low")) < TOL
+        assert abs(got.conf_high[0] - _get(ref, "auc-logit-asah", m, "high")) < TOL
+        plain = iv.auc_ci(d.y, d[m])
+        assert got.estimate[0] == plain.estimate[0] and got.std_error[0] == plain.std_error[0]
+
+
+def test_auc_logit_interval_edges():
+    perfect = iv.auc_ci([1, 1, 0, 0], [0.9, 0.8, 0.2, 0.3], scale="logit")
+    assert perfect.estimate[0] == 1.0  # logit infinite: the (degenerate) AUC-scale interval
+    assert perfect.conf_low[0] == perfect.conf_high[0] == 1.0
+    with pytest.raises(ValueError, match="must be one of.*logit"):
+        iv.auc_ci([1, 0], [1, 0], scale="log")
+
+
 def test_delong_test_matches_proc(ref):
     d = pd.read_csv(R / "data" / "detection_asah.csv")
     for a, b in (("s100b", "ndka"), ("s100b", "wfns"), ("ndka", "wfns")):

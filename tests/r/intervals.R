@@ -61,6 +61,10 @@ for (nm in names(rocs)) {
     add("auc-asah", sprintf("%s@%g", nm, lvl), c("low", "auc", "high"), as.numeric(ci))
   }
   add("auc-asah", nm, "var", var(rocs[[nm]], method = "delong"))
+  # logit-scale Wald interval from pROC's AUC and DeLong variance (delta method)
+  a <- as.numeric(auc(rocs[[nm]])); v <- var(rocs[[nm]], method = "delong")
+  lg <- plogis(qlogis(a) + c(-1, 1) * qnorm(0.975) * sqrt(v) / (a * (1 - a)))
+  add("auc-logit-asah", nm, c("low", "high"), lg)
 }
 pairs <- list(c("s100b", "ndka"), c("s100b", "wfns"), c("ndka", "wfns"))
 for (p in pairs) {
