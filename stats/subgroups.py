@@ -16,7 +16,8 @@ from statsmodels.stats.multitest import multipletests
 
 from stats import bootstrap as bs
 from stats.detection import GROUP_COLS, METRICS, OVERALL, CaseMatrix, case_matrix, metric_fractions, ratio
-from stats.intervals import PROPORTION_METHODS, _auc_ci_from, delong_placements, newcombe_diff_ci, proportion_ci
+from stats.intervals import (AUC_SCALES, PROPORTION_METHODS, AucScale, _auc_ci_from, delong_placements,
+                             newcombe_diff_ci, proportion_ci)
 from stats.schema import ContractError, tidy
 
 ALL_METRICS = (*METRICS, "auc")
@@ -78,7 +79,7 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         "sensitivity", "specificity", "ppv", "npv", "accuracy", "f1", "auc"),
         ci: str = "wilson", conf_level: float = 0.95, bootstrap: int | None = None,
         seed=None, small_n: int = 10, scheduler=None, strata: str | None = None,
-        boot_method: bs.CIMethod = "percentile") -> pd.DataFrame:
+        boot_method: bs.CIMethod = "percentile", auc_scale: AucScale = "auc") -> pd.DataFrame:
     """Detection metrics with confidence intervals per model x subgroup cell.
 
     Parameters
@@ -96,7 +97,10 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         (method "none").
     seed, scheduler, strata, boot_method : passed to the bootstrap engine
         (:mod:`stats.bootstrap`): seed int/Generator, Dask scheduler, strata column,
-        "percentile" or "bca".
+        "percentile", "bca" or "wilson" (Wilson at the bootstrap's effective sample size,
+        for the proportions; F1 then gets the percentile interval).
+    auc_scale : "auc" (default, as pROC) or "logit" (better coverage in small cells); see
+        :func:`stats.auc_ci`.
     small_n : int
         Flag "small_n" when a metric's denominator is below this.
 
@@ -106,7 +110,8 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     ``model``, ``group_var``, ``group_level``, ``estimate``, ``std_error`` (DeLong for
     AUC, bootstrap SD for bootstrapped metrics, else NaN), ``conf_low``, ``conf_high``,
     ``conf_level``, ``n`` (cases in the cell), ``n_pos``, ``n_neg``, ``method`` (wilson,
-    clopper-pearson, jeffreys, delong, bootstrap-percentile, bootstrap-bca or none),
+    clopper-pearson, jeffreys, delong, delong-logit, bootstrap-percentile, bootstrap-bca,
+    bootstrap-wilson or none),
     ``flag`` ("" or empty, not_estimable, small_n), extras ``numerator`` and
     ``denominator`` (the counts behind a proportion; NaN for AUC).
 
@@ -128,6 +133,10 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         raise ValueError(MSG_CI.format(allowed=PROPORTION_METHODS, ci=ci))
     if ci == "bootstrap" and not bootstrap:
         raise ValueError(MSG_BOOT.format(b=bootstrap))
+    if auc_scale not in AUC_SCALES:
+        raise ValueError(f"auc_scale must be one of {AUC_SCALES}; got {auc_scale!r}")
+    if boot_method not in bs.CI_METHODS:
+        raise ValueError(f"boot_method must be one of {bs.CI_METHODS}; got {boot_method!r}")
     cm = case_matrix(cases, by)
     counts = cm.cell_counts()
     fr = metric_fractions(counts["tp"], counts["fp"], counts["fn"], counts["tn"])
@@ -164,7 +173,7 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
                 f["n_boot"] = b["n_boot"].to_numpy()
     if "auc" in metrics:
         a = grouped_auc(cm, placements=False)
-        se, lo, hi = _auc_ci_from(a["auc"], a["var"], conf_level)
+        se, lo, hi = _auc_ci_from(a["auc"], a["var"], conf_level, auc_scale)
         nmin = np.minimum(a["m"], a["k"])
         flag = np.where(counts["n"][:, None] == 0, "empty",
                         np.where(nmin == 0, "not_estimable",
@@ -172,7 +181,8 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         nan = np.full(a["auc"].shape, np.nan)
         frames.append(_frame(cm, "auc", {
             "estimate": a["auc"], "std_error": se, "conf_low": lo, "conf_high": hi,
-            "conf_level": conf_level, "method": "delong", "flag": flag,
+            "conf_level": conf_level, "method": "delong" if auc_scale == "auc" else "delong-logit",
+            "flag": flag,
             "numerator": nan, "denominator": nan}, counts))
     out = pd.concat(frames, ignore_index=True)
     return tidy(_order(out, cm), group_cols=GROUP_COLS)

@@ -76,6 +76,21 @@ def test_f1_bootstrap_and_ci_bootstrap(cases):
     allb = sg.subgroup_metrics(cases, by=["phase"], metrics=("sensitivity",), ci="bootstrap",
                                bootstrap=200, seed=4)
     assert (allb.method == "bootstrap-percentile").all()
+    wil = sg.subgroup_metrics(cases, by=["phase"], metrics=("sensitivity", "f1", "auc"),
+                              ci="bootstrap", bootstrap=200, seed=4, boot_method="wilson",
+                              auc_scale="logit")
+    assert set(wil.method) == {"bootstrap-wilson", "bootstrap-percentile", "delong-logit"}
+    assert (wil[wil.estimand == "f1"].method == "bootstrap-percentile").all()
+    for col in ("estimate", "std_error"):  # same replicates: only the interval differs
+        np.testing.assert_array_equal(wil[wil.estimand == "sensitivity"][col],
+                                      allb[col].to_numpy())
+    auc = wil[(wil.estimand == "auc") & (wil.estimate > 0) & (wil.estimate < 1)]
+    assert len(auc) and ((0 < auc.conf_low) & (auc.conf_low < auc.estimate)
+                         & (auc.estimate < auc.conf_high) & (auc.conf_high < 1)).all()
+    with pytest.raises(ValueError, match="auc_scale"):
+        sg.subgroup_metrics(cases, by=["phase"], auc_scale="probit")
+    with pytest.raises(ValueError, match="boot_method"):
+        sg.subgroup_metrics(cases, by=["phase"], bootstrap=10, boot_method="basic")
     with pytest.raises(ValueError, match="needs bootstrap"):
         sg.subgroup_metrics(cases, by=["phase"], ci="bootstrap")
     with pytest.raises(ValueError, match="unknown metric"):
