@@ -20,7 +20,10 @@ from typing import Any
 
 import yaml
 
-CI_METHODS = ("wilson", "clopper-pearson", "jeffreys")
+from stats.bootstrap import CI_METHODS as BOOT_INTERVALS
+from stats.intervals import AUC_SCALES, PROPORTION_METHODS
+
+CI_METHODS = PROPORTION_METHODS
 CRITERIA = ("youden", "target_specificity")
 ADJUST_METHODS = ("glmm", "gee", "fixed")
 BLOCKS = ("site", "protocol", "demographics", "tumour")
@@ -50,6 +53,7 @@ class Detection:
     criterion: str | None = None
     target: float | None = None
     ci: str = "wilson"
+    auc_ci: str = "auc"
     conf_level: float = 0.95
     subgroups: tuple[tuple[str, ...], ...] = (("phase",),)
     bins: tuple[Bin, ...] = ()
@@ -57,6 +61,7 @@ class Detection:
     bootstrap_n: int = 0
     bootstrap_seed: int | None = None
     bootstrap_strata: str | None = None
+    bootstrap_interval: str = "percentile"
     adjusted: dict[str, Any] | None = None
     failure_map: tuple[str, str] | None = None
 
@@ -172,11 +177,11 @@ def _closest_hint(key: str, allowed) -> str:
 TOP_KEYS = {"version": "", "title": "", "inputs": "", "detection": "", "crs": "", "privacy": "",
             "prespecified": "", "exploratory": "", "scheduler": ""}
 INPUT_KEYS = {"cases": "", "runs": "", "reference": "", "metadata": "", "probe_predictions": ""}
-DETECTION_KEYS = {"threshold": "", "ci": "", "conf_level": "", "subgroups": "", "bins": "",
+DETECTION_KEYS = {"threshold": "", "ci": "", "auc_ci": "", "conf_level": "", "subgroups": "", "bins": "",
                   "small_n": "", "bootstrap": "", "adjusted": "", "failure_map": ""}
 THRESHOLD_KEYS = {"value": "", "criterion": "", "target": ""}
 BIN_KEYS = {"name": "", "breaks": "", "labels": ""}
-BOOT_KEYS = {"n": "", "seed": "", "strata": ""}
+BOOT_KEYS = {"n": "", "seed": "", "strata": "", "interval": ""}
 ADJ_KEYS = {"formula": "", "methods": "", "group": "", "blocks": ""}
 FMAP_KEYS = {"rows": "", "cols": ""}
 CRS_KEYS = {"bootstrap": "", "k": ""}
@@ -236,6 +241,7 @@ def _detection(c: _Checker, d: dict) -> Detection:
                                                 expected="a number in (0, 1)", got=target,
                                                 hint="write a proportion, e.g. 0.9"))
     ci = c.choice(d.get("ci", "wilson"), "detection.ci", CI_METHODS)
+    auc_ci = c.choice(d.get("auc_ci", "auc"), "detection.auc_ci", AUC_SCALES)
     conf = float(c.typed(d.get("conf_level", 0.95), "detection.conf_level", (int, float),
                          "a number in (0, 1)"))
     if not 0 < conf < 1:
@@ -283,6 +289,8 @@ def _detection(c: _Checker, d: dict) -> Detection:
     small_n = int(c.typed(d.get("small_n", 10), "detection.small_n", int, "a whole number"))
     boot = c.keys(d.get("bootstrap") or {}, BOOT_KEYS, "detection.bootstrap")
     bn = int(c.typed(boot.get("n", 0), "detection.bootstrap.n", int, "a whole number >= 0"))
+    interval = c.choice(boot.get("interval", "percentile"), "detection.bootstrap.interval",
+                        BOOT_INTERVALS)
     strata = boot.get("strata")
     if strata is not None:
         c.typed(strata, "detection.bootstrap.strata", str, "a column name, e.g. site")
@@ -314,7 +322,7 @@ def _detection(c: _Checker, d: dict) -> Detection:
                 c.typed(c.required(f, "cols", "detection.failure_map", "name a column, e.g. phase"),
                         "detection.failure_map.cols", str, "a column name"))
     return Detection(threshold_value=value, criterion=criterion, target=target, ci=ci,
-                     conf_level=conf, subgroups=tuple(subgroups), bins=tuple(bins),
+                     auc_ci=auc_ci, bootstrap_interval=interval, conf_level=conf, subgroups=tuple(subgroups), bins=tuple(bins),
                      small_n=small_n, bootstrap_n=bn,
                      bootstrap_seed=_seed(c, boot.get("seed"), "detection.bootstrap.seed"),
                      bootstrap_strata=strata, adjusted=adjusted, failure_map=fmap)

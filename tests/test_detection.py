@@ -159,3 +159,16 @@ def test_cli_subgroups_and_compare(tmp_path, sim):
     chosen = runner.invoke(app, ["subgroups", str(src), "--criterion", "youden",
                                  "--out", str(tmp_path / "y.csv"), "--quiet"])
     assert chosen.exit_code == 0, chosen.output
+    small = runner.invoke(app, ["subgroups", str(src), "--by", "phase", "--threshold", "50",
+                                "--ci", "bootstrap", "--bootstrap", "100", "--boot-interval",
+                                "wilson", "--auc-ci", "logit", "--out", str(tmp_path / "w.csv"),
+                                "--quiet"])
+    assert small.exit_code == 0, small.output
+    methods = set(pd.read_csv(tmp_path / "w.csv").method)
+    assert {"bootstrap-wilson", "delong-logit"} <= methods
+    for opt, bad_value in (("--boot-interval", "basic"), ("--auc-ci", "probit")):
+        bad = runner.invoke(app, ["subgroups", str(src), "--by", "phase", "--threshold", "50",
+                                  "--bootstrap", "10", opt, bad_value,
+                                  "--out", str(tmp_path / "z.csv"), "--quiet"])
+        assert bad.exit_code == 2 and bad_value in bad.output, bad.output
+        assert not (tmp_path / "z.csv").exists()

@@ -50,6 +50,9 @@ def test_unknown_key_is_rejected_with_a_suggestion(plan_dir):
 @pytest.mark.parametrize("path, value, pattern", [
     (("detection", "ci"), "wald", r"key 'detection\.ci' must be one of wilson, clopper-pearson, jeffreys"),
     (("detection", "conf_level"), 95, r"detection\.conf_level.*write e\.g\. 0\.95"),
+    (("detection", "auc_ci"), "probit", r"detection\.auc_ci' must be one of auc, logit"),
+    (("detection", "bootstrap", "interval"), "basic",
+     r"detection\.bootstrap\.interval' must be one of percentile, bca, wilson"),
     (("detection", "threshold"), {"criterion": "target_specificity"}, r"detection\.threshold\.target' is missing"),
     (("detection", "threshold"), {"value": 50, "criterion": "youden"}, r"both 'value' and 'criterion'"),
     (("detection", "bins", "age", "breaks"), [0, 60, 40], r"strictly increasing"),

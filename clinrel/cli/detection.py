@@ -76,6 +76,11 @@ def register(app: typer.Typer) -> None:
         ci: Annotated[str, typer.Option(help="wilson, clopper-pearson, jeffreys or bootstrap.")] = "wilson",
         bootstrap: Annotated[int, typer.Option(
             help="Cluster-bootstrap replicates for F1 (all metrics with --ci bootstrap); 0: none.")] = 0,
+        boot_interval: Annotated[str, typer.Option(
+            help="Bootstrap interval: percentile, bca, or wilson (Wilson at the bootstrap's "
+                 "effective sample size; best coverage in small cells).")] = "percentile",
+        auc_ci: Annotated[str, typer.Option(
+            help="AUC interval scale: auc (as pROC) or logit (better in small cells).")] = "auc",
         seed: Annotated[Optional[int], typer.Option(help="Bootstrap seed.")] = None,
         conf_level: Annotated[float, typer.Option()] = 0.95,
         small_n: Annotated[int, typer.Option(help="Flag cells whose denominator is below this.")] = 10,
@@ -88,6 +93,7 @@ def register(app: typer.Typer) -> None:
         _run("subgroup metrics", cases, out, threshold, criterion, target_specificity, quiet,
              lambda df: stats.subgroup_metrics(df, by=_by(by), ci=ci, conf_level=conf_level,
                                                bootstrap=bootstrap or None, seed=seed,
+                                               boot_method=boot_interval, auc_scale=auc_ci,
                                                small_n=small_n, scheduler=scheduler))
 
     @app.command()

@@ -70,8 +70,9 @@ def metrics(study) -> pd.DataFrame:
     kw = {}
     if det.bootstrap_n:
         kw = {"bootstrap": det.bootstrap_n, "seed": det.bootstrap_seed,
-              "strata": det.bootstrap_strata}
+              "strata": det.bootstrap_strata, "boot_method": det.bootstrap_interval}
     out = stats.subgroup_metrics(ev, by=by, ci=det.ci, conf_level=det.conf_level,
+                                 auc_scale=det.auc_ci,
                                  small_n=det.small_n, scheduler=study.plan.scheduler, **kw)
     study.cache["metrics"] = out
     return out

@@ -14,6 +14,13 @@ REQUIRES = ()
 
 CI_NAMES = {"wilson": "Wilson score", "clopper-pearson": "Clopper-Pearson exact",
             "jeffreys": "Jeffreys"}
+BOOT_NAMES = {
+    "percentile": "percentile intervals",
+    "bca": "bias-corrected and accelerated (BCa) intervals, acceleration from the "
+           "jackknife over patients",
+    "wilson": "for proportions, Wilson intervals at the effective sample size implied by "
+              "the bootstrap variance (design effect; Kish 1965, Korn & Graubard 1998), "
+              "and percentile intervals for F1"}
 ADJ_NAMES = {"glmm": "a logistic mixed model with a random intercept per {g} (maximum "
                      "likelihood, Laplace approximation)",
              "gee": "a GEE logistic model, exchangeable correlation within {g}, robust "
@@ -50,8 +57,12 @@ def _detection(study) -> list[str]:
                    f"then frozen for the test split; the choice is **exploratory** "
                    f"(data-driven).{thr}")
     conf = int(round(det.conf_level * 100))
+    auc = ("DeLong's variance with a Wald interval on the AUC scale (as pROC)"
+           if det.auc_ci == "auc" else
+           "DeLong's variance with a Wald interval on the logit scale, back-transformed "
+           "(better coverage in small cells than the AUC scale)")
     out.append(f"Proportions (sensitivity, specificity, PPV, NPV) carry {CI_NAMES[det.ci]} "
-               f"{conf}% confidence intervals; the AUC carries DeLong's interval. Cells with "
+               f"{conf}% confidence intervals; the AUC carries {auc}. Cells with "
                f"fewer than {det.small_n} reference positives are flagged as small.")
     axes = text.human_list(" \u00d7 ".join(a) for a in det.subgroups)
     out.append(f"Prespecified subgroup axes: {md(axes)}.")
@@ -63,7 +74,7 @@ def _detection(study) -> list[str]:
         out.append(f"Statistics without a closed-form interval use a cluster bootstrap "
                    f"(patients resampled with replacement{strata}; one index shared by all "
                    f"models and subgroups) with {det.bootstrap_n} replicates and seed "
-                   f"{det.bootstrap_seed}.")
+                   f"{det.bootstrap_seed}; {BOOT_NAMES[det.bootstrap_interval]}.")
     if det.adjusted:
         a = det.adjusted
         methods = "; ".join(ADJ_NAMES[m].format(g=md(a["group"])) for m in a["methods"])
