@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "subgroup_vs_rest": "subgroups",
     "failure_map": "subgroups",
     "add_bins": "subgroups",
+    "describe": "describe",
     "cluster_bootstrap": "bootstrap",
     "compare_models": "compare",
     # adjusted models (issue 4)

@@ -71,6 +71,7 @@ def _outputs(cases, runs, reference):
         "subgroup_metrics": stats.subgroup_metrics(cases, by=["phase", ("age_group", "phase")]),
         "subgroup_vs_rest": stats.subgroup_vs_rest(cases, by=["phase"]),
         "failure_map": stats.failure_map(cases),
+        "describe": stats.describe(cases.drop_duplicates("case_id")),
         "threshold_sweep": stats.threshold_sweep(cases, [10, 50, 100]),
         "cluster_bootstrap": stats.cluster_bootstrap(cases, by=["phase"], n_boot=50, seed=1),
         "compare_models": stats.compare_models(cases, by=["phase"]),

@@ -17,60 +17,26 @@ TITLE = "Cohort characteristics"
 HALF = "detection"
 REQUIRES = ("scan_level",)
 
-CATEGORICAL = ("age_group", "sex", "race", "phase", "scanner", "tumor_location", "split")
-CONTINUOUS = (("age", "Age, years", None), ("tumor_size_mm", "Tumour size, mm (positives)", 1))
-MAX_LEVELS = 12
+CONTINUOUS = (("age", "Age, years"), ("tumor_size_mm", "Tumour size, mm (positives)"))
 SITES_PER_TABLE = 10  # more sites than this: several tables (a landscape page each)
-
-
-def describe(cases: pd.DataFrame, by: str) -> pd.DataFrame:
-    """Long descriptive table: variable, level, group, statistic, value."""
-    groups = ["Overall", *level_order(cases[by])]
-    rows = []
-
-    def add(var, level, g, stat, value):
-        rows.append({"variable": var, "level": level, "group": g, "statistic": stat,
-                     "value": float(value)})
-
-    for g in groups:
-        sub = cases if g == "Overall" else cases[cases[by].astype(str) == g]
-        add("Cases", "", g, "n", len(sub))
-        add("Reference positive", "", g, "n", int((sub["label"] == 1).sum()))
-        add("Reference positive", "", g, "denominator", len(sub))
-        add("Reference positive", "", g, "percent",
-            100 * (sub["label"] == 1).mean() if len(sub) else np.nan)
-        for col, _, pos in CONTINUOUS:
-            if col not in cases.columns:
-                continue
-            vals = sub[col] if pos is None else sub.loc[sub["label"] == 1, col]
-            v = vals.dropna().to_numpy(float)
-            for stat, val in (("median", np.median(v) if len(v) else np.nan),
-                              ("q1", np.quantile(v, 0.25) if len(v) else np.nan),
-                              ("q3", np.quantile(v, 0.75) if len(v) else np.nan),
-                              ("missing", vals.isna().sum()), ("denominator", len(vals))):
-                add(col, "", g, stat, val)
-        for col in CATEGORICAL:
-            if (col not in cases.columns or col == by or cases[col].nunique() > MAX_LEVELS
-                    or cases[col].nunique(dropna=False) < 2):
-                continue
-            vc = sub[col].astype(object).where(sub[col].notna(), "Missing").astype(str)
-            levels = level_order(cases[col]) + (["Missing"] if cases[col].isna().any() else [])
-            counts = vc.value_counts()
-            for lv in levels:
-                add(col, lv, g, "n", counts.get(lv, 0))
-                add(col, lv, g, "denominator", len(sub))
-                add(col, lv, g, "percent", 100 * counts.get(lv, 0) / len(sub) if len(sub) else np.nan)
-    return pd.DataFrame(rows)
+NAMES = {"cases": "Cases", "label": "Reference positive"}
 
 
 def build(study) -> Section:
+    import stats
+
     ev = D.evaluation(study).drop_duplicates("case_id").reset_index(drop=True)
     by = "site"
-    long = describe(ev, by)
+    described = stats.describe(ev, by=by, continuous=[c for c, _ in CONTINUOUS])
+    long = described.assign(
+        group=np.where(described["group_var"] == "overall", "Overall", described["group_level"]),
+        variable=described["variable"].map(lambda v: NAMES.get(v, v)),
+        level=np.where(described["variable"] == "label", "", described["level"]))
     groups = ["Overall", *level_order(ev[by])]
-    piv = long.pivot_table(index=["variable", "level", "statistic"], columns="group",
-                           values="value", sort=False)
-    labels = {c: l for c, l, _ in CONTINUOUS}
+    piv = long.pivot_table(index=["variable", "level", "estimand"], columns="group",
+                           values="estimate", sort=False, dropna=False)
+    labels = dict(CONTINUOUS)
+    size = {g: piv.loc[("Cases", "", "count"), g] for g in groups}
     out_rows = []
     for var in dict.fromkeys(long["variable"]):
         sub = long[long["variable"] == var]
@@ -85,10 +51,10 @@ def build(study) -> Section:
             continue
         for lv in dict.fromkeys(sub["level"]):
             if var == "Cases":
-                cells = {g: text.count(piv.loc[(var, lv, "n"), g]) for g in groups}
+                cells = {g: text.count(piv.loc[(var, lv, "count"), g]) for g in groups}
             else:
-                cells = {g: text.pct(piv.loc[(var, lv, "n"), g], piv.loc[(var, lv, "denominator"), g],
-                                     digits=0) for g in groups}
+                cells = {g: text.pct(piv.loc[(var, lv, "count"), g], size[g], digits=0)
+                         for g in groups}
             vlabel = var.replace("_", " ").capitalize() if var not in ("Cases", "Reference positive") else var
             out_rows.append({"variable": vlabel, "level": lv or ("n" if var == "Cases" else "n (%)"),
                              **cells})
@@ -105,7 +71,7 @@ def build(study) -> Section:
             name="cohort_by_site" + (f"_{k + 1}" if k else ""),
             caption="Characteristics of the evaluated cases, overall and by site" + part +
                     ": n (%) or median [IQR]; missing values shown as their own level.",
-            data=long[long["group"].isin(shown)].reset_index(drop=True),
+            data=described[long["group"].isin(shown).to_numpy()].reset_index(drop=True),
             display=disp[["variable", "level", *cols]], group_col="variable",
             labels={"level": "", **{f"g{i}": g for i, g in enumerate(groups)}},
             spanners=(("Site", cols[1:]),) if len(cols) > 1 else (),
