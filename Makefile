@@ -34,7 +34,7 @@ browser:
 	else echo "note: chromium not found and not root; the browser test will be skipped"; fi
 
 report: install
-	$(VENV)/bin/clinrel report --demo --out $(REPORT_DIR)
+	$(VENV)/bin/clinrel report --demo --strict --out $(REPORT_DIR)
 
 test: install
 	$(PY) -m pytest -q -n $(JOBS) --dist loadfile -m "not slow"

@@ -185,12 +185,15 @@ def _quarto(folder: Path) -> None:
 
 def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = True,
                   formats: tuple[str, ...] = ("html", "pdf"), only=None,
-                  draw: bool = True) -> RenderResult:
+                  draw: bool = True, strict: bool = False) -> RenderResult:
     """Load the study of ``plan``, build every applicable section and write ``out``.
 
     ``formats`` selects the rendered documents (``html``, ``pdf``); the .qmd, tables and
     manifest are always written. ``only`` restricts the sections (keys). ``draw=False``
     skips drawing the figure images (their tables are still written; for tests).
+    ``strict``: a section that raises an unexpected error fails the whole render (nothing
+    is written) instead of being left out and named in the methods, CLI output and
+    manifest.
     """
     if not draw and formats:
         raise ValueError("draw=False writes no figure images, so it needs formats=()")
@@ -204,7 +207,7 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
     out = Path(out)
     renderer = "quarto" if shutil.which("quarto") else "pandoc+typst"
     with progress("building sections", total=15, quiet=quiet) as advance:
-        sections = build_all(study, only=only, advance=advance)
+        sections = build_all(study, only=only, advance=advance, strict=strict)
     timings["sections"] = dict(getattr(study, "timings", {}))
     tables = [t for s in sections for t in s.tables]
     figures = [f for s in sections for f in s.figures]

@@ -30,7 +30,7 @@ def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "demo"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = render_report(DEMO / "plan.yaml", out)
+        result = render_report(DEMO / "plan.yaml", out, strict=True)  # no section may fail
     return out, result
 
 
@@ -464,3 +464,34 @@ def test_html_screenshot_is_not_blank(demo, tmp_path):
     assert img.shape[0] >= 1000 and img.std() > 10
     dark = (img < 128).mean()
     assert 0.005 < dark < 0.5, f"screenshot looks blank or black ({dark:.3f} dark pixels)"
+
+
+def test_a_failing_section_is_named_or_with_strict_stops_everything(tmp_path, monkeypatch):
+    """Lenient (default): the failing section is left out and named (CLI, methods,
+    manifest). Strict: nothing is written and the CLI exits 1."""
+    from typer.testing import CliRunner
+
+    from clinrel.cli import app
+    from reports.sections import SectionFailed
+    from reports.sections import overall as overall_section
+
+    def broken(study):
+        raise RuntimeError("boom in a statistic")
+
+    monkeypatch.setattr(overall_section, "build", broken)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = render_report(DEMO / "plan.yaml", tmp_path / "lenient", formats=(), draw=False,
+                            only=("methods", "overall", "twobytwo"))
+        assert [k for k, _, _ in res.skipped] == ["overall"]
+        assert "failed with RuntimeError: boom" in res.skipped[0][2]
+        man = json.loads((tmp_path / "lenient" / "manifest.json").read_text())
+        assert man["skipped_sections"][0]["key"] == "overall"
+        with pytest.raises(SectionFailed, match="boom in a statistic"):
+            render_report(DEMO / "plan.yaml", tmp_path / "strict", formats=(), draw=False,
+                          only=("methods", "overall", "twobytwo"), strict=True)
+    assert not (tmp_path / "strict").exists()
+    cli = CliRunner().invoke(app, ["report", "--demo", "--strict", "--quiet",
+                                   "--out", str(tmp_path / "cli")])
+    assert cli.exit_code == 1 and "boom in a statistic" in cli.output
+    assert not (tmp_path / "cli").exists()

@@ -26,6 +26,9 @@ def register(app: typer.Typer) -> None:
         scheduler: Annotated[Optional[str], typer.Option(
             help="Dask scheduler address for bootstrap blocks and model fits "
                  "(overrides the plan's 'scheduler:'; results are identical).")] = None,
+        strict: Annotated[bool, typer.Option(
+            "--strict", help="Fail (exit 1, nothing written) when a section raises an "
+                             "unexpected error, instead of leaving it out and naming it.")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress or summary output.")] = False,
     ) -> None:
         """Render the reliability appendix of the study described by PLAN into OUT.
@@ -39,6 +42,7 @@ def register(app: typer.Typer) -> None:
         import warnings
 
         from reports.render import render_report
+        from reports.sections import SectionFailed
 
         logging.getLogger("clinrel.report").setLevel(logging.WARNING)
         with warnings.catch_warnings():
@@ -50,7 +54,11 @@ def register(app: typer.Typer) -> None:
                 from reports.plan import load_plan
 
                 target = dataclasses.replace(load_plan(target), scheduler=scheduler)
-            result = render_report(target, out, quiet=quiet)
+            try:
+                result = render_report(target, out, quiet=quiet, strict=strict)
+            except SectionFailed as exc:
+                typer.echo(f"error: {exc}", err=True)
+                raise typer.Exit(1) from None
         if not quiet:
             typer.echo(f"report written to {out} in {result.seconds:.1f} s "
                        f"({len(result.sections)} sections, {len(result.tables)} tables, "

@@ -99,15 +99,27 @@ def _input_errors() -> tuple:
     return (ContractError, PlanError)
 
 
-def _failed(study, key, title, exc) -> None:
+class SectionFailed(RuntimeError):
+    """A section raised an unexpected error and the report was built with ``strict``."""
+
+
+def _failed(study, key, title, exc, strict: bool = False) -> None:
+    if strict:
+        raise SectionFailed(f"section '{title}' failed with {type(exc).__name__}: {exc}; "
+                            f"nothing was written (without --strict the report leaves the "
+                            f"section out and names it)") from exc
     reason = f"failed with {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     study.skipped.append((key, title, reason))
     study.note(f"section '{title}' {reason}")
     log.warning("section %s failed", key, exc_info=exc)
 
 
-def build_all(study, *, only=None, advance=lambda n=1: None) -> list[Section]:
+def build_all(study, *, only=None, advance=lambda n=1: None, strict: bool = False
+              ) -> list[Section]:
     """Build every applicable section in ``ORDER`` (methods last, placed first).
+
+    ``strict``: a section that raises an unexpected error stops the build
+    (:class:`SectionFailed`) instead of being left out and named.
 
     Returns the built sections; skipped ones are recorded in ``study.skipped`` as
     ``(key, reason)`` and logged via ``study.note``.
@@ -141,9 +153,9 @@ def build_all(study, *, only=None, advance=lambda n=1: None) -> list[Section]:
         except ValueError as exc:  # bad user input (ContractError, PlanError): exit 2
             if isinstance(exc, _input_errors()):
                 raise
-            _failed(study, key, mod.TITLE, exc)
+            _failed(study, key, mod.TITLE, exc, strict)
         except Exception as exc:  # a failing statistic must not take the whole report down
-            _failed(study, key, mod.TITLE, exc)
+            _failed(study, key, mod.TITLE, exc, strict)
         study.timings[key] = round(time.perf_counter() - t0, 3)
         advance()
     return [built[k] for k in keys if k in built]
