@@ -128,17 +128,27 @@ def test_bca_matches_direct_formula(cases):
         assert row.conf_high.iloc[0] == pytest.approx(want[1], abs=1e-12)
 
 
+PROPS = {  # metric: (numerator, denominator) row masks, from pred and label
+    "sensitivity": (lambda d: (d.pred == 1) & (d.label == 1), lambda d: d.label == 1),
+    "specificity": (lambda d: (d.pred == 0) & (d.label == 0), lambda d: d.label == 0),
+    "ppv": (lambda d: (d.pred == 1) & (d.label == 1), lambda d: d.pred == 1),
+    "npv": (lambda d: (d.pred == 0) & (d.label == 0), lambda d: d.pred == 0),
+    "accuracy": (lambda d: d.pred == d.label, lambda d: d.label >= 0),
+}
+
+
 def test_wilson_deff_interval_by_hand(cases):
-    """ci_method="wilson": Wilson at n / deff, deff = bootstrap variance / binomial
-    variance, recomputed by hand from the replicates; F1 falls back to the percentile."""
+    """ci_method="wilson": Wilson at n / deff, deff = bootstrap variance x C / (C - 1) /
+    binomial variance (C clusters in the denominator), recomputed by hand from the
+    replicates for every proportion; F1 falls back to the percentile interval."""
     cm = case_matrix(cases, BY)
     bc = bs.boot_counts(cm)
     R = bs.replicate_counts(bc, 500, seed=4)
-    out = bs.bootstrap_table(cm, bc, R, metrics=["sensitivity", "ppv", "f1"], conf_level=0.9,
-                             ci_method="wilson")
+    metrics = [*PROPS, "f1"]
+    out = bs.bootstrap_table(cm, bc, R, metrics=metrics, conf_level=0.9, ci_method="wilson")
     pct = bs.bootstrap_table(cm, bc, R, metrics=["f1"], conf_level=0.9, ci_method="percentile")
     z = sps.norm.ppf(0.95)
-    reps = bs.metric_arrays(bc.unpack(R), ["sensitivity"])["sensitivity"]  # B x G x M
+    reps = bs.metric_arrays(bc.unpack(R), list(PROPS))  # B x G x M each
     checked = 0
     for m, name in enumerate(cm.models):
         sub = cases[cases.model == name]
@@ -146,28 +156,29 @@ def test_wilson_deff_interval_by_hand(cases):
             var = cm.cells.group_var[g]
             rows = sub if var == "overall" else sub[
                 sub[var.split(":")].astype(str).agg(":".join, axis=1) == level]
-            pos = rows[rows.label == 1]
-            n, p = len(pos), pos.pred.mean() if len(pos) else np.nan
-            row = out[(out.estimand == "sensitivity") & (out.model == name) & (out.group_var == var)
-                      & (out.group_level == level)].iloc[0]
-            if n == 0:
-                assert np.isnan(row.conf_low)
-                continue
-            r = reps[:, g, m]
-            r = r[~np.isnan(r)]
-            se = np.std(r, ddof=1)
-            deff = se ** 2 / (p * (1 - p) / n) if 0 < p < 1 and se > 0 else 1.0
-            ne = n / deff
-            centre = (p * ne + z * z / 2) / (ne + z * z)
-            half = z / (ne + z * z) * np.sqrt(ne * p * (1 - p) + z * z / 4)
-            lo = 0.0 if p == 0 else centre - half
-            hi = 1.0 if p == 1 else centre + half
-            assert row.method == "bootstrap-wilson"
-            assert row.conf_low == pytest.approx(lo, abs=1e-12)
-            assert row.conf_high == pytest.approx(hi, abs=1e-12)
-            assert row.conf_low <= row.estimate <= row.conf_high
-            checked += 1
-    assert checked > 20
+            for k, (num, den) in PROPS.items():
+                d = rows[den(rows)]
+                n, C = len(d), d.patient_id.nunique()
+                row = out[(out.estimand == k) & (out.model == name) & (out.group_var == var)
+                          & (out.group_level == level)].iloc[0]
+                assert row.n_clusters == C
+                if n == 0:
+                    assert np.isnan(row.conf_low)
+                    continue
+                p = num(d).mean()
+                r = reps[k][:, g, m]
+                se = np.std(r[~np.isnan(r)], ddof=1)
+                ok = 0 < p < 1 and se > 0
+                deff = se ** 2 * C / max(C - 1, 1) / (p * (1 - p) / n) if ok else 1.0
+                ne = n / deff
+                centre = (p * ne + z * z / 2) / (ne + z * z)
+                half = z / (ne + z * z) * np.sqrt(ne * p * (1 - p) + z * z / 4)
+                assert row.method == "bootstrap-wilson"
+                assert row.conf_low == pytest.approx(0.0 if p == 0 else centre - half, abs=1e-12), k
+                assert row.conf_high == pytest.approx(1.0 if p == 1 else centre + half, abs=1e-12), k
+                assert row.conf_low <= row.estimate <= row.conf_high
+                checked += 1
+    assert checked > 100
     f1 = out[out.estimand == "f1"].reset_index(drop=True)
     assert (f1.method == "bootstrap-percentile").all()
     pd.testing.assert_series_equal(f1.conf_low, pct.conf_low, check_names=False)
