@@ -495,3 +495,28 @@ def test_a_failing_section_is_named_or_with_strict_stops_everything(tmp_path, mo
                                    "--out", str(tmp_path / "cli")])
     assert cli.exit_code == 1 and "boom in a statistic" in cli.output
     assert not (tmp_path / "cli").exists()
+
+
+def test_small_cell_interval_options_reach_tables_and_methods(tmp_path):
+    """detection.auc_ci: logit and detection.bootstrap.interval: wilson flow into the
+    metrics (method column), the methods text and the overall table's notes."""
+    for name in ("cases.parquet", "runs.parquet", "reference.yaml"):
+        shutil.copy(DEMO / name, tmp_path / name)
+    raw = yaml.safe_load((DEMO / "plan.yaml").read_text())
+    raw["inputs"].pop("probe_predictions", None)
+    raw["detection"]["auc_ci"] = "logit"
+    raw["detection"]["ci"] = "wilson"
+    raw["detection"]["bootstrap"]["interval"] = "wilson"
+    raw["detection"]["bootstrap"]["n"] = 200
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        render_report(tmp_path / "plan.yaml", tmp_path / "out", only=("methods", "overall"),
+                      formats=(), draw=False, strict=True)
+    qmd = _squash((tmp_path / "out" / "appendix.qmd").read_text())
+    assert "logit scale, back-transformed" in qmd
+    assert "Wilson intervals at the effective sample size" in qmd
+    overall = pd.read_csv(tmp_path / "out" / "tables" / "overall_metrics.csv")
+    methods = overall.groupby("estimand")["method"].agg(set)
+    assert methods["auc"] == {"delong-logit"} and methods["sensitivity"] == {"wilson"}
+    assert methods["f1"] == {"bootstrap-percentile"}  # F1 is no proportion: percentile
