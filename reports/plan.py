@@ -322,7 +322,8 @@ def _detection(c: _Checker, d: dict) -> Detection:
                 c.typed(c.required(f, "cols", "detection.failure_map", "name a column, e.g. phase"),
                         "detection.failure_map.cols", str, "a column name"))
     return Detection(threshold_value=value, criterion=criterion, target=target, ci=ci,
-                     auc_ci=auc_ci, bootstrap_interval=interval, conf_level=conf, subgroups=tuple(subgroups), bins=tuple(bins),
+                     auc_ci=auc_ci, bootstrap_interval=interval, conf_level=conf,
+                     subgroups=tuple(subgroups), bins=tuple(bins),
                      small_n=small_n, bootstrap_n=bn,
                      bootstrap_seed=_seed(c, boot.get("seed"), "detection.bootstrap.seed"),
                      bootstrap_strata=strata, adjusted=adjusted, failure_map=fmap)

@@ -59,6 +59,11 @@ def describe(cases: pd.DataFrame, *, by: str | None = "site",
                             f"(e.g. site) or pass by=None")
     if "label" not in cases.columns:
         raise ContractError("cases: no 'label' column; describe needs the reference standard")
+    if "case_id" in cases.columns and cases["case_id"].duplicated().any():
+        rows = np.flatnonzero(cases["case_id"].duplicated(keep=False).to_numpy())[:5] + 1
+        raise ContractError(f"cases: case_id repeats (rows {', '.join(map(str, rows))}); "
+                            f"describe counts cases, so pass one row per case, e.g. "
+                            f"cases.drop_duplicates('case_id')")
     n = len(cases)
     if by is None:
         gcode, gnames = np.full(n, -1), []

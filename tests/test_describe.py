@@ -67,12 +67,16 @@ def test_describe_matches_pandas_per_group(cases):
 
 
 def test_describe_skips_and_errors(cases):
-    out = stats.describe(cases, by=None)
+    out = stats.describe(cases, by=None, categorical=("case_id", "sex"))
     assert set(out.group_var) == {"overall"}
-    assert "case_id" not in set(out.variable)  # not asked; identifiers never described
+    assert "case_id" not in set(out.variable)  # 700 levels > max_levels: never tabulated
+    assert "sex" in set(out.variable)
     one = stats.describe(cases.assign(const="a"), by="site", categorical=("const", "sex"))
     assert "const" not in set(out.variable) and "const" not in set(one.variable)
     with pytest.raises(ContractError, match="no column 'hospital'"):
         stats.describe(cases, by="hospital")
     with pytest.raises(ContractError, match="'label'"):
         stats.describe(cases.drop(columns="label"))
+    long = pd.concat([cases, cases.iloc[[3]]], ignore_index=True)
+    with pytest.raises(ContractError, match=r"case_id repeats \(rows 4, 701\).*drop_duplicates"):
+        stats.describe(long)

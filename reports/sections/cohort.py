@@ -15,7 +15,7 @@ from . import _detection as D
 KEY = "cohort"
 TITLE = "Cohort characteristics"
 HALF = "detection"
-REQUIRES = ("scan_level",)
+REQUIRES = ("scan_level", "describe")
 
 CONTINUOUS = (("age", "Age, years"), ("tumor_size_mm", "Tumour size, mm (positives)"))
 SITES_PER_TABLE = 10  # more sites than this: several tables (a landscape page each)

@@ -18,9 +18,10 @@ BOOT_NAMES = {
     "percentile": "percentile intervals",
     "bca": "bias-corrected and accelerated (BCa) intervals, acceleration from the "
            "jackknife over patients",
-    "wilson": "for proportions, Wilson intervals at the effective sample size implied by "
-              "the bootstrap variance (design effect; Kish 1965, Korn & Graubard 1998), "
-              "and percentile intervals for F1"}
+    "wilson": "percentile intervals for F1, which is not a proportion (Wilson intervals at "
+              "the effective sample size implied by the bootstrap variance, Kish 1965 and "
+              "Korn & Graubard 1998, apply to bootstrapped proportions only, and this "
+              "report's proportions carry the closed-form intervals above)"}
 ADJ_NAMES = {"glmm": "a logistic mixed model with a random intercept per {g} (maximum "
                      "likelihood, Laplace approximation)",
              "gee": "a GEE logistic model, exchangeable correlation within {g}, robust "
