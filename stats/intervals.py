@@ -136,23 +136,28 @@ def newcombe_diff_ci(x1, n1, x2, n2, *, paired_counts=None, conf_level: float = 
     With Wilson limits ``(l_i, u_i)`` of ``p_i``: unpaired
     ``L = d - sqrt((p1 - l1)^2 + (u2 - p2)^2)``, ``U = d + sqrt((u1 - p1)^2 + (p2 - l2)^2)``.
     Paired: the same with the cross terms ``- 2 phi (p1 - l1)(u2 - p2)`` and
-    ``- 2 phi (u1 - p1)(p2 - l2)`` under the square roots, where
-    ``phi = (ad - bc) / sqrt((a+b)(c+d)(a+c)(b+d))`` (0 when that denominator is 0).
+    ``- 2 phi (u1 - p1)(p2 - l2)`` under the square roots, where phi is Newcombe's
+    continuity-corrected correlation (:func:`paired_phi`): with ``A = ad - bc``,
+    ``phi = (A - N/2) / sqrt((a+b)(c+d)(a+c)(b+d))`` when ``A > N/2``, 0 when
+    ``0 <= A <= N/2``, ``A / sqrt(...)`` when ``A < 0`` (0 when the denominator is 0).
+    The uncorrected phi gives intervals that are too narrow in small concordant tables.
 
     References
     ----------
     Newcombe RG (1998a) Stat Med 17:873-890. Newcombe RG (1998b) Stat Med 17:2635-2650.
 
-    Validated against an R recomputation from ``prop.test`` Wilson limits
-    (``tests/r/intervals.R``) to 1e-10, and against Newcombe's published examples.
+    Validated against an R recomputation from ``prop.test`` Wilson limits and a
+    hand-written R function of the paper's formula (``tests/r/intervals.R``) to 1e-10, and
+    against published examples: Newcombe (1998a) Table II (unpaired) and Fagerland,
+    Lydersen & Laake (2017, Statistical Analysis of Contingency Tables, ch. 8; R package
+    contingencytables) for the paired Cavo et al. table (59, 6, 16, 80): -0.0621
+    [-0.1186, -0.0046].
     """
     if paired_counts is not None:
         a, b, c, d = np.broadcast_arrays(*(np.asarray(v, dtype="float64") for v in paired_counts))
         n = a + b + c + d
         x1, n1, x2, n2 = a + b, n, a + c, n
-        with np.errstate(divide="ignore", invalid="ignore"):
-            den = np.sqrt((a + b) * (c + d) * (a + c) * (b + d))
-            phi = np.where(den > 0, (a * d - b * c) / np.where(den > 0, den, 1.0), 0.0)
+        phi = paired_phi(a, b, c, d)
     else:
         x1, n1 = _counts(x1, n1, "newcombe_diff_ci")
         x2, n2 = _counts(x2, n2, "newcombe_diff_ci")
@@ -165,6 +170,21 @@ def newcombe_diff_ci(x1, n1, x2, n2, *, paired_counts=None, conf_level: float = 
     dl = np.sqrt(np.maximum((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2, 0))
     du = np.sqrt(np.maximum((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2, 0))
     return est, est - dl, est + du
+
+
+def paired_phi(a, b, c, d) -> np.ndarray:
+    """Newcombe's (1998b, method 10) continuity-corrected correlation of a paired 2x2 table.
+
+    With ``A = ad - bc`` and ``N = a + b + c + d``: ``phi = (A - N/2) / sqrt((a+b)(c+d)(a+c)(b+d))``
+    when ``A > N/2``; 0 when ``0 <= A <= N/2``; ``A / sqrt(...)`` when ``A < 0``; 0 when a
+    margin is empty (the denominator is 0).
+    """
+    a, b, c, d = np.broadcast_arrays(*(np.asarray(v, dtype="float64") for v in (a, b, c, d)))
+    n = a + b + c + d
+    den = np.sqrt((a + b) * (c + d) * (a + c) * (b + d))
+    A = a * d - b * c
+    num = np.where(A > n / 2, A - n / 2, np.where(A < 0, A, 0.0))
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
 
 
 def mcnemar_exact(b, c) -> np.ndarray:
@@ -290,8 +310,12 @@ def _auc_ci_from(auc, var, conf_level, scale: AucScale = "auc"):
     Logit: ``expit(logit(A) +- z se / (A (1 - A)))`` (delta method), which stays inside
     (0, 1) and covers better in small cells (15 positives, AUC 0.65-0.85: 94-96% against
     89-94% on the AUC scale; ``tests/test_coverage.py``); near the ceiling it too falls
-    short (AUC 0.95: 91-93%). At A = 0 or 1 the logit is infinite and the (degenerate)
-    AUC-scale interval is returned.
+    short (AUC 0.95: 91-93%).
+
+    At A = 0 or 1 (complete separation) DeLong's variance is 0: the AUC-scale interval is
+    pROC's degenerate [A, A] (pROC warns "ci.auc() of a ROC curve with AUC == 1 is always
+    1-1 and can be misleading"), and the logit is infinite, so the logit-scale limits are
+    NaN. Callers flag these rows ``auc_boundary`` (:func:`auc_boundary`).
     """
     if scale not in AUC_SCALES:
         raise ValueError(MSG_METHOD.format(allowed=AUC_SCALES, method=scale))
@@ -304,9 +328,16 @@ def _auc_ci_from(auc, var, conf_level, scale: AucScale = "auc"):
         with np.errstate(divide="ignore", invalid="ignore"):
             centre = special.logit(auc)
             half = z * se / (auc * (1 - auc))
-            low = np.where(inner, special.expit(centre - half), low)
-            high = np.where(inner, special.expit(centre + half), high)
+            low = np.where(inner, special.expit(centre - half), np.nan)
+            high = np.where(inner, special.expit(centre + half), np.nan)
     return se, low, high
+
+
+def auc_boundary(auc) -> np.ndarray:
+    """True where an AUC is exactly 0 or 1: DeLong's variance is then 0, the AUC-scale
+    interval has zero width and the logit-scale one is undefined (flag ``auc_boundary``)."""
+    auc = np.asarray(auc, dtype="float64")
+    return (auc == 0.0) | (auc == 1.0)
 
 
 def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auc") -> pd.DataFrame:
@@ -325,8 +356,11 @@ def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auc") -
     Tidy one-row DataFrame: ``estimand`` "auc", ``estimate`` (AUC, ties counted 1/2),
     ``std_error`` (DeLong), ``conf_low``/``conf_high`` (``auc +- z se`` clipped to
     [0, 1], as ``pROC::ci.auc``), ``conf_level``, ``n``, ``n_pos``, ``n_neg``,
-    ``method`` "delong" (or "delong-logit"), ``flag`` ("not_estimable" when a class is missing, "small_n"
-    when a class has one observation and no variance).
+    ``method`` "delong" (or "delong-logit"), ``flag`` ("not_estimable" when a class is
+    missing, "small_n" when a class has one observation and no variance, "auc_boundary"
+    when the AUC is exactly 0 or 1: the AUC-scale interval is then pROC's zero-width
+    [A, A] and the logit-scale limits are NaN; neither is a usable interval, and pROC
+    warns likewise).
 
     Notes
     -----
@@ -347,7 +381,8 @@ def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auc") -
     y, (s,) = _labels(label, score)
     d = delong_placements(np.zeros(len(y), dtype=np.int64), y, s, 1)
     se, low, high = _auc_ci_from(d["auc"], d["var"], conf_level, scale)
-    flag = "not_estimable" if np.isnan(d["auc"][0]) else ("small_n" if np.isnan(d["var"][0]) else "")
+    flag = ("not_estimable" if np.isnan(d["auc"][0]) else "small_n" if np.isnan(d["var"][0])
+            else "auc_boundary" if auc_boundary(d["auc"])[0] else "")
     return tidy({"estimand": ["auc"], "estimate": d["auc"], "std_error": se, "conf_low": low,
                  "conf_high": high, "conf_level": conf_level, "n": [len(y)], "n_pos": d["m"],
                  "n_neg": d["k"], "method": "delong" if scale == "auc" else "delong-logit",

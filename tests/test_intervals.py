@@ -132,8 +132,9 @@ def test_auc_logit_interval_matches_r(ref):
 
 def test_auc_logit_interval_edges():
     perfect = iv.auc_ci([1, 1, 0, 0], [0.9, 0.8, 0.2, 0.3], scale="logit")
-    assert perfect.estimate[0] == 1.0  # logit infinite: the (degenerate) AUC-scale interval
-    assert perfect.conf_low[0] == perfect.conf_high[0] == 1.0
+    assert perfect.estimate[0] == 1.0  # logit infinite: no interval, flagged (issue 15)
+    assert np.isnan(perfect.conf_low[0]) and np.isnan(perfect.conf_high[0])
+    assert perfect.flag[0] == "auc_boundary"
     with pytest.raises(ValueError, match="must be one of.*logit"):
         iv.auc_ci([1, 0], [1, 0], scale="log")
 

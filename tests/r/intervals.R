@@ -40,10 +40,21 @@ for (u in list(c(56, 70, 48, 80), c(9, 10, 3, 10), c(6, 7, 2, 7), c(5, 56, 0, 29
   add("newcombe-unpaired", paste(u, collapse = "/"), c("estimate", "low", "high"),
       c(d, d - sqrt((p1 - w1[1])^2 + (w2[2] - p2)^2), d + sqrt((w1[2] - p1)^2 + (p2 - w2[1])^2)))
 }
-for (t in list(c(12, 9, 2, 21), c(5, 5, 0, 0), c(0, 2, 1, 41), c(10, 0, 0, 5), c(30, 6, 11, 53))) {
+# Paired (Newcombe 1998b, Stat Med 17:2635-2650, method 10), written from the paper: phi is
+# continuity corrected, (A - N/2) / sqrt(.) when A = ad - bc > N/2, 0 when 0 <= A <= N/2,
+# A / sqrt(.) when A < 0. (1, 1, 7, 12) is Bentur et al. and (59, 6, 16, 80) Cavo et al. in
+# Fagerland, Lydersen & Laake (2017) ch. 8; (3, 2, 2, 3) has 0 < A <= N/2, (1, 6, 5, 0) A < 0.
+newcombe_phi <- function(a, b, c, d) {
+  n <- a + b + c + d; den <- sqrt((a + b) * (c + d) * (a + c) * (b + d)); A <- a * d - b * c
+  if (den == 0) return(0)
+  if (A > n / 2) (A - n / 2) / den else if (A >= 0) 0 else A / den
+}
+for (t in list(c(12, 9, 2, 21), c(5, 5, 0, 0), c(0, 2, 1, 41), c(10, 0, 0, 5), c(30, 6, 11, 53),
+               c(1, 1, 7, 12), c(59, 6, 16, 80), c(3, 2, 2, 3), c(1, 6, 5, 0), c(2, 1, 0, 1))) {
   a <- t[1]; b <- t[2]; c <- t[3]; d <- t[4]; n <- sum(t)
   p1 <- (a + b) / n; p2 <- (a + c) / n; w1 <- wil(a + b, n); w2 <- wil(a + c, n)
-  den <- sqrt((a + b) * (c + d) * (a + c) * (b + d)); phi <- if (den > 0) (a * d - b * c) / den else 0
+  phi <- newcombe_phi(a, b, c, d)
+  add("newcombe-phi", paste(t, collapse = "/"), "phi", phi)
   D <- p1 - p2
   lo <- D - sqrt((p1 - w1[1])^2 - 2 * phi * (p1 - w1[1]) * (w2[2] - p2) + (w2[2] - p2)^2)
   hi <- D + sqrt((w1[2] - p1)^2 - 2 * phi * (w1[2] - p1) * (p2 - w2[1]) + (p2 - w2[1])^2)
