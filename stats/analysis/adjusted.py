@@ -1,0 +1,176 @@
+"""Confounding-adjusted models of detection among reference positives.
+
+Decisions made here (and recorded): which methods were fitted and which failed; whether a
+complete-case refit is added (when the formula uses ``race`` and race has an ``Unknown``
+level: DESIGN, "Unknown race is an explicit level; a complete-case fit is reported beside
+it"), decided from the parsed formula's columns, not from the formula's text; which ML
+method the block likelihood-ratio tests use; which fit the adjusted-vs-crude comparison
+uses; whether the site random-intercept SD is at the boundary (singular fit).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from .core import analysis
+from .detection import _wants_detection
+
+UNKNOWN = "Unknown"
+#: a group SD below this is a boundary (singular) fit: no group effects are drawn
+SINGULAR_SD = 1e-4
+
+
+def _wants(plan, tables) -> bool:
+    return _wants_detection(plan, tables) and bool(plan.detection.adjusted)
+
+
+def formula_columns(formula: str, columns) -> list[str]:
+    """The data columns the formula's right-hand side uses, in order (parsed, not split)."""
+    try:
+        from ..formula import parse_formula
+    except ImportError:  # pragma: no cover - the grammar lands with the safety work
+        parse_formula = None
+    if parse_formula is not None:
+        parsed = parse_formula(formula, columns=list(columns))
+        cols = getattr(parsed, "rhs_columns", None)
+        cols = cols() if callable(cols) else cols
+        if cols is not None:
+            return [c for c in dict.fromkeys(cols) if c in set(columns)]
+    rhs = formula.split("~", 1)[1]
+    return [t.strip() for t in rhs.split("+") if t.strip() in set(columns)]
+
+
+def complete_case_rows(ev: pd.DataFrame, formula: str) -> pd.DataFrame | None:
+    """Rows with a known race, when race is in the model and has an Unknown level."""
+    if "race" not in formula_columns(formula, ev.columns):
+        return None
+    known = ev["race"].astype(str) != UNKNOWN
+    if known.all():
+        return None
+    return ev[known]
+
+
+@analysis("adjusted_fits", wanted=_wants)
+def adjusted_fits(results) -> dict:
+    """``{method: Fit}`` for every planned method that converged to a fit (plus
+    ``glmm_cc``, the complete-case GLMM, when it applies); failures are recorded."""
+    from ..models import fit_adjusted, fit_complete_case
+
+    det = results.plan.detection
+    adj = det.adjusted
+    ev = results["evaluation"]
+    formula, group = adj["formula"], adj["group"]
+    fits, failed = {}, {}
+    for m in adj["methods"]:
+        try:
+            fits[m] = fit_adjusted(ev, formula, group=group, method=m, population="positives",
+                                   conf_level=det.conf_level, scheduler=results.scheduler)
+        except ValueError as exc:
+            from ..schema import ContractError
+
+            if isinstance(exc, ContractError):
+                raise
+            failed[m] = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # reported; the other methods are still shown
+            failed[m] = f"{type(exc).__name__}: {exc}"
+    cc = complete_case_rows(ev, formula)
+    results.decide("adjusted.complete_case", cc is not None and "glmm" in fits)
+    if cc is not None and "glmm" in fits:
+        try:
+            fits["glmm_cc"] = fit_complete_case(
+                ev, formula, column="race", drop=(UNKNOWN,), group=group, method="glmm",
+                population="positives", conf_level=det.conf_level, scheduler=results.scheduler)
+        except Exception as exc:
+            failed["glmm_cc"] = f"{type(exc).__name__}: {exc}"
+    results.decide("adjusted.fitted", list(fits))
+    results.decide("adjusted.failed", dict(failed))
+    if not fits:
+        raise RuntimeError("every adjusted fit failed: " + "; ".join(
+            f"{m}: {e}" for m, e in failed.items()))
+    return fits
+
+
+@analysis("adjusted_terms", wanted=_wants)
+def adjusted_terms(results) -> pd.DataFrame:
+    """Tidy terms of every fit, ``fit_method`` naming the fit."""
+    fits = results["adjusted_fits"]
+    return pd.concat([f.tidy().assign(fit_method=m) for m, f in fits.items()],
+                     ignore_index=True)
+
+
+@analysis("adjusted_glance", wanted=_wants)
+def adjusted_glance(results) -> pd.DataFrame:
+    """Fit statistics per model and fit (n, groups, group SD, R2, convergence, warnings)."""
+    fits = results["adjusted_fits"]
+    return pd.concat([f.glance().assign(fit_method=m) for m, f in fits.items()],
+                     ignore_index=True)
+
+
+def block_method(plan) -> str | None:
+    """The ML method the block likelihood-ratio tests use (GEE has no likelihood)."""
+    return next((m for m in plan.detection.adjusted["methods"] if m in ("glmm", "fixed")), None)
+
+
+@analysis("adjusted_blocks", wanted=lambda p, t: _wants(p, t) and block_method(p) is not None)
+def adjusted_blocks(results) -> pd.DataFrame:
+    """Likelihood-ratio tests of covariate blocks and of the group (``stats.block_tests``)."""
+    from ..models import block_tests
+
+    adj = results.plan.detection.adjusted
+    ml = block_method(results.plan)
+    results.decide("adjusted.block_method", ml)
+    return block_tests(results["evaluation"], adj["formula"], adj["blocks"] or None,
+                       group=adj["group"], method=ml, population="positives",
+                       scheduler=results.scheduler)
+
+
+def means_fit_method(fits: dict) -> str:
+    return "glmm" if "glmm" in fits else next(iter(fits))
+
+
+@analysis("adjusted_vs_crude", wanted=_wants)
+def adjusted_vs_crude(results) -> pd.DataFrame:
+    """Adjusted (emmeans) and crude sensitivity per level of every factor in the model."""
+    fits = results["adjusted_fits"]
+    m = means_fit_method(fits)
+    results.decide("adjusted.means_fit", m)
+    first = fits[m]
+    ev = results["evaluation"]
+    formula = results.plan.detection.adjusted["formula"]
+    crude_all = results["subgroup_metrics"]
+    crude_all = crude_all[crude_all["estimand"] == "sensitivity"]
+    parts = []
+    for var in formula_columns(formula, ev.columns):
+        if pd.api.types.is_numeric_dtype(ev[var]) and not isinstance(ev[var].dtype,
+                                                                     pd.CategoricalDtype):
+            continue
+        mm = first.marginal_means(var, kind="emmeans")
+        parts.append(mm.assign(kind="adjusted (emmeans)", variable=var))
+        cr = crude_all[crude_all["group_var"] == var]
+        if len(cr):
+            parts.append(cr.assign(kind="crude", variable=var))
+    if not parts:
+        return pd.DataFrame(columns=["model", "variable", "group_level", "kind", "estimate",
+                                     "conf_low", "conf_high", "n", "method", "flag"])
+    cmp = pd.concat(parts, ignore_index=True)
+    cmp = cmp[cmp["estimate"].notna()].reset_index(drop=True)
+    return cmp[["model", "variable", "group_level", "kind", "estimate", "conf_low",
+                "conf_high", "n", "method", "flag"]]
+
+
+@analysis("adjusted_random_effects", wanted=_wants)
+def adjusted_random_effects(results) -> pd.DataFrame:
+    """GLMM conditional modes per group, empty when there is no GLMM or the fit is singular
+    (``decisions['adjusted.singular']``)."""
+    fits = results["adjusted_fits"]
+    cols = ["model", "group_var", "group_level", "estimate", "std_error", "conf_low",
+            "conf_high", "n", "flag"]
+    if "glmm" not in fits:
+        return pd.DataFrame(columns=cols)
+    re = fits["glmm"].random_effects()
+    sd = re.loc[re["estimand"] == "group_sd", "estimate"]
+    singular = not bool((sd > SINGULAR_SD).any())
+    results.decide("adjusted.singular", singular)
+    re = re[re["estimand"] == "group_effect"].reset_index(drop=True)
+    if singular:
+        return re.iloc[0:0][cols]
+    return re[cols]

@@ -1,0 +1,155 @@
+"""The analysis layer's core: a registry of named analyses, :class:`Results`, :func:`run`.
+
+Every analysis decision (which rows, which threshold, clusters, seeds, replicate counts,
+exclusions) is made here, once, and recorded in ``Results.decisions``; the CLI and the
+report both call :func:`run` and only format what it returns.
+
+An analysis is a function ``fn(results) -> DataFrame`` registered under a name with
+:func:`analysis`; it reads the plan (``results.plan``), the validated inputs
+(``results.tables``) and other analyses (``results[name]``), and may record decisions
+with ``results.decide(key, value)``. Results are computed once and cached, so an analysis
+that several tables need (the scan-level calls, the subgroup metrics) runs once.
+Pure: no files, no printing, no rounding.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+#: name -> Analysis, in registration order (the order :func:`run` computes them)
+ANALYSES: dict[str, "Analysis"] = {}
+
+
+@dataclass(frozen=True)
+class Analysis:
+    name: str
+    fn: Callable[["Results"], Any]
+    #: whether the plan asks for this analysis (``run`` computes only those)
+    wanted: Callable[[Any, Any], bool]
+    doc: str = ""
+
+
+def analysis(name: str, *, wanted: Callable[[Any, Any], bool] = lambda plan, tables: True):
+    """Register ``fn(results)`` as the analysis ``name``.
+
+    ``wanted(plan, tables)`` says whether a plan asks for it; an analysis that is not
+    wanted can still be computed on request (``results[name]``) by another analysis.
+    """
+    def deco(fn):
+        if name in ANALYSES:
+            raise RuntimeError(f"analysis {name!r} registered twice")
+        ANALYSES[name] = Analysis(name, fn, wanted, (fn.__doc__ or "").strip().split("\n")[0])
+        return fn
+    return deco
+
+
+@dataclass
+class Tables:
+    """The validated inputs of a study (see ``stats.analysis.inputs.load_tables``)."""
+
+    cases: pd.DataFrame | None = None
+    runs: pd.DataFrame | None = None
+    reference: Any = None
+    metadata: pd.DataFrame | None = None
+    probe_predictions: pd.DataFrame | None = None
+    input_sha256: dict = field(default_factory=dict)
+    input_rows: dict = field(default_factory=dict)
+
+
+class Results:
+    """A bag of tidy tables keyed by analysis name, plus the decisions taken.
+
+    ``results[name]`` computes the analysis on first use and caches it; an analysis that
+    failed raises its error again on every access (the report leaves its section out, or
+    fails under ``--strict``). ``decisions`` maps a key (``"detection.rows"``,
+    ``"seeds.detection_bootstrap"``, ...) to what was decided; ``notes`` are sentences for
+    the methods text; ``timings`` seconds per analysis.
+    """
+
+    def __init__(self, plan, tables: Tables, *, scheduler=None):
+        self.plan = plan
+        self.tables = tables
+        self.scheduler = scheduler if scheduler is not None else getattr(plan, "scheduler", None)
+        self._store: dict[str, Any] = {}
+        self._failed: dict[str, BaseException] = {}
+        self.decisions: dict[str, Any] = {}
+        self.notes: list[str] = []
+        self.timings: dict[str, float] = {}
+
+    def __getitem__(self, name: str):
+        if name in self._store:
+            return self._store[name]
+        if name in self._failed:
+            raise self._failed[name]
+        if name not in ANALYSES:
+            raise KeyError(f"no analysis named {name!r}; known: {', '.join(ANALYSES)}")
+        t0 = time.perf_counter()
+        try:
+            value = ANALYSES[name].fn(self)
+        except Exception as exc:
+            self._failed[name] = exc
+            raise
+        finally:
+            self.timings[name] = round(time.perf_counter() - t0, 3)
+        self._store[name] = value
+        return value
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._store
+
+    def get(self, name: str, default=None):
+        try:
+            return self[name]
+        except Exception:
+            return default
+
+    @property
+    def failed(self) -> dict[str, BaseException]:
+        return dict(self._failed)
+
+    def decide(self, key: str, value) -> None:
+        """Record a decision (rows analysed and why, seeds, replicate counts, clusters...)."""
+        self.decisions[key] = value
+
+    def note(self, message: str) -> None:
+        if message not in self.notes:
+            self.notes.append(message)
+
+    def computed(self) -> dict[str, Any]:
+        return dict(self._store)
+
+
+def wanted(plan, tables) -> list[str]:
+    """The analyses a plan asks for, in registration order."""
+    return [name for name, a in ANALYSES.items() if a.wanted(plan, tables)]
+
+
+def run(plan, tables: Tables, *, scheduler=None, only: Iterable[str] | None = None,
+        errors: str = "record") -> Results:
+    """Run every analysis the plan asks for (or ``only`` those named) and return Results.
+
+    ``scheduler``: a Dask client or address for the resampling and fitting blocks
+    (results are identical either way; overrides the plan's). ``errors``: ``"record"``
+    keeps going when an analysis fails (the failure is re-raised when its table is
+    read), ``"raise"`` stops at the first failure. Bad input (``ContractError``) always
+    raises.
+    """
+    from ..schema import ContractError
+
+    from . import _register  # noqa: F401  (registers every analysis)
+
+    results = Results(plan, tables, scheduler=scheduler)
+    names = list(only) if only is not None else wanted(plan, tables)
+    for name in names:
+        try:
+            results[name]
+        except ContractError:
+            raise
+        except Exception:
+            if errors == "raise":
+                raise
+    return results

@@ -1,0 +1,58 @@
+"""CRS analyses: axes, reference-anchored scores with paired-seed bootstrap intervals,
+rank probabilities, pairwise differences, leading tier, frozen-vs-adapted differences
+and ranking stability. ``clinrel crs`` and the report's CRS section both read these.
+
+The reference is read once (``stats.read_reference``) when the inputs are loaded, so the
+hash recorded with every score is the one the methods text states.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from .core import analysis
+
+#: Dirichlet(1,1,1) weight draws of the stability analysis
+DEFAULT_WEIGHT_DRAWS = 1000
+
+
+def _wants(plan, tables) -> bool:
+    return (getattr(plan, "crs", None) is not None and tables.runs is not None
+            and tables.reference is not None)
+
+
+def settings(plan) -> dict:
+    crs = plan.crs
+    return {"n_boot": crs.bootstrap_n, "seed": crs.bootstrap_seed, "k": crs.k,
+            "conf_level": getattr(crs, "conf_level", 0.95),
+            "n_weights": getattr(crs, "n_weights", DEFAULT_WEIGHT_DRAWS)}
+
+
+@analysis("crs", wanted=_wants)
+def crs(results) -> dict[str, pd.DataFrame]:
+    """``{axes, scores, rank_probabilities, differences, leading_tier,
+    regime_differences (frozen and adapted runs only), stability (n_weights > 0)}``."""
+    from ..crs import crs_axes, crs_scores
+    from ..crs_resample import crs_bootstrap
+    from ..ranking import ranking_stability
+
+    s = settings(results.plan)
+    runs, ref = results.tables.runs, results.tables.reference
+    results.decide("crs.bootstrap.n", s["n_boot"])
+    results.decide("seeds.crs_bootstrap", s["seed"])
+    results.decide("crs.reference_hash", getattr(ref, "hash", None))
+    out = {"axes": crs_axes(runs)}
+    if s["n_boot"] > 0:
+        boot = crs_bootstrap(runs, ref, n_boot=s["n_boot"], seed=s["seed"],
+                             conf_level=s["conf_level"], scheduler=results.scheduler)
+        out["scores"] = boot.scores()
+        out["rank_probabilities"] = boot.rank_probabilities(s["k"])
+        out["differences"] = boot.differences()
+        out["leading_tier"] = boot.leading_tier()
+        if {"frozen", "adapted"} <= set(boot.replicates):
+            out["regime_differences"] = boot.regime_differences("adapted", "frozen")
+    else:
+        out["scores"] = crs_scores(runs, ref)
+    if s["n_weights"] > 0:
+        out["stability"] = ranking_stability(runs, ref, n_weights=s["n_weights"], seed=s["seed"],
+                                             k=s["k"], conf_level=s["conf_level"])
+    return out

@@ -1,0 +1,232 @@
+"""Detection analyses: the row rule, scan-level calls, subgroup metrics, counts, flow.
+
+**The row rule (one place).** With a ``split`` column, the test split is analysed and
+every other row is excluded with its reason (validation rows choose the threshold when it
+is not prespecified, and are never evaluated); without a ``split`` column every row is
+analysed. A table whose ``split`` has no test rows is refused. ``clinrel subgroups``,
+``clinrel compare``, ``clinrel adjust`` and ``clinrel report`` all apply this rule.
+
+**Calls.** A prespecified threshold (``detection.threshold.value``) gives
+``pred = score >= threshold``; a criterion chooses the threshold per model on the
+validation split; with neither (a CLI run on a table that has ``pred``) the table's own
+calls are used as given.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from ..schema import ContractError
+from .core import analysis
+
+MSG_NO_TEST = ("{file}: column 'split' has no 'test' rows ({counts}); the evaluation uses the "
+               "test split only (validation rows choose the threshold); mark the held-out "
+               "rows split = test, or drop the split column to evaluate every row")
+MSG_NO_PRED = ("{file}: no threshold was given and the table has no 'pred' column; give a "
+               "prespecified threshold (--threshold / detection.threshold.value) or a criterion "
+               "to choose one on the validation split")
+
+REASON_TEST = "test split: evaluated"
+REASON_ALL = "no split column: every row evaluated"
+REASON_VAL_CHOSEN = "validation split: used to choose the threshold (exploratory)"
+REASON_VAL_DEV = "validation split: development data, not part of the evaluation"
+REASON_OTHER = "split neither validation nor test"
+
+
+def _wants_detection(plan, tables) -> bool:
+    return getattr(plan, "detection", None) is not None and tables.cases is not None
+
+
+def _source(results) -> str:
+    return str(getattr(results.plan, "cases", None) or "cases")
+
+
+def has_split(cases: pd.DataFrame) -> bool:
+    return "split" in cases.columns
+
+
+@analysis("calls", wanted=_wants_detection)
+def calls(results) -> pd.DataFrame:
+    """Every input row with its scan-level call (``stats.scan_level``)."""
+    from ..detection import scan_level
+
+    det = results.plan.detection
+    cases = results.tables.cases
+    if det.threshold_value is not None:
+        df = scan_level(cases, threshold=det.threshold_value)
+    elif det.criterion is not None:
+        df = scan_level(cases, criterion=det.criterion, target_specificity=det.target)
+    else:
+        if "pred" not in cases.columns:
+            raise ContractError(MSG_NO_PRED.format(file=_source(results)))
+        df = cases.copy()
+        df.attrs["threshold"] = {"values": {}, "source": "given", "prespecified": True}
+    results.decide("detection.threshold", dict(df.attrs["threshold"]))
+    return df
+
+
+@analysis("row_flow", wanted=_wants_detection)
+def row_flow(results) -> pd.DataFrame:
+    """Input rows by disposition and reason (``rows`` sums to the input row count)."""
+    df = results["calls"]
+    det = results.plan.detection
+    if has_split(df):
+        split = df["split"].astype(str)
+        if not (split == "test").any():
+            counts = ", ".join(f"{k}: {v}" for k, v in split.value_counts().items())
+            raise ContractError(MSG_NO_TEST.format(file=_source(results), counts=counts))
+    else:
+        split = pd.Series("all", index=df.index)
+    reason_val = REASON_VAL_DEV if det.threshold_value is not None or det.criterion is None \
+        else REASON_VAL_CHOSEN
+    disposition = pd.Series("excluded", index=df.index)
+    reason = pd.Series(REASON_OTHER, index=df.index)
+    for value, disp, why in (("validation", "excluded", reason_val),
+                             ("test", "included", REASON_TEST),
+                             ("all", "included", REASON_ALL)):
+        hit = split == value
+        disposition[hit] = disp
+        reason[hit] = why
+    out = df.assign(disposition=disposition.to_numpy(), reason=reason.to_numpy())
+    first = out.drop_duplicates(["reason", "case_id"])
+    grouped = out.groupby(["disposition", "reason"], sort=False)
+    tab = pd.DataFrame({
+        "rows": grouped.size(),
+        "cases": grouped["case_id"].nunique(),
+        "patients": grouped["patient_id"].nunique(),
+        "positives": first.groupby(["disposition", "reason"], sort=False)["label"].sum(),
+        "negatives": first.assign(neg=first["label"] == 0).groupby(
+            ["disposition", "reason"], sort=False)["neg"].sum(),
+    }).reset_index()
+    order = {REASON_VAL_CHOSEN: 0, REASON_VAL_DEV: 0, REASON_TEST: 1, REASON_ALL: 2, REASON_OTHER: 3}
+    tab = tab.assign(_o=tab["reason"].map(order)).sort_values("_o", kind="stable").drop(
+        columns="_o").reset_index(drop=True)
+    uniq = df.drop_duplicates("case_id")
+    total = {"disposition": "total", "reason": "input table",
+             "rows": results.tables.input_rows.get("cases", len(df)),
+             "cases": df["case_id"].nunique(), "patients": df["patient_id"].nunique(),
+             "positives": int(uniq["label"].sum()), "negatives": int((uniq["label"] == 0).sum())}
+    if int(tab["rows"].sum()) != total["rows"]:
+        raise RuntimeError("flow of cases: dispositions do not sum to the input rows")
+    tab = pd.concat([tab, pd.DataFrame([total])], ignore_index=True)
+    for c in ("rows", "cases", "patients", "positives", "negatives"):
+        tab[c] = tab[c].astype("int64")
+    results.decide("detection.rows", {r: int(n) for r, n in zip(tab["reason"], tab["rows"])})
+    return tab
+
+
+@analysis("evaluation", wanted=_wants_detection)
+def evaluation(results) -> pd.DataFrame:
+    """The rows the metrics use (the row rule above)."""
+    df = results["calls"]
+    results["row_flow"]  # checks the split, records the decision
+    if has_split(df):
+        df = df[df["split"].astype(str) == "test"]
+    return df.reset_index(drop=True)
+
+
+def axes(plan) -> list[tuple[str, ...]]:
+    """The subgroup axes of the plan (the failure map's intersection appended)."""
+    det = plan.detection
+    out = list(det.subgroups)
+    if det.failure_map and tuple(det.failure_map) not in out:
+        out.append(tuple(det.failure_map))
+    return out
+
+
+@analysis("subgroup_metrics", wanted=_wants_detection)
+def subgroup_metrics(results) -> pd.DataFrame:
+    """Tidy metrics per model x cell (``stats.subgroup_metrics``)."""
+    from ..subgroups import subgroup_metrics as compute
+
+    det = results.plan.detection
+    kw = {}
+    if det.bootstrap_n:
+        kw = {"bootstrap": det.bootstrap_n, "seed": det.bootstrap_seed,
+              "strata": det.bootstrap_strata, "boot_method": det.bootstrap_interval}
+        results.decide("seeds.detection_bootstrap", det.bootstrap_seed)
+        results.decide("detection.bootstrap.n", det.bootstrap_n)
+    return compute(results["evaluation"], by=axes(results.plan), ci=det.ci,
+                   conf_level=det.conf_level, auc_scale=det.auc_ci, small_n=det.small_n,
+                   scheduler=results.scheduler, **kw)
+
+
+@analysis("confusion_counts", wanted=_wants_detection)
+def confusion_counts(results) -> pd.DataFrame:
+    """2x2 counts per model x cell (``stats.confusion_counts``)."""
+    from ..detection import confusion_counts as compute
+
+    return compute(results["evaluation"], by=axes(results.plan))
+
+
+@analysis("comparisons", wanted=_wants_detection)
+def comparisons(results) -> pd.DataFrame:
+    """Every pair of models (``stats.compare_models``), overall and per planned axis."""
+    from ..compare import compare_models
+
+    det = results.plan.detection
+    by = getattr(det, "compare_by", None)
+    return compare_models(results["evaluation"], by=by, conf_level=det.conf_level,
+                          small_n=det.small_n)
+
+
+#: thresholds in the sweep: quantiles of the evaluation scores (plus the operating ones)
+SWEEP_POINTS = 25
+
+
+@analysis("threshold_sweep", wanted=_wants_detection)
+def threshold_sweep(results) -> pd.DataFrame:
+    """Every metric per model across a threshold grid and the ranking's Kendall tau
+    (``stats.threshold_sweep``); the grid is ``SWEEP_POINTS`` quantiles (5%-95%) of the
+    evaluation scores plus each model's operating threshold."""
+    import numpy as np
+
+    from ..detection import threshold_sweep as compute
+
+    det = results.plan.detection
+    ev = results["evaluation"]
+    chosen = results["calls"].attrs["threshold"]["values"]
+    score = ev["score"].to_numpy(float)
+    grid = np.unique(np.round(np.quantile(score, np.linspace(0.05, 0.95, SWEEP_POINTS)), 6))
+    grid = np.unique(np.concatenate([grid, list(chosen.values())]))
+    results.decide("detection.threshold_grid", [float(g) for g in grid])
+    out = compute(ev, grid, chosen=chosen, ci=det.ci, conf_level=det.conf_level)
+    out.attrs["grid"] = grid
+    return out
+
+
+def _wants_map(plan, tables) -> bool:
+    return _wants_detection(plan, tables) and bool(plan.detection.failure_map)
+
+
+@analysis("failure_map", wanted=_wants_map)
+def failure_map(results) -> pd.DataFrame:
+    """Sensitivity over the rows x cols grid per model (``stats.failure_map``)."""
+    from ..subgroups import failure_map as compute
+
+    det = results.plan.detection
+    rows, cols = det.failure_map
+    return compute(results["evaluation"], rows, cols, metric="sensitivity", ci=det.ci,
+                   conf_level=det.conf_level, small_n=det.small_n)
+
+
+@analysis("subgroup_vs_rest", wanted=_wants_map)
+def subgroup_vs_rest(results) -> pd.DataFrame:
+    """Each level against the rest of its axis (``stats.subgroup_vs_rest``), single axes."""
+    from ..subgroups import subgroup_vs_rest as compute
+
+    det = results.plan.detection
+    single = [a for a in det.subgroups if len(a) == 1] or list(det.subgroups)
+    return compute(results["evaluation"], by=single, conf_level=det.conf_level)
+
+
+#: continuous variables of the cohort table
+COHORT_CONTINUOUS = ("age", "tumor_size_mm")
+
+
+@analysis("cohort", wanted=_wants_detection)
+def cohort(results) -> pd.DataFrame:
+    """Table 1 by site over the evaluated cases, one row per case (``stats.describe``)."""
+    from ..describe import describe
+
+    ev = results["evaluation"].drop_duplicates("case_id").reset_index(drop=True)
+    return describe(ev, by="site", continuous=[c for c in COHORT_CONTINUOUS])
