@@ -36,6 +36,20 @@ Its SE is the delta method with the gradient in (SD, beta) and the full covarian
 the Hessian (beta only for GEE/fixed fits); the CI is a Wald interval on the logit scale,
 back-transformed (it stays inside (0, 1)). For ``method="fixed"`` each row keeps its own
 site effect (no integration).
+
+**Estimability.** When the fitted model matrix is rank deficient (a factor level or an
+interaction cell without data, e.g. ``detected ~ phase * age_group`` with no delayed-phase
+scans under 40), a mean that needs the missing cell has no unique value: emmeans reports
+it "nonEst", and any number computed for it depends on which column the fit dropped,
+hence on the reference levels. Such a mean is NaN (estimate, SE, limits) with flag
+``not_estimable``, for both kinds: ``emmeans`` when its grid row average ``L`` has a
+component in the null space of the model matrix (R's ``estimability::is.estble``, tol
+1e-8), ``standardized`` when any counterfactual row's prediction does. Estimable means
+do not depend on the reference levels. Validated against emmeans 1.8.4 and an R
+g-computation on an empty-cell fixture under two reference choices
+(tests/r/emmeans_nonest.R; tests/test_inference_fixes.py): same not-estimable levels;
+estimable probabilities 2.5e-13, SEs and limits 1.8e-8 (R's glm covariance at epsilon
+1e-10; tested to 1e-10 and 5e-8).
 """
 from __future__ import annotations
 
@@ -82,10 +96,43 @@ def _idents(code: str) -> set[str]:
     return set(re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", code))
 
 
-def _design_rows(mf, frame: pd.DataFrame) -> np.ndarray:
+def _design_rows(mf, frame: pd.DataFrame, *, full: bool = False) -> np.ndarray:
+    """Model-matrix rows of ``frame``: the fit's columns, or with ``full`` every column
+    patsy builds (``design.all_terms``, dropped ones included)."""
     d = mf.design
     X = patsy.build_design_matrices([d.design_info], frame, return_type="dataframe")[0]
-    return X[d.terms].to_numpy(dtype=float)
+    return X[d.all_terms if full else d.terms].to_numpy(dtype=float)
+
+
+def null_basis(mf) -> np.ndarray:
+    """Basis (columns over ``design.all_terms``) of the null space of the fitted model
+    matrix, from the columns the fit dropped: an empty column j gives ``e_j``, an aliased
+    one ``e_j - sum_k c_jk e_k`` with ``X_j = X_kept c_j`` (estimability::nonest.basis
+    spans the same space). Empty when every column was kept."""
+    d = mf.design
+    dropped = [t for t in d.all_terms if t in d.dropped]
+    if not dropped:
+        return np.zeros((len(d.all_terms), 0))
+    X_all = _design_rows(mf, d.data, full=True)
+    pos = {t: i for i, t in enumerate(d.all_terms)}
+    kept = [pos[t] for t in d.terms]
+    cols = [pos[t] for t in dropped]
+    C = np.linalg.lstsq(X_all[:, kept], X_all[:, cols], rcond=None)[0]   # (kept, dropped)
+    N = np.zeros((len(d.all_terms), len(cols)))
+    N[cols, np.arange(len(cols))] = 1.0
+    N[kept, :] = -C
+    return N / np.linalg.norm(N, axis=0)
+
+
+def estimable(L: np.ndarray, N: np.ndarray, tol: float = 1e-8) -> np.ndarray:
+    """Rows of ``L`` (over all_terms) that are estimable: ``|N' l|^2 < tol |l|^2``, the
+    rule of R's estimability::is.estble (emmeans' "nonEst")."""
+    L = np.atleast_2d(L)
+    if N.shape[1] == 0:
+        return np.ones(len(L), dtype=bool)
+    chk = L @ N
+    ss = np.sum(L * L, axis=1)
+    return np.sum(chk * chk, axis=1) < tol * np.where(ss < tol, 1.0, ss)
 
 
 def reference_grid(mf) -> pd.DataFrame:
@@ -122,8 +169,10 @@ def marginal_means(fit, by, *, kind: Literal["emmeans", "standardized"] = "emmea
         ``adjusted_sensitivity`` (positives), ``adjusted_specificity`` (negatives) or
         ``adjusted_probability``; ``estimate`` (probability), ``std_error`` (delta
         method, probability scale), ``conf_low``/``conf_high``, ``n`` (fitted rows at
-        that level), ``method`` (``emmeans-delta`` / ``g-computation-delta``); extras
-        ``link_estimate``, ``link_std_error`` (logit scale).
+        that level), ``method`` (``emmeans-delta`` / ``g-computation-delta``), ``flag``
+        (the fit's flags, plus ``not_estimable`` where the mean needs a cell without
+        data: NaN estimate, as emmeans' "nonEst"); extras ``link_estimate``,
+        ``link_std_error`` (logit scale).
     """
     if kind not in ("emmeans", "standardized"):
         raise ValueError(f"kind must be 'emmeans' or 'standardized'; got {kind!r}")
@@ -150,19 +199,32 @@ def marginal_means(fit, by, *, kind: Literal["emmeans", "standardized"] = "emmea
                              n_neg=nrow if fit.population == "negatives" else (
                                  0 if fit.population == "positives" else np.nan),
                              method="emmeans-delta" if kind == "emmeans" else "g-computation-delta",
-                             flag=mf.flags(), link_estimate=eta, link_std_error=se_eta))
+                             flag=";".join(dict.fromkeys(x for x in (
+                                 *mf.flags().split(";"), "not_estimable" if np.isnan(eta) else "")
+                                 if x)),
+                             link_estimate=eta, link_std_error=se_eta))
     return tidy(pd.DataFrame(rows), group_cols=("model", "group_var", "group_level"))
+
+
+def _kept(mf) -> np.ndarray:
+    d = mf.design
+    return np.array([d.all_terms.index(t) for t in d.terms], dtype=np.int64)
 
 
 def _emmeans(mf, cols, **_):
     grid = reference_grid(mf)
-    Xg = _design_rows(mf, grid)
+    Xg = _design_rows(mf, grid, full=True)
+    N, kept = null_basis(mf), _kept(mf)
     data = mf.design.data
     keys = grid[cols].astype(str).agg("\x1f".join, axis=1).to_numpy()
     counts = data[cols].astype(str).agg("\x1f".join, axis=1).value_counts()
     for level in itertools.product(*[_levels(data[c]) for c in cols]):
         key = "\x1f".join(map(str, level))
-        L = Xg[keys == key].mean(axis=0)
+        L_all = Xg[keys == key].mean(axis=0)
+        if not estimable(L_all, N)[0]:   # emmeans: "nonEst"
+            yield level, np.nan, np.nan, int(counts.get(key, 0))
+            continue
+        L = L_all[kept]
         eta = float(L @ mf.beta)
         se = float(np.sqrt(L @ mf.vcov @ L))
         yield level, eta, se, int(counts.get(key, 0))
@@ -185,11 +247,17 @@ def _standardized(mf, cols, *, n_nodes=32):
         w = w / w.sum()
     else:
         x, w = np.zeros(1), np.ones(1)
+    N, kept = null_basis(mf), _kept(mf)
     for level in itertools.product(*[_levels(data[c]) for c in cols]):
         frame = data.copy()
         for c, v in zip(cols, level):
             frame[c] = pd.Categorical([v] * len(frame), categories=data[c].cat.categories)
-        X = _design_rows(mf, frame)
+        X_all = _design_rows(mf, frame, full=True)
+        nrow = int(counts.get("\x1f".join(map(str, level)), 0))
+        if not estimable(X_all, N).all():  # some row's prediction needs an empty cell
+            yield level, np.nan, np.nan, nrow
+            continue
+        X = X_all[:, kept]
         eta = X @ mf.beta
         P = expit(eta[:, None] + theta * x[None, :])          # (n, K)
         dP = P * (1 - P)
@@ -201,5 +269,4 @@ def _standardized(mf, cols, *, n_nodes=32):
         else:
             var = float(g_beta @ mf.vcov @ g_beta)
         se_p = np.sqrt(max(var, 0.0))
-        yield level, float(logit(est)), se_p / (est * (1 - est)), int(
-            counts.get("\x1f".join(map(str, level)), 0))
+        yield level, float(logit(est)), se_p / (est * (1 - est)), nrow

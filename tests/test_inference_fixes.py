@@ -90,3 +90,92 @@ def test_auc_inside_is_not_flagged():
     out = iv.auc_ci([1, 1, 1, 0, 0], [0.9, 0.1, 0.7, 0.2, 0.3], scale="logit")
     assert out.flag[0] == "" and 0 < out.conf_low[0] < out.estimate[0] < out.conf_high[0] < 1
     assert iv.auc_boundary([0.0, 0.5, 1.0, np.nan]).tolist() == [True, False, True, False]
+
+
+# ------------------------------------------------------------ item 6a: non-estimable means
+
+NONEST_FORMULA = "detected ~ phase * age_group + sex + log(tumor_size_mm)"
+NONEST_LEVELS = {"venous": {"phase": ["venous", "arterial", "delayed", "non_contrast"],
+                            "age_group": ["<40", "40-59", "60-74", "75+"]},
+                 "delayed": {"phase": ["delayed", "venous", "arterial", "non_contrast"],
+                             "age_group": ["75+", "<40", "40-59", "60-74"]}}
+
+
+def _nonest_data(reference: str) -> pd.DataFrame:
+    d = pd.read_csv(R / "data" / "emmeans_nonest.csv")
+    for c, lv in NONEST_LEVELS[reference].items():
+        d[c] = pd.Categorical(d[c], categories=lv)
+    d["sex"] = pd.Categorical(d["sex"], categories=["F", "M"])
+    return d
+
+
+def _nonest_fit(reference: str, **kw):
+    from stats.models import fit_adjusted
+
+    kw = {"method": "fixed", "group": None, "cluster": None, **kw}
+    return fit_adjusted(_nonest_data(reference), NONEST_FORMULA, population=None, **kw)
+
+
+@pytest.fixture(scope="module")
+def nonest_ref() -> pd.DataFrame:
+    return pd.read_csv(R / "emmeans_nonest.csv", keep_default_na=True)
+
+
+@pytest.mark.parametrize("reference", ["venous", "delayed"])
+def test_marginal_means_not_estimable_match_emmeans(nonest_ref, reference):
+    """An interaction cell without data (no delayed-phase scans under 40): emmeans reports
+    delayed (by phase) and <40 (by age_group) "nonEst"; so do we, NaN with flag
+    not_estimable, for both kinds; the estimable means equal R's (glm with its model-based
+    covariance, as emmeans on a glm): probabilities to 1e-10 (measured 2.5e-13), SEs and
+    limits to 5e-8 (measured 8.5e-9 and 1.8e-8: R's glm takes its covariance from the
+    IRLS weights one step before the optimum, at epsilon 1e-10). Before the fix both were
+    finite and depended on the reference levels."""
+    fit = _nonest_fit(reference)
+    ref = nonest_ref[nonest_ref.reference == reference]
+    assert ref[ref.quantity == "aliased"].value.iloc[0] == 1
+    assert len(fit.fits["all"].design.dropped) == 1
+    for spec, bad in (("phase", "delayed"), ("age_group", "<40")):
+        for kind in ("emmeans", "standardized"):
+            mm = fit.marginal_means(spec, kind=kind)
+            check_tidy(mm)
+            mm = mm.set_index("group_level")
+            r = ref[(ref.spec == spec) & (ref.kind == kind)]
+            prob = r[r.quantity == "prob"].set_index("level").value
+            assert prob[bad] != prob[bad]  # R: NA
+            assert np.isnan(mm.loc[bad, ["estimate", "std_error", "conf_low", "conf_high"]]
+                             .to_numpy(float)).all()
+            assert mm.loc[bad, "flag"] == "not_estimable"
+            ok = [lv for lv in prob.index if lv != bad]
+            assert (mm.loc[ok, "flag"] == "").all()
+            np.testing.assert_allclose(mm.loc[ok, "estimate"], prob[ok], atol=1e-10, rtol=0)
+            if kind == "emmeans":
+                for q, col in (("SE", "std_error"), ("asymp.LCL", "conf_low"),
+                               ("asymp.UCL", "conf_high")):
+                    want = r[r.quantity == q].set_index("level").value[ok]
+                    np.testing.assert_allclose(mm.loc[ok, col], want, atol=5e-8, rtol=0)
+
+
+@pytest.mark.parametrize("method", ["glmm", "gee"])
+def test_marginal_means_do_not_depend_on_the_reference_level(method):
+    """Same margins whatever the reference levels (GLMM and GEE, site clusters): the
+    not-estimable ones NaN in both, the others equal to the fits' tolerance."""
+    out = {}
+    for reference in ("venous", "delayed"):
+        fit = _nonest_fit(reference, method=method, group="site", cluster=None)
+        out[reference] = {(spec, kind): fit.marginal_means(spec, kind=kind).set_index("group_level")
+                          for spec in ("phase", "age_group") for kind in ("emmeans", "standardized")}
+    for key, a in out["venous"].items():
+        b = out["delayed"][key].loc[a.index]
+        bad = "delayed" if key[0] == "phase" else "<40"
+        assert np.isnan(a.loc[bad, "estimate"]) and np.isnan(b.loc[bad, "estimate"]), key
+        assert "not_estimable" in a.loc[bad, "flag"] and "not_estimable" in b.loc[bad, "flag"]
+        np.testing.assert_allclose(a.estimate, b.estimate, atol=1e-5, rtol=0, err_msg=str(key))
+
+
+def test_estimability_rule():
+    from stats.adjust import estimable
+
+    N = np.array([[0.0], [1.0], [-1.0]]) / np.sqrt(2)  # columns 2 and 3 aliased
+    assert estimable(np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]), N).tolist() == [
+        True, False, True]
+    assert estimable(np.ones((2, 3)), np.zeros((3, 0))).all()
