@@ -31,6 +31,7 @@ from scipy import sparse
 from scipy import stats as sps
 
 from stats._parallel import map_blocks
+from stats._quantile import column_quantiles, percentile_interval
 from stats._rng import spawn
 from stats.detection import GROUP_COLS, CaseMatrix, case_matrix, metric_fractions, ratio
 from stats.intervals import proportion_ci
@@ -183,47 +184,29 @@ def replicate_counts(bc: BootCounts, n_boot: int, *, seed=None, scheduler=None) 
 
 # --------------------------------------------------------------------------- intervals
 
-def _sorted_quantile(srt: np.ndarray, k: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Linear-interpolation quantile (numpy's default) of columns sorted with NaN last;
-    ``k`` valid values per column, ``q`` a level per column."""
-    pos = q * (k - 1)
-    lo = np.clip(np.floor(pos).astype(np.int64), 0, None)
-    hi = np.minimum(lo + 1, np.maximum(k - 1, 0))
-    frac = pos - lo
-    a = np.take_along_axis(srt, lo[None, :], axis=0)[0]
-    b = np.take_along_axis(srt, hi[None, :], axis=0)[0]
-    out = a + (b - a) * frac
-    return np.where(k > 0, out, np.nan)
-
-
 def boot_interval(reps: np.ndarray, theta: np.ndarray, *, conf_level: float = 0.95,
                   method: CIMethod = "percentile", accel: np.ndarray | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile or BCa limits per column of ``reps`` (B x P), NaN replicates dropped.
+    """Percentile or BCa limits per column of ``reps`` (B x P), NaN replicates dropped
+    (quantiles by :func:`stats._quantile.column_quantiles`, numpy's linear rule).
 
     BCa: ``z0 = Phi^-1(#{theta* < theta} / B)``, acceleration ``accel`` (per column, see
     :func:`jackknife_acceleration`); limits at levels
     ``Phi(z0 + (z0 + z_q) / (1 - a (z0 + z_q)))`` (Efron 1987; DiCiccio & Efron 1996).
     """
-    alpha = 1 - conf_level
-    srt = np.sort(reps, axis=0)
-    k = (~np.isnan(reps)).sum(axis=0)
-    q = np.array([alpha / 2, 1 - alpha / 2])
     if method == "percentile":
-        return tuple(_sorted_quantile(srt, k, np.full(reps.shape[1], qq)) for qq in q)
+        return percentile_interval(reps, conf_level)
     if method != "bca":
         raise ValueError(f"ci_method must be 'percentile' or 'bca'; got {method!r}")
+    alpha = 1 - conf_level
+    k = (~np.isnan(reps)).sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         prop = (reps < theta[None, :]).sum(axis=0) / k
         z0 = sps.norm.ppf(prop)
-        a = accel
-        out = []
-        for qq in q:
-            zq = sps.norm.ppf(qq)
-            level = sps.norm.cdf(z0 + (z0 + zq) / (1 - a * (z0 + zq)))
-            out.append(np.where(np.isfinite(level), _sorted_quantile(srt, k, np.nan_to_num(level)),
-                                np.nan))
-    return out[0], out[1]
+        zq = sps.norm.ppf(np.array([alpha / 2, 1 - alpha / 2]))[:, None]
+        level = sps.norm.cdf(z0 + (z0 + zq) / (1 - accel * (z0 + zq)))     # (2, P)
+        lim = np.where(np.isfinite(level), column_quantiles(reps, np.nan_to_num(level)), np.nan)
+    return lim[0], lim[1]
 
 
 def _nan_sd(flat: np.ndarray, valid: np.ndarray) -> np.ndarray:

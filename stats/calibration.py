@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, special
 
+from ._quantile import percentile_interval
 from ._rng import as_generator
 from .schema import ContractError, tidy
 
@@ -248,11 +249,10 @@ def ece_ci(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform", n_b
         size = min(block, int(n_boot) - start)
         reps.append(_replicate_ece(conf, out, rng.integers(0, n, size=(size, n)), n_bins, strategy))
     reps = np.concatenate(reps)
-    alpha = 1.0 - conf_level
-    lo, hi = np.quantile(reps, [alpha / 2, 1 - alpha / 2])
+    lo, hi = percentile_interval(reps, conf_level)
     df = pd.DataFrame({"estimand": ["ece"], "estimate": [ece(label, prob, n_bins=n_bins,
                                                                   strategy=strategy)],
-                       "std_error": [reps.std(ddof=1)], "conf_low": [lo], "conf_high": [hi],
+                       "std_error": [reps.std(ddof=1)], "conf_low": [float(lo)], "conf_high": [float(hi)],
                        "conf_level": [conf_level], "n": [n], "n_pos": [out.sum()],
                        "n_neg": [n - out.sum()], "method": ["bootstrap-percentile"],
                        "n_bins": [n_bins], "strategy": [strategy], "n_boot": [float(n_boot)]})

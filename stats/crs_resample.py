@@ -29,7 +29,6 @@ draw only the seed an encoder lacks; tests/test_crs_bootstrap.py).
 """
 from __future__ import annotations
 
-import contextlib
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,7 +38,9 @@ import numpy as np
 import pandas as pd
 
 from ._parallel import map_blocks
+from ._quantile import percentile_interval
 from ._rng import spawn
+from ._threads import one_blas_thread
 from .crs import (AXES, SCORE_ESTIMANDS, _dataset_axes, _mean_over_datasets, composite,
                   crs_from_axes, normalize, prepare_runs, read_reference)
 from .schema import tidy
@@ -196,22 +197,12 @@ def _draw_counts(rng: np.random.Generator, n: int, n_seeds: int) -> tuple[np.nda
     return idx, counts
 
 
-def _single_blas_thread():
-    """The products here are small ((block, S) x (S, E*C)); BLAS threads only add
-    contention on a busy machine (10-50x slower), so one thread per block."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
-        return contextlib.nullcontext()
-    return threadpool_limits(1, user_api="blas")
-
-
 def _run_block(denses: list[_Dense], rng: np.random.Generator, n: int):
     """One block of ``n`` replicates for every regime. A dataset whose seed labels are the
     same in several regimes gets one draw shared by those regimes (paired regimes); a
     dataset whose seeds differ between regimes is drawn separately for each."""
     out, shared = [], {}
-    with _single_blas_thread():
+    with one_blas_thread():     # small products: one BLAS thread per block (stats._threads)
         for dense in denses:           # regimes
             for ds, arr in zip(dense.datasets, dense.arrays):
                 key = (ds, tuple(arr.seeds.tolist()))
@@ -234,27 +225,23 @@ def _summary(x: np.ndarray, conf_level: float):
     """Per column of replicates ``x`` (B, ...): percentile CI, bootstrap SD and the number
     of non-estimable (NaN) replicates, which are left out of the CI and SD.
 
-    Columns without NaN use ``np.quantile`` (linear interpolation), columns with some NaN
-    ``np.nanquantile`` (the same rule on their finite replicates); all-NaN columns give NaN.
+    The percentile limits come from :func:`stats._quantile.percentile_interval` (linear
+    interpolation on each column's finite replicates, as ``np.nanquantile``); all-NaN
+    columns give NaN.
     """
-    alpha = 1.0 - conf_level
-    probs = [alpha / 2.0, 1.0 - alpha / 2.0]
-    bad = np.isnan(x)
-    n_bad = bad.sum(0)
-    q = np.quantile(x, probs, axis=0)
+    n_bad = np.isnan(x).sum(0)
+    lo, hi = percentile_interval(x, conf_level)
     se = x.std(axis=0, ddof=1) if x.shape[0] > 1 else np.full(x.shape[1:], np.nan)
     cols = np.flatnonzero((n_bad > 0).ravel())
     if cols.size:
         flat = x.reshape(x.shape[0], -1)[:, cols]
         with warnings.catch_warnings():   # all-NaN columns: NaN, without a warning
             warnings.simplefilter("ignore", RuntimeWarning)
-            qn = np.nanquantile(flat, probs, axis=0)
             sn = np.nanstd(flat, axis=0, ddof=1)
-        q = q.reshape(2, -1)
         se = se.reshape(-1)
-        q[:, cols], se[cols] = qn, sn
-        q, se = q.reshape(2, *x.shape[1:]), se.reshape(x.shape[1:])
-    return q[0], q[1], se, n_bad.astype(float)
+        se[cols] = sn
+        se = se.reshape(x.shape[1:])
+    return lo, hi, se, n_bad.astype(float)
 
 
 def _boot_p(d: np.ndarray) -> np.ndarray:
