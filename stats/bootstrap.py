@@ -33,15 +33,15 @@ from scipy import stats as sps
 from stats._parallel import map_blocks
 from stats._quantile import column_quantiles, percentile_interval
 from stats._rng import spawn
-from stats.detection import GROUP_COLS, CaseMatrix, case_matrix, metric_fractions, ratio
+from stats.detection import (GROUP_COLS, METRICS, PROPORTIONS, CaseMatrix, case_matrix,
+                             metric_fractions, ratio)
 from stats.intervals import proportion_ci
 from stats.schema import ContractError, tidy
 
 CIMethod = Literal["percentile", "bca", "wilson"]
 CI_METHODS = ("percentile", "bca", "wilson")
-#: metrics that are binomial proportions (the "wilson" interval applies to these only)
-PROPORTIONS = ("sensitivity", "specificity", "ppv", "npv", "accuracy")
-BOOT_METRICS = ("sensitivity", "specificity", "ppv", "npv", "accuracy", "f1")
+#: the "wilson" interval applies to the proportions (stats.detection.PROPORTIONS) only
+BOOT_METRICS = METRICS
 #: elements (replicates x clusters) of one block (its W is float32: 256 MiB, more only above
 #: 262,144 clusters, where _MIN_BLOCK_REPLICATES takes over: 1 GiB at a million clusters);
 #: large blocks keep the BLAS product efficient (about 1,260 replicates at 53,000 clusters)

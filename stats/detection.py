@@ -24,11 +24,16 @@ import pandas as pd
 from scipy import sparse
 
 from stats.intervals import proportion_ci
+from stats.ranking import kendall_tau_b  # the one tau-b (rows of X against r, vectorized)
 from stats.schema import ContractError, tidy
 
 GROUP_COLS = ("model", "group_var", "group_level")
 OVERALL = "overall"
-METRICS = ("sensitivity", "specificity", "ppv", "npv", "accuracy", "f1")
+#: the count metrics that are binomial proportions (closed-form and Wilson-type intervals
+#: apply); the one list of them in clinrel: import it, never retype it
+PROPORTIONS = ("sensitivity", "specificity", "ppv", "npv", "accuracy")
+#: every count metric of a 2x2 table
+METRICS = (*PROPORTIONS, "f1")
 
 MSG_COLUMNS = ("cases: column(s) {cols} missing (columns present: {present}); "
                "add them, or run stats.read_cases / stats.add_bins first")
@@ -413,7 +418,7 @@ def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
         if k not in vals:
             raise ValueError(f"metrics: unknown metric {k!r}; choose from {(*METRICS, 'youden')}")
         num, den = fr.get(k, (np.full((T, M), np.nan), np.full((T, M), np.nan)))
-        is_prop = k in ("sensitivity", "specificity", "ppv", "npv", "accuracy")
+        is_prop = k in PROPORTIONS
         lo, hi = (proportion_ci(num, den, method=ci, conf_level=conf_level) if is_prop
                   else (np.full((T, M), np.nan),) * 2)
         frames.append(pd.DataFrame({
@@ -432,14 +437,3 @@ def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
             "flag": np.where(np.isnan(tau), "not_estimable", ""), "threshold": thr,
             "ranked_by": k}))
     return tidy(pd.concat(frames, ignore_index=True), group_cols=GROUP_COLS)
-
-
-def kendall_tau_b(X: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """Kendall's tau-b between each row of ``X`` (T x M) and ``r`` (M), vectorized
-    (equals ``scipy.stats.kendalltau``; NaN when either ranking is constant)."""
-    i, j = np.triu_indices(X.shape[1], 1)
-    sx = np.sign(X[:, i] - X[:, j])
-    sr = np.sign(r[i] - r[j])
-    num = (sx * sr[None, :]).sum(axis=1)
-    den = np.sqrt((sx != 0).sum(axis=1) * float((sr != 0).sum()))
-    return ratio(num, den)
