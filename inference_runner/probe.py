@@ -12,10 +12,12 @@ a scikit-learn ``LogisticRegression`` on standardised clean features; evaluated 
 clean test set (every fraction) and, at fraction 1, on the perturbed test set for every
 perturbation x severity and on the held-out shift sites (``condition == "shift"``).
 
-Per run (the runs contract): ``auroc``; ``ece`` (15 equal-width bins, sum of
-|mean prob - event rate| weighted by bin share); ``brier``; ``nll`` (mean log loss);
-``ece_after_ts`` (temperature fitted by minimising NLL on one half of the test set and
-applied to the other half, both ways: two-fold cross-fitting).
+Per run (the runs contract): ``auroc``; ``ece`` (:func:`stats.ece`: 15 equal-width bins,
+sum of |mean prob - event rate| weighted by bin share); ``brier``; ``nll`` (mean log loss);
+``ece_after_ts`` (:func:`stats.temperature_scale` fitted on one half of the test set and
+applied to the other half, both ways: two-fold cross-fitting). The runner computes these
+with ``stats`` (it may import it; ``stats`` never imports the runner), and
+:func:`runs_from_predictions` recomputes them from ``probe_predictions``.
 """
 from __future__ import annotations
 
@@ -37,35 +39,25 @@ N_BINS = 15
 # --------------------------------------------------------------------------- metrics
 
 
-def expected_calibration_error(label, prob, n_bins: int = N_BINS) -> float:
-    """ECE with ``n_bins`` equal-width bins on [0, 1] (last bin closed)."""
-    label = np.asarray(label, float)
-    prob = np.asarray(prob, float)
-    idx = np.clip((prob * n_bins).astype(int), 0, n_bins - 1)
-    count = np.bincount(idx, minlength=n_bins)
-    gap = np.abs(np.bincount(idx, prob, n_bins) - np.bincount(idx, label, n_bins))
-    return float(gap.sum() / max(len(prob), 1)) if count.sum() else float("nan")
-
-
-def _fit_temperature(logit: np.ndarray, label: np.ndarray) -> float:
-    from scipy.optimize import minimize_scalar
-
-    def nll(log_t):
-        z = logit / np.exp(log_t)
-        return float(np.mean(np.logaddexp(0, z) - label * z))
-
-    return float(np.exp(minimize_scalar(nll, bounds=(-4, 4), method="bounded").x))
-
-
 def run_metrics(label, prob, *, seed: int = 0) -> dict[str, float]:
-    """auroc, ece, brier, nll and ece_after_ts (two-fold cross-fitted temperature)."""
-    from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
+    """auroc, ece, brier, nll and ece_after_ts (two-fold cross-fitted temperature).
+
+    ECE and temperature scaling are ``stats``' (:func:`stats.ece`, 15 equal-width bins,
+    an edge value in the lower bin; :func:`stats.temperature_scale`), so the runs table
+    and the calibration section measure the same thing. ``ece`` is computed on the
+    probabilities as given; Brier, NLL and the logits use them clipped to
+    [1e-7, 1 - 1e-7]. The folds of ``ece_after_ts`` are
+    ``default_rng(seed).permutation(n) % 2``: each half is scaled by the temperature fitted
+    on the other half.
+    """
+    import stats
+    from sklearn.metrics import roc_auc_score
 
     label = np.asarray(label, int)
-    prob = np.clip(np.asarray(prob, float), 1e-7, 1 - 1e-7)
-    out = {"auroc": float("nan"), "ece": expected_calibration_error(label, prob),
-           "brier": float(brier_score_loss(label, prob)),
-           "nll": float(log_loss(label, prob, labels=[0, 1])), "ece_after_ts": float("nan")}
+    raw = np.asarray(prob, float)
+    prob = np.clip(raw, 1e-7, 1 - 1e-7)
+    out = {"auroc": float("nan"), "ece": stats.ece(label, raw, n_bins=N_BINS), "brier": stats.brier(label, prob),
+           "nll": stats.nll(label, prob), "ece_after_ts": float("nan")}
     if label.min() == label.max():
         return out
     out["auroc"] = float(roc_auc_score(label, prob))
@@ -73,10 +65,26 @@ def run_metrics(label, prob, *, seed: int = 0) -> dict[str, float]:
     fold = np.random.default_rng(seed).permutation(len(label)) % 2
     scaled = np.empty_like(prob)
     for f in (0, 1):
-        t = _fit_temperature(logit[fold != f], label[fold != f])
-        scaled[fold == f] = 1 / (1 + np.exp(-logit[fold == f] / t))
-    out["ece_after_ts"] = expected_calibration_error(label, scaled)
+        fit = stats.temperature_scale(logit[fold != f], label[fold != f], kind="logits")
+        scaled[fold == f] = fit.apply(logit[fold == f])
+    out["ece_after_ts"] = stats.ece(label, scaled, n_bins=N_BINS)
     return out
+
+
+def runs_from_predictions(predictions: pd.DataFrame) -> pd.DataFrame:
+    """Recompute the metric columns of the runs table from ``probe_predictions``.
+
+    One row per run (``RUN_KEYS``, in order of first appearance) with ``auroc``, ``ece``,
+    ``brier``, ``nll``, ``ece_after_ts`` (:func:`run_metrics`, seeded by the run's
+    ``seed``, on the run's cases in their stored order, as :func:`probe_dataset` computed
+    them) and ``n_test``. Deterministic: no probe is refitted.
+    """
+    rows = []
+    for key, g in predictions.groupby(list(RUN_KEYS), sort=False):
+        m = run_metrics(g["label"].to_numpy(), g["prob"].to_numpy(), seed=int(key[-1]))
+        rows.append({**dict(zip(RUN_KEYS, key)), **m, "n_test": len(g)})
+    return pd.DataFrame(rows, columns=[*RUN_KEYS, "auroc", "ece", "brier", "nll", "ece_after_ts",
+                                       "n_test"])
 
 
 # --------------------------------------------------------------------------- encoders

@@ -9,8 +9,9 @@ import pytest
 pytest.importorskip("torch")
 
 from inference_runner import corruptions  # noqa: E402
-from inference_runner.probe import (RUNS_COLUMNS, expected_calibration_error, handcrafted_features,  # noqa: E402
-                                    make_encoder, run_metrics, run_probe_study, stratified_subsample)
+from inference_runner.probe import (RUNS_COLUMNS, handcrafted_features, make_encoder,  # noqa: E402
+                                    run_metrics, run_probe_study, runs_from_predictions,
+                                    stratified_subsample)
 
 
 def _toy(n=80, size=16, seed=0):
@@ -22,17 +23,28 @@ def _toy(n=80, size=16, seed=0):
     return np.clip(x, 0, 1), y
 
 
-def test_ece_matches_a_direct_loop():
-    rng = np.random.default_rng(1)
-    p = rng.random(500)
-    y = (rng.random(500) < p ** 1.5).astype(int)
+def test_runner_ece_is_stats_ece_on_edge_values():
+    """The runs table's ECE is stats.ece, also for probabilities 0, 1 and exactly on the 15
+    bin edges (the runner's own ECE put an edge value in the upper bin and clipped 0/1)."""
+    import stats
+
     edges = np.linspace(0, 1, 16)
-    ece = 0.0
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        m = (p >= lo) & ((p < hi) if hi < 1 else (p <= hi))
-        if m.any():
-            ece += m.mean() * abs(p[m].mean() - y[m].mean())
-    assert expected_calibration_error(y, p) == pytest.approx(ece, abs=1e-12)
+    mids = (edges[:-1] + edges[1:]) / 2
+    p = np.concatenate([edges, mids, [0.0, 1.0]])          # every edge, 0 and 1 included
+    y = np.concatenate([np.ones(16, int), np.zeros(15, int), [1, 0]])
+    # upper-bin rule: the bins hold different cases, so the ECE differs (the test can fail)
+    upper = np.clip((p * 15).astype(int), 0, 14)
+    ece_upper = np.abs(np.bincount(upper, p - y, 15)).sum() / len(p)
+    assert abs(stats.ece(y, p) - ece_upper) > 1e-3
+    m = run_metrics(y, p, seed=3)
+    assert m["ece"] == stats.ece(y, p)
+    # after temperature scaling: stats' fit on one half applied to the other, and stats.ece
+    z = np.log(np.clip(p, 1e-7, 1 - 1e-7)) - np.log1p(-np.clip(p, 1e-7, 1 - 1e-7))
+    fold = np.random.default_rng(3).permutation(len(p)) % 2
+    scaled = np.empty_like(p)
+    for f in (0, 1):
+        scaled[fold == f] = stats.temperature_scale(z[fold != f], y[fold != f], kind="logits").apply(z[fold == f])
+    assert m["ece_after_ts"] == stats.ece(y, scaled)
 
 
 def test_run_metrics_and_temperature_scaling_help_an_overconfident_model():
@@ -118,6 +130,9 @@ def test_probe_study_writes_the_runs_contract():
         row = runs.set_index(key).loc[k]
         assert row["auroc"] == pytest.approx(roc_auc_score(g["label"], g["prob"]))
         assert row["n_test"] == len(g)
+    # the predictions reproduce every metric column exactly (no probe is refitted)
+    again = runs_from_predictions(preds)
+    pd.testing.assert_frame_equal(again, runs[list(again.columns)])
     shift_ids = set(preds.loc[preds["condition"] == "shift", "case_id"])
     assert shift_ids == {f"c{i}" for i in range(20)}
     assert not shift_ids & set(preds.loc[preds["condition"] == "clean", "case_id"])
