@@ -4,82 +4,56 @@ Import it as ``import stats`` (the distribution ``clinrel`` installs this top-le
 package) or, unambiguously, as ``from clinrel import stats``.  Nothing here reads or
 writes files (except the two readers that validate a user's table), prints, or rounds.
 
-Public names are resolved lazily so that ``import stats`` stays fast and heavy optional
-pieces load only when used.
+Every public name is imported explicitly below and listed in ``__all__`` (IDEs and type
+checkers see them). No public function shares its name with a submodule, so
+``import stats.<submodule>`` never replaces a function (tests/test_exports.py).
+Heavy optional pieces (dask, threadpoolctl) are imported inside the functions that use
+them; plotting, table rendering and torch are never imported by ``stats``.
 """
 from __future__ import annotations
 
-from importlib import import_module
-
 __clinrel__ = True  # marker: proves this is clinrel's ``stats``, not another package
 
-_EXPORTS: dict[str, str] = {
+# contracts
+from ._rng import as_generator
+from .schema import ESTIMATE_COLUMNS, GLOSSARY, ContractError, read_cases, read_runs
+
+# intervals and tests
+from .intervals import auc_ci, delong_test, mcnemar_exact, newcombe_diff_ci, proportion_ci
+
+# detection
+from .detection import METRICS, PROPORTIONS, confusion_counts, scan_level, threshold_sweep
+from .subgroups import add_bins, failure_map, subgroup_metrics, subgroup_vs_rest
+from .cohort_table import describe
+from .bootstrap import cluster_bootstrap
+from .compare import compare_models
+
+# adjusted models
+from .models import block_tests, fit_adjusted, fit_complete_case, likelihood_ratio_test
+
+# calibration, CRS and ranking
+from .calibration import (brier, calibration_repair, ece, ece_ci, mce, nll, reliability_table,
+                          temperature_scale)
+from .crs import crs_axes, crs_scores, read_reference
+from .crs_resample import crs_bootstrap
+from .ranking import rank_agreement, ranking_stability
+
+# submodules reachable as attributes (``stats.simulate.benchx_cohort``, ``stats.adjust``)
+from . import adjust, simulate  # noqa: E402  (isort: after the names they do not shadow)
+
+__all__ = [
     # contracts
-    "ContractError": "schema",
-    "read_cases": "schema",
-    "read_runs": "schema",
-    "ESTIMATE_COLUMNS": "schema",
-    "GLOSSARY": "schema",
-    "as_generator": "_rng",
-    # intervals and tests (issue 3)
-    "proportion_ci": "intervals",
-    "auc_ci": "intervals",
-    "delong_test": "intervals",
-    "newcombe_diff_ci": "intervals",
-    "mcnemar_exact": "intervals",
+    "ContractError", "ESTIMATE_COLUMNS", "GLOSSARY", "as_generator", "read_cases", "read_runs",
+    # intervals and tests
+    "auc_ci", "delong_test", "mcnemar_exact", "newcombe_diff_ci", "proportion_ci",
     # detection
-    "scan_level": "detection",
-    "threshold_sweep": "detection",
-    "confusion_counts": "detection",
-    "subgroup_metrics": "subgroups",
-    "subgroup_vs_rest": "subgroups",
-    "failure_map": "subgroups",
-    "add_bins": "subgroups",
-    "describe": "describe",
-    "cluster_bootstrap": "bootstrap",
-    "compare_models": "compare",
-    # adjusted models (issue 4)
-    "fit_adjusted": "models",
-    "likelihood_ratio_test": "models",
-    "block_tests": "models",
-    "fit_complete_case": "models",
-    # calibration, CRS and ranking (issue 5)
-    "ece": "calibration",
-    "reliability_table": "calibration",
-    "temperature_scale": "calibration",
-    "crs_scores": "crs",
-    "crs_axes": "crs",
-    "read_reference": "crs",
-    "crs_bootstrap": "crs_resample",
-    "mce": "calibration",
-    "brier": "calibration",
-    "nll": "calibration",
-    "ece_ci": "calibration",
-    "calibration_repair": "calibration",
-    "rank_agreement": "ranking",
-    "ranking_stability": "ranking",
-}
-
-_SUBMODULES = {
-    "schema", "intervals", "detection", "subgroups", "bootstrap", "compare", "models",
-    "adjust", "calibration", "crs", "crs_resample", "ranking", "simulate",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        module = import_module(f"{__name__}.{_EXPORTS[name]}")
-        value = getattr(module, name)
-        globals()[name] = value
-        return value
-    if name in _SUBMODULES:
-        module = import_module(f"{__name__}.{name}")
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module 'stats' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)
+    "METRICS", "PROPORTIONS", "add_bins", "cluster_bootstrap", "compare_models",
+    "confusion_counts", "describe", "failure_map", "scan_level", "subgroup_metrics",
+    "subgroup_vs_rest", "threshold_sweep",
+    # adjusted models
+    "block_tests", "fit_adjusted", "fit_complete_case", "likelihood_ratio_test",
+    # calibration, CRS and ranking
+    "brier", "calibration_repair", "crs_axes", "crs_bootstrap", "crs_scores", "ece", "ece_ci",
+    "mce", "nll", "rank_agreement", "ranking_stability", "read_reference", "reliability_table",
+    "temperature_scale",
+]

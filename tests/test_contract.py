@@ -16,6 +16,8 @@ EXEMPT = {
     "ContractError": "exception class",
     "ESTIMATE_COLUMNS": "constant",
     "GLOSSARY": "constant",
+    "METRICS": "constant (the count metrics)",
+    "PROPORTIONS": "constant (the count metrics that are proportions)",
     "as_generator": "returns a numpy Generator",
     "read_cases": "validated input table (input contract, tested in test_schema)",
     "read_runs": "validated input table (input contract, tested in test_schema)",

@@ -226,7 +226,7 @@ COHORT_CONTINUOUS = ("age", "tumor_size_mm")
 @analysis("cohort", wanted=_wants_detection)
 def cohort(results) -> pd.DataFrame:
     """Table 1 by site over the evaluated cases, one row per case (``stats.describe``)."""
-    from ..describe import describe
+    from ..cohort_table import describe
 
     ev = results["evaluation"].drop_duplicates("case_id").reset_index(drop=True)
     return describe(ev, by="site", continuous=[c for c in COHORT_CONTINUOUS])
