@@ -83,17 +83,11 @@ def _factor_vars(mf) -> tuple[list[str], list[str]]:
     """Formula variables of a fit: (factors, numerics), from the fitted data frame."""
     d = mf.design
     data = d.data
-    used = [c for c in data.columns if c not in (d.outcome,) and c in
-            set().union(*[_idents(f.code) for t in d.design_info.terms for f in t.factors])]
+    named = set(d.parsed.rhs_columns())   # source columns, from the parsed formula
+    used = [c for c in data.columns if c != d.outcome and c in named]
     factors = [c for c in used if isinstance(data[c].dtype, pd.CategoricalDtype)]
     numerics = [c for c in used if c not in factors]
     return factors, numerics
-
-
-def _idents(code: str) -> set[str]:
-    import re
-
-    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", code))
 
 
 def _design_rows(mf, frame: pd.DataFrame, *, full: bool = False) -> np.ndarray:

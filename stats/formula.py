@@ -47,11 +47,13 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 import numpy as np
+import patsy
+from patsy.eval import VarLookupDict
 
 from stats.schema import ContractError
 
 __all__ = ["FormulaError", "ParsedFormula", "parse_formula", "ALLOWED", "CLOSED_NAMESPACE",
-           "closed_environment"]
+           "ClosedEnvironment", "closed_environment"]
 
 MAX_LENGTH = 4000        # characters of formula text
 MAX_TERMS = 256          # fixed-effect terms after expanding '*'
@@ -80,8 +82,8 @@ MSG_UNKNOWN_COLUMNS = ("{source}: the formula {formula!r} names column(s) {colum
 # problems (the {problem} of MSG_FORMULA)
 P_CHAR = "character {char!r} (U+{code:04X}) is not allowed{why}"
 P_UNKNOWN_FUNCTION = "unknown function {name!r}"
-P_ATTRIBUTE = ("attribute access {name!r} is not allowed (only np.log, np.log2, np.log10, "
-               "np.sqrt, np.exp); quote a dotted column name as Q(\"{name}...\")")
+P_ATTRIBUTE = ("attribute access ({name!r}) is not allowed (only np.log, np.log2, np.log10, "
+               "np.sqrt, np.exp); quote a column name with dots as Q(\"a.b\")")
 P_NP_FUNCTION = "{name!r} is not an allowed function"
 P_KEYWORD = "the Python keyword {name!r} is not allowed (quote a column of that name: Q(\"{name}\"))"
 P_DUNDER = "names starting with '__' are not allowed ({name!r}); quote such a column: Q(\"{name}\")"
@@ -127,11 +129,7 @@ _ARITH = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "**":
 
 
 def _closed_namespace() -> dict:
-    from patsy.categorical import C
-    from patsy.contrasts import Treatment
-    from patsy.state import center, standardize
-
-    from patsy.builtins import I, Q
+    from patsy.builtins import C, I, Q, Treatment, center, standardize
 
     return {"np": _NP, "log": np.log, "log2": np.log2, "log10": np.log10, "sqrt": np.sqrt,
             "exp": np.exp, "scale": standardize, "center": center, "C": C, "I": I, "Q": Q,
@@ -145,31 +143,33 @@ _RESERVED = set(CLOSED_NAMESPACE) | {"np"}
 _BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def closed_environment():
+class ClosedEnvironment(patsy.EvalEnvironment):
     """patsy's evaluation environment limited to :data:`CLOSED_NAMESPACE`: no Python
-    builtins (``__import__``, ``open``, ``eval`` ...), no patsy extras (splines,
-    other contrasts). Only code written by :class:`ParsedFormula` is evaluated in it."""
-    import patsy
-    from patsy.eval import VarLookupDict
+    builtins (``__import__``, ``open``, ``eval`` ...), no patsy extras (splines, other
+    contrasts). Only code written by :class:`ParsedFormula` is evaluated in it."""
 
-    class ClosedEnvironment(patsy.EvalEnvironment):
-        def with_outer_namespace(self, outer_namespace):
-            return self  # patsy would add its builtins; the closed list already has ours
+    def with_outer_namespace(self, outer_namespace):
+        return self  # patsy would add its builtins; the closed list already has ours
 
-        def subset(self, names):
-            vld = VarLookupDict(self._namespaces)
-            return ClosedEnvironment([{n: vld[n] for n in names}], self.flags)
+    def subset(self, names):
+        vld = VarLookupDict(self._namespaces)
+        return ClosedEnvironment([{n: vld[n] for n in names}], self.flags)
 
-        def eval(self, expr, source_name="<string>", inner_namespace={}):  # noqa: B006
-            code = compile(expr, source_name, "eval", self.flags, False)
-            return eval(code, {"__builtins__": {}},  # noqa: S307 - generated code only
-                        VarLookupDict([inner_namespace] + self._namespaces))
+    def eval(self, expr, source_name="<string>", inner_namespace={}):  # noqa: B006 (patsy's)
+        code = compile(expr, source_name, "eval", self.flags, False)
+        return eval(code, {"__builtins__": {}},  # noqa: S307 - code written by this module
+                    VarLookupDict([inner_namespace] + self._namespaces))
 
+
+def closed_environment() -> ClosedEnvironment:
+    """A fresh :class:`ClosedEnvironment` (pass it to patsy as ``eval_env``)."""
     return ClosedEnvironment([dict(CLOSED_NAMESPACE)])
 
 
-def _quote(text: str) -> str:
-    q = '"' if '"' not in text else "'"
+def _quote(text: str, prefer: str = "") -> str:
+    """``text`` as a Python string literal (it holds no backslash or control character):
+    in the ``prefer``-red quote when it can, so patsy's names keep the user's spelling."""
+    q = prefer if prefer and prefer not in text else '"' if '"' not in text else "'"
     return f"{q}{text}{q}"
 
 
@@ -177,17 +177,17 @@ def _quote(text: str) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """A data column named in the formula (``quoted``: written ``Q("...")``)."""
+    """A data column named in the formula (``quote``: the quote of ``Q("...")``, or "")."""
 
     name: str
-    quoted: bool = False
+    quote: str = ""
 
     @property
     def code(self) -> str:
-        if not self.quoted and _BARE.match(self.name) and not keyword.iskeyword(self.name) \
+        if not self.quote and _BARE.match(self.name) and not keyword.iskeyword(self.name) \
                 and self.name not in _RESERVED and not self.name.startswith("__"):
             return self.name
-        return f"Q({_quote(self.name)})"
+        return f"Q({_quote(self.name, self.quote)})"
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -556,7 +556,7 @@ class _Parser:
             what = P_SECOND_TILDE if self.is_op("~") else P_EXPECTED.format(
                 what="'+', ':', '*' or the end of the formula", found=self._found())
             if self.is_op("."):
-                what = P_ATTRIBUTE.format(name=self.tokens[self.i - 1].text + ".")
+                what = P_ATTRIBUTE.format(name="." + self.peek().text)
             self.fail(what, self.tok.pos)
         if not terms and not intercept:
             raise FormulaError(MSG_NO_TERMS.format(formula=self.text))
@@ -646,7 +646,7 @@ class _Parser:
             self.take()
             if self.is_op("-"):
                 self.fail(P_MINUS, self.tok.pos)
-            terms, _, group = self.sum(top=False)
+            terms, _, _ = self.sum(top=False)
             if self.is_op("|"):
                 self.fail(P_RANDOM, self.tok.pos)
             self.expect(")", "')'")
@@ -698,11 +698,11 @@ class _Parser:
         if name == "C":
             return self.categorical()
         if name == "I":
-            arg = self.arith(required=True)
+            arg = self.arith("I")
             self.expect(")", "')' closing I(")
             return Factor("identity", arg)
         if name in TRANSFORMS:
-            arg = self.arith(required=False)
+            arg = self.arith(name)
             self.expect(")", f"')' closing {name}(")
             return Factor("transform", arg, function=name)
         self.fail(P_UNKNOWN_FUNCTION.format(name=name), t.pos)
@@ -711,6 +711,12 @@ class _Parser:
         t = self.tok
         if t.kind != "name":
             self.fail(P_EXPECTED.format(what=what, found=self._found()), t.pos)
+        if self.is_op("(", self.peek()) and t.text != "Q":
+            self.fail(P_UNKNOWN_FUNCTION.format(name=t.text) if t.text not in TRANSFORMS
+                      and t.text not in ("C", "I") else
+                      P_EXPECTED.format(what=what, found=f"{t.text}(...)"), t.pos)
+        if t.text == "np" and self.is_op(".", self.peek()) and self.peek(2).kind == "name":
+            self.fail(P_EXPECTED.format(what=what, found=f"np.{self.peek(2).text}(...)"), t.pos)
         self._name_checks(t)
         if t.text == "Q" and self.is_op("(", self.peek()):
             self.take()
@@ -721,11 +727,7 @@ class _Parser:
                                              "e.g. Q(\"tumor size\")"), s.pos)
             self.take()
             self.expect(")", "')' closing Q(")
-            return Column(s.text, quoted=True)
-        if self.is_op("(", self.peek()):
-            self.fail(P_UNKNOWN_FUNCTION.format(name=t.text) if t.text not in TRANSFORMS
-                      and t.text not in ("C", "I") else
-                      P_EXPECTED.format(what=what, found=f"{t.text}(...)"), t.pos)
+            return Column(s.text, quote=self.text[s.pos])
         if self.is_op(".", self.peek()):
             self.fail(P_ATTRIBUTE.format(name=t.text + "."), self.peek().pos)
         self.take()
@@ -743,14 +745,15 @@ class _Parser:
         self.take()
         return sign + t.text
 
-    def arith(self, *, required: bool) -> Column | Arith:
+    def arith(self, name: str) -> Column | Arith:
+        required = name == "I"
         col = self.column("a column")
         if not required and self.is_op(")"):
             return col
         op = self.tok
         if op.kind != "op" or op.text not in _ARITH:
             self.fail(P_ARGUMENTS.format(
-                name="I" if required else "a transform",
+                name=name,
                 takes="'column op number', op one of + - * / **" if required else
                 "a column or 'column op number'"), op.pos)
         self.take()
@@ -776,9 +779,7 @@ class _Parser:
         lit = self.tok
         if lit.kind == "string":
             self.take()
-            level, code = lit.text, _quote(lit.text) if lit.text else "''"
-            if "'" not in lit.text and '"' not in lit.text:
-                code = self.text[lit.pos] + lit.text + self.text[lit.pos]
+            level, code = lit.text, _quote(lit.text, self.text[lit.pos])
         else:
             code = self.number()
             level = float(code)

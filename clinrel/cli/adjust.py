@@ -92,7 +92,12 @@ def register(app: typer.Typer) -> None:
 
         if means and means_out is None:
             raise InputError("--means needs --means-out FILE")
+        from stats.formula import parse_formula
+
+        # clinrel's formula grammar, before any data is read: text outside it -> exit 2
+        formula = parse_formula(formula)
         df = _apply_levels(stats.read_cases(cases), _parse_levels(levels or []))
+        formula.check_columns(df.columns, source="cases")
         kw = dict(group=group, method=method.value, population=population.value, nagq=nagq,
                   model=model, threshold=threshold, bias_reduced=bias_reduced, scheduler=scheduler)
         with progress("fitting adjusted models", quiet=quiet):

@@ -38,15 +38,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import re
 from typing import Literal
 
 import numpy as np
 import pandas as pd
-import patsy
 from scipy import stats as sps
 
 from stats._parallel import map_blocks
+from stats.formula import ParsedFormula, parse_formula
 from stats.schema import ContractError, tidy
 
 from . import design as _design
@@ -72,7 +71,7 @@ DEFAULT_BLOCKS: dict[str, list[str]] = {
 MIN_GROUPS = 5
 
 
-def fit_adjusted(cases: pd.DataFrame, formula: str, *, group: str | None = "site",
+def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: str | None = "site",
                  method: Method = "glmm", population: Population | None = "positives",
                  nagq: int = 1, model: str | None = None, threshold: float | None = None,
                  bias_reduced: bool = False, cluster: str | None = "patient_id",
@@ -84,11 +83,15 @@ def fit_adjusted(cases: pd.DataFrame, formula: str, *, group: str | None = "site
     ----------
     cases : DataFrame
         A cases table (stats.read_cases); with ``population=None`` any binomial data.
-    formula : str
-        R/patsy formula, e.g. ``"detected ~ phase + age_group + sex + race +
+    formula : str or stats.formula.ParsedFormula
+        R/patsy-style formula in clinrel's grammar (:mod:`stats.formula`; parsed, never
+        evaluated), e.g. ``"detected ~ phase + age_group + sex + race +
         log(tumor_size_mm)"`` (``np.log`` works too); the left side may be omitted
         (``"~ phase"``); an lme4-style ``+ (1 | site)`` sets ``group``. Factor levels
-        follow a categorical's order (first = reference), else sorted, as R.
+        follow a categorical's order (first = reference; ``C(phase, Treatment('venous'))``
+        sets it), else sorted, as R. Text outside the grammar raises
+        :class:`stats.formula.FormulaError` before anything is evaluated; a numeric term
+        that is not finite (``np.log`` of 0) raises ``ContractError`` naming its rows.
     group : str or None
         Random-intercept group (glmm), working-correlation cluster (gee) or fixed-effect
         factor (fixed). ``method="fixed", group=None`` is a plain logistic regression.
@@ -137,23 +140,27 @@ def fit_adjusted(cases: pd.DataFrame, formula: str, *, group: str | None = "site
         raise ValueError(f"method must be 'glmm', 'gee' or 'fixed'; got {method!r}")
     if method in ("glmm", "gee") and group is None:
         raise ValueError(f"method={method!r} needs a group column (group='site')")
-    formula, re_group = _design.split_random_term(formula)
-    if re_group is not None:
+    parsed = parse_formula(formula) if isinstance(formula, str) else formula
+    if parsed.random_group is not None:
         if method != "glmm":
-            raise ValueError(f"the formula's '(1 | {re_group})' needs method='glmm'")
-        group = re_group
+            raise ValueError(f"the formula's '(1 | {parsed.random_group.name})' needs method='glmm'")
+        group = parsed.random_group.name
     data, outcome = _design.with_outcome(cases, population=population, threshold=threshold)
-    formula = _design.complete_formula(formula, outcome)
-    outcome = formula.partition("~")[0].strip()
+    parsed = _design.complete_formula(parsed, outcome).fixed_only()
+    parsed.check_columns(data.columns, source="cases")
+    base = parsed
+    outcome = parsed.response.name
     if method == "fixed" and group is not None:
-        formula = f"{formula} + {group}"
+        parsed = parsed.with_columns(group)
     if cluster is not None and cluster not in data.columns:
         cluster = "case_id" if "case_id" in data.columns else None
-    jobs: list[tuple[str, pd.DataFrame, str]] = []
+    jobs: list[tuple[str, pd.DataFrame, ParsedFormula]] = []
+    formula = parsed
     if "model" not in data.columns or population is None and model is None:
         jobs.append(("all", data, formula))
     elif model == "pooled":
-        jobs.append(("pooled", data, f"{formula} + model"))
+        formula = parsed.with_columns("model")
+        jobs.append(("pooled", data, formula))
     elif model is not None:
         sub = data[data["model"].astype(str) == str(model)]
         if sub.empty:
@@ -167,10 +174,11 @@ def fit_adjusted(cases: pd.DataFrame, formula: str, *, group: str | None = "site
     kw = dict(group=group, method=method, nagq=nagq, bias_reduced=bias_reduced,
               cluster=cluster, trials=trials, outcome=outcome)
     fits = map_blocks(functools.partial(_fit_one, **kw), jobs, scheduler=scheduler)
-    return Fit({f.model: f for f in fits}, method=method, formula=formula,
+    return Fit({f.model: f for f in fits}, method=method, formula=formula.formula,
                population=population, group=group, conf_level=conf_level,
                options=dict(nagq=nagq, bias_reduced=bias_reduced, cluster=cluster,
-                            trials=trials, threshold=threshold, model=model))
+                            trials=trials, threshold=threshold, model=model,
+                            parsed=formula, base=base))
 
 
 def _blas_single_thread():
@@ -272,22 +280,6 @@ def likelihood_ratio_test(full: Fit, reduced: Fit) -> pd.DataFrame:
     return tidy(pd.DataFrame(rows), group_cols=("model",))
 
 
-def _drop_terms(formula: str, variables: list[str]) -> tuple[str, list[str]]:
-    lhs, _, rhs = formula.partition("~")
-    desc = patsy.ModelDesc.from_formula(f"~ {rhs}")
-    ident = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
-    keep, dropped = [], []
-    wanted = {v.replace(" ", "") for v in variables}
-    for term in desc.rhs_termlist:
-        names = {n for f in term.factors for n in ident.findall(f.code)}
-        names |= {f.code.replace(" ", "") for f in term.factors} | {term.name().replace(" ", "")}
-        if term.factors and names & wanted:
-            dropped.append(term.name())
-        elif term.factors:
-            keep.append(term.name())
-    return f"{lhs.strip()} ~ {' + '.join(keep) if keep else '1'}", dropped
-
-
 def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] | None = None,
                 *, group: str | None = "site", method: Method = "glmm", **fit_kw) -> pd.DataFrame:
     """Likelihood-ratio test of each covariate block, and of the group random effect.
@@ -313,10 +305,10 @@ def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] 
         raise ValueError("block_tests needs a likelihood: use method='glmm' or 'fixed'")
     blocks = DEFAULT_BLOCKS if blocks is None else blocks
     full = fit_adjusted(cases, formula, group=group, method=method, **fit_kw)
-    base = full.formula if method != "fixed" else full.formula.rsplit(" + ", 1)[0]
+    base: ParsedFormula = full.options["base"]   # parsed, outcome set, group not appended
     out = []
     for name, variables in blocks.items():
-        reduced_formula, dropped = _drop_terms(base, list(variables))
+        reduced_formula, dropped = base.without(list(variables))
         if not dropped:
             continue
         # refit on exactly the full model's rows
@@ -338,7 +330,7 @@ def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] 
     return tidy(res, group_cols=("model", "block"))
 
 
-def _refit_same_rows(full: Fit, formula, *, group, method, **fit_kw) -> Fit:
+def _refit_same_rows(full: Fit, formula: ParsedFormula, *, group, method, **fit_kw) -> Fit:
     """Refit ``formula`` on exactly the rows each of ``full``'s fits used.
 
     The rows are taken from the fit itself (``design.data``: the model's population rows
@@ -348,14 +340,15 @@ def _refit_same_rows(full: Fit, formula, *, group, method, **fit_kw) -> Fit:
     kw = {k: v for k, v in fit_kw.items() if k not in ("model", "population", "threshold")}
     kw["cluster"] = full.options.get("cluster")
     if full.options.get("model") == "pooled":
-        formula = f"{formula} + model"
+        formula = formula.with_columns("model")
     fits = {}
     for m, f in full.fits.items():
         g = fit_adjusted(f.design.data, formula, group=group, method=method, population=None,
                          model=None, **kw)
         fits[m] = next(iter(g.fits.values()))
         fits[m].model = m
-    return Fit(fits, method=method, formula=formula, population=full.population, group=group)
+    return Fit(fits, method=method, formula=formula.formula, population=full.population,
+               group=group)
 
 
 # ---------------------------------------------------------------------- complete case

@@ -1,4 +1,10 @@
-"""From a cases table and an R/patsy formula to the arrays every model fitter takes.
+"""From a cases table and a formula to the arrays every model fitter takes.
+
+The formula is read by clinrel's own grammar (:mod:`stats.formula`), never evaluated;
+patsy builds the design from the code the parse writes (patsy-style term names), in an
+environment with the closed function list and no Python builtins. A numeric term with a
+non-finite value (``np.log`` of 0, an infinite entry) is refused before the fit, naming
+the term, the column and the rows.
 
 The outcome depends on ``population``: among reference-standard positives
 (``label == 1``) it is ``detected = pred``; among negatives (``label == 0``) it is
@@ -12,21 +18,19 @@ pandas categorical keeps its category order, a text column is sorted (as R's
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import patsy
 
+from stats.formula import FormulaError, ParsedFormula, closed_environment, parse_formula
 from stats.schema import ContractError
 
 OUTCOMES = {"positives": "detected", "negatives": "correct"}
 
 MSG_NO_PRED = ("cases: column 'pred' is absent and no threshold was given; pass "
                "threshold=<voxels> (pred = score >= threshold) or add a 0/1 'pred' column")
-MSG_NO_COLUMN = ("cases: the formula names column(s) {columns} that the table lacks "
-                 "(columns present: {present}); fix the formula or add the columns")
 MSG_NO_GROUP = ("cases: group column '{group}' is missing (columns present: {present}); "
                 "pass group=<column>")
 MSG_EMPTY_POP = ("cases: no rows left for population '{population}' of model '{model}' after "
@@ -35,28 +39,16 @@ MSG_EMPTY_POP = ("cases: no rows left for population '{population}' of model '{m
 MSG_POPULATION = "population must be 'positives', 'negatives' or None; got {population!r}"
 MSG_OUTCOME = ("cases: outcome '{outcome}' must be 0/1 (or a count with trials=); rows {rows} "
                "have {values}")
-
-
-#: Names a formula may use besides its columns: ``np.*`` and R's ``log``, ``exp``,
-#: ``sqrt``, ``log2``, ``log10`` (so ``log(tumor_size_mm)`` works as in R).
-FORMULA_FUNCTIONS = {"np": np, "log": np.log, "exp": np.exp, "sqrt": np.sqrt,
-                     "log2": np.log2, "log10": np.log10}
-
-_RANDOM_TERM = re.compile(r"\+\s*\(\s*1\s*\|\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\)")
-
-
-def split_random_term(formula: str) -> tuple[str, str | None]:
-    """Remove an lme4-style ``+ (1 | group)`` from ``formula``; return it and the group."""
-    m = _RANDOM_TERM.search(formula)
-    if not m:
-        if "|" in formula:
-            raise ValueError(f"formula {formula!r}: only a random intercept '+ (1 | group)' is "
-                             "supported; write the group as group='site'")
-        return formula, None
-    rest = formula[:m.start()] + formula[m.end():]
-    if _RANDOM_TERM.search(rest) or "|" in rest:
-        raise ValueError(f"formula {formula!r}: only one random intercept '(1 | group)' is supported")
-    return rest, m.group(1)
+MSG_NO_OUTCOME = ("formula {formula!r} has no outcome; write 'y ~ ...' when population=None")
+MSG_NOT_FINITE = ("cases: formula term {term!r} is not finite in rows {rows} (column {column!r}: "
+                  "{values}): {why}; drop or recode these rows{fix}")
+MSG_NOT_NUMERIC_TERM = ("cases: formula term {term!r} needs a numeric column, but {column!r} "
+                        "holds text (rows {rows}: {values}); use the column as a factor "
+                        "({column}) or recode it as numbers")
+MSG_NOT_FINITE_DESIGN = ("cases: design column {term!r} of formula {formula!r} is not finite in "
+                         "rows {rows}; drop or recode these rows")
+MSG_REFERENCE = ("cases: formula term {term!r} sets the reference level {level!r}, which column "
+                 "{column!r} does not have (levels: {levels}); use one of its levels")
 
 
 @dataclass
@@ -75,9 +67,10 @@ class Design:
     data: pd.DataFrame            # the rows used (after NA dropping): formula, group, cluster columns
     design_info: patsy.DesignInfo
     outcome: str
-    formula: str
+    formula: str                  # canonical fixed-effect formula (written from the parse)
     n_missing: int = 0
     warnings: list[str] = field(default_factory=list)
+    parsed: ParsedFormula | None = None
 
     # patsy's DesignInfo cannot be pickled (pydata/patsy#26), yet a fit must travel to and
     # from Dask workers: drop it on pickling and rebuild it from the same rows on arrival.
@@ -88,9 +81,8 @@ class Design:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        rhs = self.formula.partition("~")[2]  # the random term was removed before build()
-        self.design_info = patsy.dmatrix(rhs, self.data, return_type="dataframe",
-                                         eval_env=patsy.EvalEnvironment([FORMULA_FUNCTIONS])).design_info
+        self.design_info = patsy.dmatrix(self.parsed.patsy_rhs, self.data, return_type="dataframe",
+                                         eval_env=closed_environment()).design_info
 
 
 def with_outcome(cases: pd.DataFrame, *, population: str | None,
@@ -113,27 +105,67 @@ def with_outcome(cases: pd.DataFrame, *, population: str | None,
     return df, name
 
 
-def complete_formula(formula: str, outcome: str | None) -> str:
-    """Prepend the outcome when the formula is one-sided (``"~ phase + sex"``)."""
-    lhs, sep, rhs = formula.partition("~")
-    if not sep:
-        raise ValueError(f"formula {formula!r} needs a '~' (e.g. 'detected ~ phase + sex')")
-    if lhs.strip():
+def complete_formula(formula: ParsedFormula, outcome: str | None) -> ParsedFormula:
+    """Give a one-sided formula (``"~ phase + sex"``) the population's outcome."""
+    if formula.response is not None:
         return formula
     if outcome is None:
-        raise ValueError(f"formula {formula!r} has no outcome; write 'y ~ ...' when population=None")
-    return f"{outcome} ~{rhs}"
+        raise FormulaError(MSG_NO_OUTCOME.format(formula=formula.text))
+    return formula.with_response(outcome)
 
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
-_NOT_COLUMNS = {"np", "log", "exp", "sqrt", "C", "I", "Treatment", "center", "standardize",
-                "scale", "Sum", "Poly", "Diff", "Helmert"}
+def _row_numbers(index: pd.Index, mask: np.ndarray) -> list:
+    """Up to five rows where ``mask`` holds: 1-based row numbers of the cases table (its
+    default integer index), or the index labels otherwise."""
+    idx = index[np.asarray(mask)][:5]
+    return [int(i) + 1 for i in idx] if pd.api.types.is_integer_dtype(idx) else list(idx)
 
 
-def formula_columns(formula: str, data: pd.DataFrame) -> list[str]:
-    """Data columns a formula uses (identifiers that are columns of ``data``)."""
-    names = {m.group(0) for m in _IDENT.finditer(formula)}
-    return [c for c in data.columns if c in names]
+def _rows_text(rows: list) -> str:
+    return ", ".join(map(str, rows))
+
+
+def _values_text(values) -> str:
+    return ", ".join(repr(v) if isinstance(v, str) else f"{v:g}" if isinstance(v, float) else
+                     str(v) for v in list(values)[:5])
+
+
+def _check_references(sub: pd.DataFrame, parsed: ParsedFormula) -> None:
+    """Each ``Treatment(level)`` must name a level of its column (checked before patsy)."""
+    for f in {f for t in parsed.terms for f in t.factors if f.reference is not None}:
+        col = f.arg.name
+        levels = list(sub[col].cat.categories)
+        if not any(f.reference == lv for lv in levels):
+            raise FormulaError(MSG_REFERENCE.format(term=f.code, level=f.reference, column=col,
+                                                    levels=", ".join(map(repr, levels[:20]))),
+                               column=col)
+
+
+def _check_finite(sub: pd.DataFrame, original: pd.DataFrame, parsed: ParsedFormula) -> None:
+    """Refuse, before patsy and the fit, a numeric factor with a non-finite value (the log
+    of 0, a square root of a negative value, an infinite entry): the message names the
+    term, its column, the rows and the fix. Each factor is computed from the parse tree."""
+    for f in parsed.numeric_factors():
+        col = f.columns[0]
+        src = original[col]
+        if not pd.api.types.is_numeric_dtype(src) or pd.api.types.is_bool_dtype(src):
+            if f.kind == "column":
+                continue   # a text or boolean column is a factor
+            text = pd.to_numeric(sub[col].astype(object), errors="coerce").isna().to_numpy()
+            text = text if text.any() else np.ones(len(sub), dtype=bool)
+            rows = _row_numbers(sub.index, text)
+            raise ContractError(MSG_NOT_NUMERIC_TERM.format(
+                term=f.code, column=col, rows=_rows_text(rows),
+                values=_values_text(sub[col][text])), column=col, rows=rows)
+        with np.errstate(all="ignore"):
+            bad = ~np.isfinite(f.values(sub))
+        if bad.any():
+            why, fix = f.why_not_finite()
+            rows = _row_numbers(sub.index, bad)
+            raise ContractError(MSG_NOT_FINITE.format(
+                term=f.code, column=col, rows=_rows_text(rows),
+                values=_values_text(sub[col].to_numpy()[bad]), why=why,
+                fix=f", {fix}" if fix else ""), column=col, rows=rows)
 
 
 def _categorical(data: pd.DataFrame, cols: list[str], force: tuple = ()) -> pd.DataFrame:
@@ -152,33 +184,44 @@ def _categorical(data: pd.DataFrame, cols: list[str], force: tuple = ()) -> pd.D
     return out
 
 
-def build(data: pd.DataFrame, formula: str, *, group: str | None, outcome: str,
-          trials: str | None = None, cluster: str | None = None) -> Design:
-    """Build a :class:`Design` from ``data`` (already restricted to one model/population)."""
+def build(data: pd.DataFrame, formula: ParsedFormula | str, *, group: str | None,
+          outcome: str | None = None, trials: str | None = None,
+          cluster: str | None = None) -> Design:
+    """Build a :class:`Design` from ``data`` (already restricted to one model/population).
+
+    ``formula`` is parsed by :mod:`stats.formula` (a string is parsed here); the design
+    matrix comes from the code the parse writes, evaluated in the closed environment,
+    so no user text is ever evaluated. Non-finite values of a numeric term are refused
+    before the fit (:data:`MSG_NOT_FINITE`)."""
     if group is not None and group not in data.columns:
         raise ContractError(MSG_NO_GROUP.format(group=group, present=", ".join(map(str, data.columns))),
                             column=group)
-    lhs_name = formula.partition("~")[0].strip()
-    missing = [n for n in {lhs_name} if n and n not in data.columns and not n.startswith("cbind")]
-    if missing:
-        raise ContractError(MSG_NO_COLUMN.format(columns=missing, present=", ".join(map(str, data.columns))))
-    used = formula_columns(formula, data)
+    parsed = complete_formula(parse_formula(formula) if isinstance(formula, str) else formula,
+                              outcome).fixed_only()
+    parsed.check_columns(data.columns, source="cases", include_response=True)
+    lhs_name = parsed.response.name
+    named = set(parsed.columns())
+    used = [c for c in data.columns if c in named]
     extra = [c for c in (group, trials, cluster) if c]
-    # the group is always a factor (a numeric site code too), as R's factor(site)
-    sub = _categorical(data[list(dict.fromkeys(used + extra))], used, force=(group,))
-    rhs = formula.partition("~")[2]
+    # the group is always a factor (a numeric site code too), as R's factor(site); so is
+    # a column used through C(...)
+    numeric = {c for f in parsed.numeric_factors() for c in f.columns}
+    as_factor = [c for c in parsed.categorical_columns() if c not in numeric]
+    sub = _categorical(data[list(dict.fromkeys(used + extra))], used, force=(group, *as_factor))
     complete = sub.notna().all(axis=1).to_numpy()
     n_missing = int((~complete).sum())
     sub = sub.loc[complete]
     if len(sub) == 0:
-        raise ContractError(f"no complete rows for formula {formula!r} ({n_missing} rows have a "
+        raise ContractError(f"no complete rows for formula {parsed.text!r} ({n_missing} rows have a "
                             "missing value); check the formula's columns")
+    _check_references(sub, parsed)
+    _check_finite(sub, data, parsed)
     try:
-        X_df = patsy.dmatrix(rhs, sub, return_type="dataframe", NA_action="raise",
-                             eval_env=patsy.EvalEnvironment([FORMULA_FUNCTIONS]))
+        X_df = patsy.dmatrix(parsed.patsy_rhs, sub, return_type="dataframe", NA_action="raise",
+                             eval_env=closed_environment())
     except patsy.PatsyError as exc:
-        raise ContractError(f"formula {formula!r}: {exc}; fix the formula (R/patsy syntax, e.g. "
-                            "'detected ~ phase + age_group + np.log(tumor_size_mm)')") from exc
+        raise FormulaError(f"formula {parsed.text!r}: {exc}; fix the formula (e.g. "
+                           "'detected ~ phase + age_group + np.log(tumor_size_mm)')") from exc
     y = pd.to_numeric(sub[lhs_name], errors="coerce").to_numpy(dtype=float)
     n = (np.ones_like(y) if trials is None
          else pd.to_numeric(sub[trials], errors="coerce").to_numpy(dtype=float))
@@ -188,6 +231,12 @@ def build(data: pd.DataFrame, formula: str, *, group: str | None, outcome: str,
                                                values=list(y[bad[:5]])), column=lhs_name)
     X_all = X_df.to_numpy(dtype=float)
     all_terms = list(X_df.columns)
+    nonfinite = ~np.isfinite(X_all)
+    if nonfinite.any():
+        j = int(np.flatnonzero(nonfinite.any(axis=0))[0])
+        raise ContractError(MSG_NOT_FINITE_DESIGN.format(
+            term=all_terms[j], formula=parsed.text,
+            rows=_rows_text(_row_numbers(sub.index, nonfinite[:, j]))))
     keep, dropped = estimable_columns(X_all, all_terms)
     warnings = [f"empty_level: {t} has no rows; its coefficient is not estimable"
                 for t, why in dropped.items() if why == "empty"]
@@ -204,7 +253,8 @@ def build(data: pd.DataFrame, formula: str, *, group: str | None, outcome: str,
                   all_terms=all_terms, dropped=dropped, groups=gcodes.astype(np.int64),
                   group_levels=glevels, cluster=np.asarray(ccodes, dtype=np.int64),
                   data=sub, design_info=X_df.design_info, outcome=lhs_name,
-                  formula=formula, n_missing=n_missing, warnings=warnings)
+                  formula=parsed.formula, n_missing=n_missing, warnings=warnings,
+                  parsed=parsed)
 
 
 def estimable_columns(X: np.ndarray, names: list[str], tol: float = 1e-7) -> tuple[list[int], dict[str, str]]:
