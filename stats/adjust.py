@@ -59,9 +59,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import patsy
-from scipy import stats as sps
 from scipy.special import expit, logit
 
+from stats.models.fit import wald_reference
 from stats.schema import ContractError, tidy
 
 ESTIMANDS = {"positives": "adjusted_sensitivity", "negatives": "adjusted_specificity",
@@ -165,15 +165,17 @@ def marginal_means(fit, by, *, kind: Literal["emmeans", "standardized"] = "emmea
         method, probability scale), ``conf_low``/``conf_high``, ``n`` (fitted rows at
         that level), ``method`` (``emmeans-delta`` / ``g-computation-delta``), ``flag``
         (the fit's flags, plus ``not_estimable`` where the mean needs a cell without
-        data: NaN estimate, as emmeans' "nonEst"); extras ``link_estimate``,
-        ``link_std_error`` (logit scale).
+        data: NaN estimate, as emmeans' "nonEst"); extras ``df`` (the t reference of
+        the limits for a GEE with Mancl-DeRouen SEs, see :mod:`stats.models.gee`; NaN:
+        normal), ``link_estimate``, ``link_std_error`` (logit scale).
     """
     if kind not in ("emmeans", "standardized"):
         raise ValueError(f"kind must be 'emmeans' or 'standardized'; got {kind!r}")
     cols = _by_list(by)
-    z = sps.norm.ppf(0.5 + conf_level / 2)
     rows = []
     for m, mf in fit.fits.items():
+        df = float(mf.extra.get("df", np.inf))  # GEE with few clusters: t(df) limits
+        z = wald_reference(df, conf_level)[0]
         data = mf.design.data
         missing = [c for c in cols if c not in data.columns or
                    not isinstance(data[c].dtype, pd.CategoricalDtype)]
@@ -187,6 +189,7 @@ def marginal_means(fit, by, *, kind: Literal["emmeans", "standardized"] = "emmea
                              model=m, group_var=":".join(cols), group_level=":".join(map(str, level)),
                              estimate=p, std_error=se_eta * p * (1 - p),
                              conf_low=expit(eta - z * se_eta), conf_high=expit(eta + z * se_eta),
+                             df=df if df != np.inf else np.nan,
                              conf_level=conf_level, n=nrow,
                              n_pos=nrow if fit.population == "positives" else (
                                  0 if fit.population == "negatives" else np.nan),

@@ -74,7 +74,7 @@ MIN_GROUPS = 5
 def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: str | None = "site",
                  method: Method = "glmm", population: Population | None = "positives",
                  nagq: int = 1, model: str | None = None, threshold: float | None = None,
-                 bias_reduced: bool = False, cluster: str | None = "patient_id",
+                 bias_reduced: bool | None = None, cluster: str | None = "patient_id",
                  trials: str | None = None, conf_level: float = 0.95,
                  scheduler=None) -> Fit:
     """Fit a confounding-adjusted logistic model of detection, once per evaluated model.
@@ -98,9 +98,12 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: st
     method : {"glmm", "gee", "fixed"}
         ``glmm``: ML with a random intercept (Laplace; ``nagq > 1``: adaptive
         Gauss-Hermite), Wald SEs from the Hessian in (SD, beta) as lme4.
-        ``gee``: exchangeable working correlation, sandwich SE (``bias_reduced=True``:
-        Mancl-DeRouen). ``fixed``: group as a fixed effect, cluster-robust SE by
-        ``cluster`` (patients).
+        ``gee``: exchangeable working correlation, sandwich SE; with fewer than 20
+        groups (``bias_reduced=None``, the default) or ``bias_reduced=True``:
+        Mancl-DeRouen SEs with t(G - cluster-level parameters) tests (``gee-md-t``; see
+        :mod:`stats.models.gee`); ``bias_reduced=False``: the plain sandwich with z tests
+        (flag ``few_clusters`` below 20 groups). ``fixed``: group as a fixed effect,
+        cluster-robust SE by ``cluster`` (patients).
     population : {"positives", "negatives"} or None
         ``positives``: outcome ``detected = pred`` among ``label == 1`` (sensitivity);
         ``negatives``: ``correct = 1 - pred`` among ``label == 0`` (specificity); None:
@@ -227,10 +230,11 @@ def _fit_one_inner(name, data, formula, *, group, method, nagq, bias_reduced, cl
                         vcov_full=r.vcov_full, re=re, extra=dict(nagq=nagq))
     if method == "gee":
         r = fit_gee(d.X, d.y, d.groups, bias_reduced=bias_reduced, beta0=start.beta)
-        label = "gee-exchangeable-" + ("mancl-derouen" if bias_reduced else "robust")
-        return ModelFit(model=name, method="gee", method_label=label, design=d, beta=r.beta,
-                        vcov=r.vcov, loglik=np.nan, n_params=len(r.beta), converged=r.converged,
-                        warnings=warnings + r.warnings, extra=dict(alpha=r.alpha, scale=r.scale))
+        return ModelFit(model=name, method="gee", method_label=r.method_label, design=d,
+                        beta=r.beta, vcov=r.vcov, loglik=np.nan, n_params=len(r.beta),
+                        converged=r.converged, warnings=warnings + r.warnings,
+                        extra=dict(alpha=r.alpha, scale=r.scale, df=r.df,
+                                   n_clusters=r.n_clusters))
     r = fit_glm(d.X, d.y, d.trials, cluster=d.cluster if cluster else None)
     label = ("glm-fixed-cluster-robust" if group is not None else "glm-wald") if cluster else "glm-wald"
     return ModelFit(model=name, method="fixed" if group is not None else "glm", method_label=label,

@@ -78,6 +78,15 @@ def _odds_ratios(out: pd.DataFrame, fixed: pd.Series) -> pd.DataFrame:
     return out
 
 
+def wald_reference(df: float, level: float):
+    """Quantile and two-sided p-value function of a Wald test: normal when ``df`` is
+    infinite, t(df) otherwise (GEE with few clusters, :mod:`stats.models.gee`); NaN df
+    gives NaN limits and p-values."""
+    if df == np.inf:
+        return sps.norm.ppf(0.5 + level / 2), lambda st: 2 * sps.norm.sf(np.abs(st))
+    return sps.t.ppf(0.5 + level / 2, df), lambda st: 2 * sps.t.sf(np.abs(st), df)
+
+
 def _pos_neg(population, n) -> tuple[float, float]:
     if population == "positives":
         return float(n), 0.0
@@ -136,6 +145,8 @@ class Fit:
         ``p_value`` (two-sided normal), ``n`` (rows), ``n_pos``/``n_neg`` (label 1 / label
         0 rows: all of ``n`` for positives / negatives), ``method``, ``flag``; extras
         ``term``, ``effect``, ``n_events`` (rows with outcome 1: detected or correct),
+        ``df`` (t reference of the test and interval: GEE with Mancl-DeRouen SEs, see
+        :mod:`stats.models.gee`; NaN for a normal reference), ``n_clusters`` (GEE clusters),
         ``odds_ratio``, ``or_conf_low``, ``or_conf_high``. Terms dropped as empty or aliased stay as rows
         with NaN estimates and flag ``empty``/``aliased``.
         """
@@ -152,17 +163,21 @@ class Fit:
             npos, nneg = _pos_neg(self.population, f.nobs)
             events = float(np.sum(d.y))
             base = f.flags()
+            df = float(f.extra.get("df", np.inf))  # t reference: GEE with few clusters
+            q, pval = wald_reference(df, level)
             for t in d.all_terms:
                 b, s = est.get(t, np.nan), ses.get(t, np.nan)
                 flag = d.dropped.get(t, "")
                 if t in sep:
                     flag = "separation"
                 rows.append(dict(estimand=t, model=m, estimate=b, std_error=s,
-                                 conf_low=b - z * s, conf_high=b + z * s, conf_level=level,
+                                 conf_low=b - q * s, conf_high=b + q * s, conf_level=level,
                                  n=f.nobs, n_pos=npos, n_neg=nneg, method=f.method_label,
                                  flag=";".join(x for x in (flag, base) if x),
-                                 statistic=b / s, p_value=2 * sps.norm.sf(abs(b / s)),
-                                 term=t, effect="fixed", n_events=events))
+                                 statistic=b / s, p_value=pval(b / s),
+                                 term=t, effect="fixed", n_events=events,
+                                 df=df if df != np.inf else np.nan,
+                                 n_clusters=float(f.extra.get("n_clusters", np.nan))))
             if f.theta is not None:
                 s = float(np.sqrt(f.vcov_full[0, 0])) if f.vcov_full is not None else np.nan
                 rows.append(dict(estimand=RE_TERM, model=m, estimate=f.theta, std_error=s,
