@@ -3,7 +3,7 @@
 #   Rscript tests/r/heterogeneity.R   -> tests/r/heterogeneity.csv, tests/r/data/heterogeneity.csv
 # R 4.2.2, survey 4.1-1 (the data depend on R's RNG: R >= 3.6).
 #
-# Data: simulated here (set.seed(4)): 260 patients with 1 to 4 scans (650 scans), a patient
+# Data: simulated here (set.seed(4)): 260 patients with 1 to 4 scans (537 scans), a patient
 # random effect (SD 1.5) on the logit of a correct call, two models, phase and age_group.
 # For each model, estimand (sensitivity: detected among label 1; specificity: correct
 # negative among label 0) and axis (phase, age_group, their intersection "age_group:phase"),
