@@ -16,6 +16,17 @@ def _is_report_csv(p: Path) -> bool:
     return p.is_file() and p.suffix.lower() in (".csv", ".tsv")
 
 
+def check_paths(paths) -> list[Path]:
+    """``paths`` as Paths; a missing one is a ``ConfigError`` naming it and the fix."""
+    from ..config import ConfigError
+
+    out = list(map(Path, paths))
+    for p in out:
+        if not p.exists():
+            raise ConfigError(MSG_NO_PATH.format(path=p))
+    return out
+
+
 def extract_paths(paths, *, llm_url: str | None = None, llm_model: str = "local",
                   advance=None) -> tuple[pd.DataFrame, dict]:
     """Evidence table for ``paths`` and a summary dict (``n_rows``, ``llm_rejected``).
@@ -24,15 +35,15 @@ def extract_paths(paths, *, llm_url: str | None = None, llm_model: str = "local"
     file or a folder searched recursively). With ``llm_url`` the LLM extractor also runs
     on every report text.
     """
-    from ..config import ConfigError
-
     rows: list[dict] = []
     dicom: list[Path] = []
     reports: list[Path] = []
-    for p in map(Path, paths):
-        if not p.exists():
-            raise ConfigError(MSG_NO_PATH.format(path=p))
+    for p in check_paths(paths):
         (reports if _is_report_csv(p) else dicom).append(p)
+    if llm_url and reports:
+        from .llm import check_endpoint
+
+        check_endpoint(llm_url)  # fail fast, before any extraction
     if dicom:
         rows += extract_dicom(dicom, advance=advance)
     rejected = 0

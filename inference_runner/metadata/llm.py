@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 
+from ..config import ConfigError
 from . import PHASES
 
 FIELDS = ("phase", "age", "sex")
@@ -24,8 +27,36 @@ PROMPT = (
 )
 
 
-class LLMError(RuntimeError):
-    """The endpoint could not be reached or answered in an unexpected form."""
+#: seconds to wait for the endpoint to accept a connection before giving up
+CONNECT_TIMEOUT = 5.0
+
+MSG_BAD_URL = ("--llm-url {url}: not an http(s) URL; give the endpoint as "
+               "http://HOST:PORT/v1 (OpenAI-compatible), or leave out --llm-url")
+MSG_UNREACHABLE = ("--llm-url {url}: cannot connect to {host}:{port} ({reason}) within "
+                   "{timeout:g} s; start the server or correct the URL, or leave out --llm-url")
+
+
+class LLMError(ConfigError):
+    """The endpoint could not be reached or answered in an unexpected form (a bad input:
+    the CLI exits 2 naming the URL)."""
+
+
+def check_endpoint(url: str, *, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Fail fast (:class:`LLMError`) when ``url`` is not an http(s) URL or nothing accepts a
+    connection at its host and port within ``timeout`` seconds."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+        raise LLMError(MSG_BAD_URL.format(url=url))
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise LLMError(MSG_UNREACHABLE.format(url=url, host=parts.hostname, port=port,
+                                              reason=reason, timeout=timeout)) from None
 
 
 def _endpoint(url: str) -> str:
@@ -41,8 +72,8 @@ def ask(url: str, text: str, *, model: str = "local", timeout: float = 30.0,
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(_endpoint(url), data=body, headers=headers, method="POST")
     try:
+        req = urllib.request.Request(_endpoint(url), data=body, headers=headers, method="POST")
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - user-given URL
             payload = json.loads(resp.read().decode("utf-8"))
         return payload["choices"][0]["message"]["content"]

@@ -42,6 +42,12 @@ _PRONOUN = [("F", re.compile(r"\b(?:she|her|hers)\b", re.IGNORECASE)),
 
 MSG_TEXT_COLUMNS = ("{file}: a report-text CSV needs columns 'case_id' and 'text' (found {found}); "
                     "rename them")
+MSG_TEXT_ENCODING = ("{file}: not valid UTF-8 text (a byte {byte} cannot be decoded); evidence spans "
+                     "index the exact text, so clinrel does not guess the encoding; re-save the "
+                     "file as UTF-8 (in Python: df.to_csv(path, encoding='utf-8'); in R: "
+                     "write.csv(..., fileEncoding = 'UTF-8'))")
+MSG_TEXT_UNREADABLE = ("{file}: cannot be read as a CSV table ({detail}); save it as CSV (UTF-8, "
+                       "comma-separated, header row case_id,text)")
 
 
 def phase_matches(text: str) -> list[tuple[str, int, int]]:
@@ -85,11 +91,27 @@ def extract_text(case_id: str, text: str, source: str) -> list[dict]:
     return rows
 
 
+def read_text_csv(path, **kwargs) -> pd.DataFrame:
+    """``pd.read_csv(path, **kwargs)`` of a UTF-8 CSV; an undecodable or malformed file is a
+    ``ConfigError`` naming the file and the fix."""
+    from .. import config
+
+    file = Path(path)
+    try:
+        return pd.read_csv(file, encoding="utf-8", **kwargs)
+    except UnicodeDecodeError as exc:
+        raise config.ConfigError(MSG_TEXT_ENCODING.format(
+            file=file, byte=exc.object[exc.start:exc.start + 1])) from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise config.ConfigError(MSG_TEXT_UNREADABLE.format(file=file, detail=detail)) from None
+
+
 def read_reports(path) -> pd.DataFrame:
     from .. import config
 
     file = Path(path)
-    df = pd.read_csv(file, dtype={"case_id": str, "text": str}, keep_default_na=False)
+    df = read_text_csv(file, dtype={"case_id": str, "text": str}, keep_default_na=False)
     if not {"case_id", "text"} <= set(df.columns):
         raise config.ConfigError(MSG_TEXT_COLUMNS.format(file=file, found=list(df.columns)))
     return df
