@@ -34,7 +34,7 @@ browser:
 	else echo "note: chromium not found and not root; the browser test will be skipped"; fi
 
 report: install
-	$(VENV)/bin/clinrel report --demo --strict --out $(REPORT_DIR)
+	$(VENV)/bin/clinrel report --demo --strict --force --out $(REPORT_DIR)
 
 test: install
 	$(PY) -m pytest -q -n $(JOBS) --dist loadfile -m "not slow"
@@ -47,7 +47,7 @@ bench: install
 
 # Re-make the committed demo data with the networks of inference_runner (minutes, CPU).
 demo-data: install
-	$(VENV)/bin/clinrel demo --regenerate --out build/demo-regenerated
+	$(VENV)/bin/clinrel demo --regenerate --force --out build/demo-regenerated
 	cp build/demo-regenerated/cases.parquet build/demo-regenerated/runs.parquet \
 	   build/demo-regenerated/probe_predictions.parquet build/demo-regenerated/run_manifest.json clinrel/demo_data/
 

@@ -1,5 +1,9 @@
 """``manifest.json``: what produced a report (versions, inputs, plan, seeds, git revision).
 
+``"generator": "clinrel"`` and ``"files"`` (the sha256 of every other file, added by
+``clinrel.cli._outputs.stamp`` once the folder is complete) mark the folder as clinrel's
+own: only such a folder is ever replaced (with ``--force``).
+
 Times live only here, never in ``appendix.qmd`` or ``tables/*.csv`` (those are
 byte-identical for the same inputs and seeds).
 """
@@ -51,7 +55,8 @@ def git_revision() -> str | None:
 def build_manifest(study, *, sections, tables, figures, renderer: str, timings: dict) -> dict:
     plan = study.plan
     return {
-        "clinrel_report": 1,
+        "generator": "clinrel",  # with "files" (added when the folder is complete): the
+        "clinrel_report": 1,     # marker that lets a later run replace this folder
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "plan": {"path": str(plan.path), "sha256": plan.sha256, "title": plan.title},
         "inputs": {name: {"path": str(path), "sha256": study.input_sha256.get(name),

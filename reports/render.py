@@ -23,7 +23,6 @@ import logging
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -185,7 +184,7 @@ def _quarto(folder: Path) -> None:
 
 def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = True,
                   formats: tuple[str, ...] = ("html", "pdf"), only=None,
-                  draw: bool = True, strict: bool = False) -> RenderResult:
+                  draw: bool = True, strict: bool = False, force: bool = False) -> RenderResult:
     """Load the study of ``plan``, build every applicable section and write ``out``.
 
     ``formats`` selects the rendered documents (``html``, ``pdf``); the .qmd, tables and
@@ -194,13 +193,20 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
     ``strict``: a section that raises an unexpected error fails the whole render (nothing
     is written) instead of being left out and named in the methods, CLI output and
     manifest.
+    ``out`` must be a new or empty folder, or (with ``force``) an earlier clinrel report
+    that holds no input of the plan; anything else raises ``OutputError`` before any work
+    (rules: ``clinrel.cli._outputs``).
     """
     if not draw and formats:
         raise ValueError("draw=False writes no figure images, so it needs formats=()")
-    from clinrel.cli._common import atomic_dir, progress
+    from clinrel._csvsafe import write_csv
+    from clinrel.cli._common import progress
+    from clinrel.cli._outputs import atomic_dir, build_dir, check_out_dir
 
     t0 = time.perf_counter()
     plan = plan if isinstance(plan, Plan) else load_plan(plan)
+    inputs = [plan.path, *plan.inputs.values()]
+    check_out_dir(out, force=force, inputs=inputs)
     timings: dict[str, float] = {}
     study = load_study(plan)
     timings["load"] = round(time.perf_counter() - t0, 3)
@@ -212,18 +218,17 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
     tables = [t for s in sections for t in s.tables]
     figures = [f for s in sections for f in s.figures]
     _check_unique(tables, figures)
-    with atomic_dir(out) as tmp, tempfile.TemporaryDirectory(prefix="clinrel-build-") as b:
-        build = Path(b)
+    with atomic_dir(out, force=force, inputs=inputs, command="report") as tmp, \
+            build_dir() as build:
         tmp.chmod(0o755)
         (tmp / "tables").mkdir()
         (tmp / "figures").mkdir()
         t1 = time.perf_counter()
         for t in tables:
-            t.data.to_csv(tmp / "tables" / f"{t.name}.csv", index=False, lineterminator="\n")
+            write_csv(t.data, tmp / "tables" / f"{t.name}.csv", lineterminator="\n")
         with progress("drawing figures", total=len(figures), quiet=quiet) as advance:
             for f in figures:
-                f.data.to_csv(tmp / "tables" / f"fig_{f.name}.csv", index=False,
-                              lineterminator="\n")
+                write_csv(f.data, tmp / "tables" / f"fig_{f.name}.csv", lineterminator="\n")
                 if draw:
                     f.save(tmp / "figures")
                 advance()

@@ -164,7 +164,7 @@ def test_cli_extract_writes_tables(tmp_path, reports_csv):
     rev = pd.read_csv(tmp_path / "ev_review.csv", dtype=str, keep_default_na=False)
     rev.loc[(rev["case_id"] == "r4") & (rev["field"] == "phase"), "reviewed_value"] = "delayed"
     rev.to_csv(tmp_path / "filled.csv", index=False)
-    res = CliRunner().invoke(app, ["metadata", "extract", str(reports_csv), "--out", str(out),
+    res = CliRunner().invoke(app, ["metadata", "extract", str(reports_csv), "--out", str(out), "--force",
                                    "--reviewed", str(tmp_path / "filled.csv"), "--quiet"])
     assert res.exit_code == 0, res.output
     assert (pd.read_csv(out)["extractor"] == "review").sum() == 1

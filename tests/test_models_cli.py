@@ -26,7 +26,7 @@ def test_adjust_cli(tmp_path):
                                                                 "non_contrast"]
     assert ((means.conf_low < means.estimate) & (means.estimate < means.conf_high)).all()
     res = runner.invoke(app, ["adjust", str(cases), "--formula", "~ phase + race", "--threshold",
-                              "50", "--method", "fixed", "--model", "model_A", "--out", str(out),
+                              "50", "--method", "fixed", "--model", "model_A", "--out", str(out), "--force",
                               "--complete-case", "--blocks-out", str(tmp_path / "b.csv"), "--quiet"])
     assert res.exit_code == 0, res.output
     terms = pd.read_csv(out)

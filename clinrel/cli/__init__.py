@@ -24,5 +24,13 @@ for _name in _COMMAND_MODULES:
         importlib.import_module(_full).register(app)
 
 
+def _terminate(signum, frame) -> None:
+    """SIGTERM unwinds like an error: temporary outputs are removed on the way out."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:  # console-script entry point
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     app()

@@ -1,21 +1,23 @@
-"""Shared CLI plumbing: one error policy, atomic outputs, progress bars.
+"""Shared CLI plumbing: one error policy, safe atomic outputs, progress bars.
 
 Exit codes: 0 ok; 2 bad input (the message names the file, column, rows and the fix).
 Bad input never produces a traceback, and a failed command leaves no partial output:
-outputs are written to a temporary sibling and moved into place only on success.
+outputs are written to a temporary sibling and moved into place only on success, and
+never over a file clinrel did not write (rules in ``_outputs``).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import os
-import shutil
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
+from typing import Annotated
 
 import typer
+
+from ._outputs import (OutputError, atomic_dir, atomic_file, check_out_dir,  # noqa: F401
+                       check_out_file, check_out_files, write_table)
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -28,7 +30,7 @@ class InputError(ValueError):
 def _bad_input_types() -> tuple[type[BaseException], ...]:
     from stats.schema import ContractError
 
-    types: list[type[BaseException]] = [ContractError, InputError]
+    types: list[type[BaseException]] = [ContractError, InputError, OutputError]
     with contextlib.suppress(ImportError):
         from reports.plan import PlanError  # type: ignore
 
@@ -38,6 +40,20 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
 
         types.append(ConfigError)
     return tuple(types)
+
+
+#: ``--force`` of every command that has ``--out``
+ForceOpt = Annotated[bool, typer.Option(
+    "--force", help="Replace an earlier clinrel output at --out: a folder clinrel wrote "
+                    "(never one holding other files), or an existing file that is not an input.")]
+
+MSG_SEED = "{option} must be a whole number >= 0 (e.g. 1); got {value}"
+
+
+def check_seed(value: int | None, option: str = "--seed") -> None:
+    """Seeds are non-negative integers (numpy refuses negative ones deep inside)."""
+    if value is not None and value < 0:
+        raise InputError(MSG_SEED.format(option=option, value=value))
 
 
 def fail(message: str) -> None:
@@ -65,8 +81,11 @@ def _with_source(message: str, kwargs: dict) -> str:
     """Name the input file in a message raised by ``stats`` on an in-memory table.
 
     ``stats`` functions see DataFrames and say ``cases: ...`` or ``runs: ...``; the
-    command knows which file that table came from, so the file goes in front.
+    command knows which file that table came from, so the file goes in front. A message
+    about an option (``--out ...``, ``--seed ...``) names the option, not a file.
     """
+    if message.startswith("--"):
+        return message
     for key in ("cases", "runs"):
         path = kwargs.get(key)
         if isinstance(path, (str, os.PathLike)) and str(path) not in message:
@@ -74,60 +93,6 @@ def _with_source(message: str, kwargs: dict) -> str:
             body = message[len(prefix):] if message.startswith(prefix) else message
             return f"{path}: {body}"
     return message
-
-
-@contextlib.contextmanager
-def atomic_dir(out: Path) -> Iterator[Path]:
-    """Yield a temporary folder next to ``out``; on success it replaces ``out``.
-
-    On any exception the temporary folder is removed and ``out`` is left as it was. The
-    yielded path is absolute, so tools that change directory (pandoc's working folder)
-    still write inside it.
-    """
-    out = Path(out).absolute()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        backup = out.parent / f".{out.name}.old-{os.getpid()}"
-        out.rename(backup)
-        tmp.rename(out)
-        shutil.rmtree(backup, ignore_errors=True)
-    else:
-        tmp.rename(out)
-
-
-@contextlib.contextmanager
-def atomic_file(out: Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``out``; on success it is renamed to ``out``."""
-    out = Path(out).absolute()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{out.name}.tmp-", suffix=out.suffix, dir=out.parent)
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, out)
-
-
-def write_table(df, out: Path) -> None:
-    """Write ``df`` atomically as CSV or parquet, chosen by the suffix of ``out``."""
-    out = Path(out)
-    suffix = out.suffix.lower()
-    if suffix not in (".csv", ".parquet"):
-        raise InputError(f"--out {out}: unknown file type '{suffix}'; give a .csv or .parquet path")
-    with atomic_file(out) as tmp:
-        if suffix == ".csv":
-            df.to_csv(tmp, index=False)
-        else:
-            df.to_parquet(tmp, index=False)
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import InputError, guarded, progress, write_table
+from ._common import ForceOpt, InputError, check_out_files, guarded, progress, write_table
 
 
 class Method(str, Enum):
@@ -83,6 +83,7 @@ def register(app: typer.Typer) -> None:
                  "(column 'analysis' in OUT).")] = False,
         scheduler: Annotated[str | None, typer.Option(
             help="Dask scheduler address: fit the models on that cluster.")] = None,
+        force: ForceOpt = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
     ) -> None:
         """Fit the adjusted model of detection per model and write its terms to OUT."""
@@ -96,8 +97,11 @@ def register(app: typer.Typer) -> None:
 
         # clinrel's formula grammar, before any data is read: text outside it -> exit 2
         formula = parse_formula(formula)
+        outs = [("--out", out), ("--blocks-out", blocks_out), ("--glance-out", glance_out),
+                ("--means-out", means_out if means else None)]
         df = _apply_levels(stats.read_cases(cases), _parse_levels(levels or []))
         formula.check_columns(df.columns, source="cases")
+        check_out_files(outs, force=force, inputs=[cases])
         kw = dict(group=group, method=method.value, population=population.value, nagq=nagq,
                   model=model, threshold=threshold, bias_reduced=bias_reduced, scheduler=scheduler)
         with progress("fitting adjusted models", quiet=quiet):
@@ -117,13 +121,12 @@ def register(app: typer.Typer) -> None:
                 if method is Method.gee:
                     raise InputError("--blocks-out needs a likelihood: use --method glmm or fixed")
                 blocks = stats.block_tests(df, formula, **kw)
-        write_table(terms, out)
+        tables = {"--out": terms, "--glance-out": glance, "--means-out": mm}
         if blocks_out is not None:
-            write_table(blocks, blocks_out)
-        if glance_out is not None:
-            write_table(glance, glance_out)
-        if mm is not None:
-            write_table(mm, means_out)
+            tables["--blocks-out"] = blocks
+        for option, path in outs:
+            if path is not None:
+                write_table(tables[option], path, force=force, inputs=[cases], option=option)
         if not quiet:
             for _, g in glance.iterrows():
                 typer.echo(f"{g['model']}: {g['method']}, n = {g['nobs']}, {g['n_groups']} groups, "

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import InputError, atomic_dir, guarded, write_table
+from ._common import ForceOpt, InputError, atomic_dir, check_out_files, check_seed, guarded, write_table
 
 DEMO_FILES = ("cases.parquet", "runs.parquet", "probe_predictions.parquet", "run_manifest.json",
               "plan.yaml", "reference.yaml")
@@ -51,14 +51,17 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @guarded
     def demo(
-        out: Annotated[Path, typer.Option(help="Folder to write the demo study into.")] = Path("clinrel-demo"),
+        out: Annotated[Path, typer.Option(help="Folder to write the demo study into: new, empty, "
+                                               "or an earlier clinrel demo (with --force).")] = Path("clinrel-demo"),
         regenerate: Annotated[bool, typer.Option(help="Re-run the networks that made the demo (minutes).")] = False,
         seed: Annotated[int, typer.Option(help="Seed for --regenerate.")] = 0,
+        force: ForceOpt = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
     ) -> None:
         """Write the embedded demo study (cases, runs, plan, reference) to OUT."""
+        check_seed(seed)
         src = demo_data_dir()
-        with atomic_dir(out) as tmp:
+        with atomic_dir(out, force=force, inputs=[src], command="demo") as tmp:
             for name in DEMO_FILES:
                 if (src / name).exists():
                     shutil.copy2(src / name, tmp / name)
@@ -77,6 +80,7 @@ def register(app: typer.Typer) -> None:
         scale: Annotated[int, typer.Option(help="benchx: number of cases; crs: number of encoders.")] = 2000,
         models: Annotated[int, typer.Option(help="benchx: number of models.")] = 3,
         seed: Annotated[int, typer.Option(help="Random seed.")] = 1,
+        force: ForceOpt = False,
         quiet: Annotated[bool, typer.Option("--quiet")] = False,
     ) -> None:
         """Simulate a ground-truth study table (BenchX-like cases or CRS-like runs)."""
@@ -84,11 +88,13 @@ def register(app: typer.Typer) -> None:
 
         if scale < 1:
             raise InputError(f"--scale must be >= 1; got {scale}")
+        check_seed(seed)
+        check_out_files([("--out", out)], force=force)
         if design is Design.benchx:
             data = sim.benchx_cohort(scale, n_models=models, seed=seed).data
         else:
             data = sim.crs_runs(n_encoders=scale, seed=seed).data
-        write_table(data, out)
+        write_table(data, out, force=force)
         if not quiet:
             typer.echo(f"wrote {len(data)} rows to {out}")
 

@@ -7,15 +7,20 @@ from typing import Annotated
 
 import typer
 
-from ._common import InputError, atomic_dir, guarded, progress
+from clinrel._csvsafe import write_csv
 
-#: files written into --out (every one a tidy table except reference.json;
-#: regime_differences.csv only when the runs have both the frozen and adapted regimes)
+from ._common import ForceOpt, InputError, atomic_dir, check_out_dir, check_seed, guarded, progress
+
+#: files written into --out (every one a tidy table except reference.json and the
+#: manifest.json that marks the folder as clinrel's; regime_differences.csv only when the
+#: runs have both the frozen and adapted regimes)
 OUTPUTS = ("axes.csv", "scores.csv", "rank_probabilities.csv", "differences.csv",
-           "leading_tier.csv", "regime_differences.csv", "stability.csv", "reference.json")
+           "leading_tier.csv", "regime_differences.csv", "stability.csv", "reference.json",
+           "manifest.json")
 
 
-def _check_options(bootstrap: int, conf_level: float, k: int, n_weights: int) -> None:
+def _check_options(bootstrap: int, conf_level: float, k: int, n_weights: int, seed: int) -> None:
+    check_seed(seed)
     if bootstrap < 0 or bootstrap == 1:
         raise InputError(f"--bootstrap must be 0 (no bootstrap) or >= 2 replicates; got {bootstrap}")
     if not 0.0 < conf_level < 1.0:
@@ -28,19 +33,26 @@ def _check_options(bootstrap: int, conf_level: float, k: int, n_weights: int) ->
 
 def run_crs(runs_path: Path, reference_path: Path, out: Path, *, bootstrap: int = 10_000,
             seed: int = 1, k: int = 3, conf_level: float = 0.95, n_weights: int = 1000,
-            scheduler: str | None = None, quiet: bool = False) -> list[str]:
-    """Compute every CRS table and write them atomically into ``out``; return the file names."""
+            scheduler: str | None = None, quiet: bool = False,
+            force: bool = False) -> list[str]:
+    """Compute every CRS table and write them atomically into ``out``; return the file names.
+
+    ``out`` must be new, empty, or (with ``force``) an earlier clinrel output holding no
+    input; the inputs are validated first."""
     import stats
     from stats.crs import read_reference
 
-    _check_options(bootstrap, conf_level, k, n_weights)
+    _check_options(bootstrap, conf_level, k, n_weights, seed)
     runs = stats.read_runs(runs_path)
     ref = read_reference(reference_path, encoders=runs["encoder"].unique())
+    inputs = [runs_path, reference_path]
+    check_out_dir(out, force=force, inputs=inputs)
     steps = 2 + (bootstrap > 0) + (n_weights > 0)
     written = []
-    with progress("CRS", total=steps, quiet=quiet) as advance, atomic_dir(out) as tmp:
+    with progress("CRS", total=steps, quiet=quiet) as advance, \
+            atomic_dir(out, force=force, inputs=inputs, command="crs") as tmp:
         def put(df, name):
-            df.to_csv(tmp / name, index=False)
+            write_csv(df, tmp / name)
             written.append(name)
 
         put(stats.crs_axes(runs), "axes.csv")
@@ -67,7 +79,7 @@ def run_crs(runs_path: Path, reference_path: Path, out: Path, *, bootstrap: int 
                 "bootstrap": bootstrap, "seed": seed, "k": k, "conf_level": conf_level,
                 "n_weights": n_weights}
         (tmp / "reference.json").write_text(json.dumps(meta, indent=2) + "\n")
-        written.append("reference.json")
+        written += ["reference.json", "manifest.json"]
     return written
 
 
@@ -79,7 +91,8 @@ def register(app: typer.Typer) -> None:
                                                   "encoder x dataset x label_fraction x condition x severity x seed.")],
         reference: Annotated[Path, typer.Option(help="Reference YAML: panel, optional anchors, "
                                                      "weights, version.")],
-        out: Annotated[Path, typer.Option(help="Output folder (replaced atomically).")] = Path("crs"),
+        out: Annotated[Path, typer.Option(help="Output folder: new, empty, or an earlier clinrel "
+                                               "output (with --force).")] = Path("crs"),
         bootstrap: Annotated[int, typer.Option(help="Paired-seed bootstrap replicates (0: none).")] = 10_000,
         seed: Annotated[int, typer.Option(help="Random seed (bootstrap and Dirichlet weights).")] = 1,
         k: Annotated[int, typer.Option(help="Top-k for rank probabilities and overlap.")] = 3,
@@ -88,12 +101,14 @@ def register(app: typer.Typer) -> None:
                                                     "stability analysis (0: skip it).")] = 1000,
         scheduler: Annotated[str | None, typer.Option(help="Dask scheduler address for the "
                                                            "bootstrap blocks.")] = None,
+        force: ForceOpt = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
     ) -> None:
         """Clinical Reliability Score: axes, reference-anchored scores with paired-seed
         bootstrap CIs, rank probabilities, pairwise differences, leading tier and ranking
         stability, written as tidy CSVs into OUT."""
         names = run_crs(runs, reference, out, bootstrap=bootstrap, seed=seed, k=k,
-                        conf_level=conf_level, n_weights=n_weights, scheduler=scheduler, quiet=quiet)
+                        conf_level=conf_level, n_weights=n_weights, scheduler=scheduler, quiet=quiet,
+                        force=force)
         if not quiet:
             typer.echo(f"wrote {', '.join(names)} to {out}")

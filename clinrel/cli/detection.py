@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ._common import InputError, guarded, progress, write_table
+from ._common import ForceOpt, InputError, check_out_files, check_seed, guarded, progress, write_table
 
 CRITERIA = ("youden", "target_specificity")
 
@@ -35,12 +35,16 @@ def _by(values: list[str] | None) -> list:
     return [tuple(v.split(":")) if ":" in v else v for v in (values or [])]
 
 
-def _run(label, cases, out, threshold, criterion, target_specificity, quiet, compute) -> None:
-    """Read, call, compute (bad options become exit 2), write atomically, report."""
+def _run(label, cases, out, threshold, criterion, target_specificity, quiet, compute,
+         force=False) -> None:
+    """Read, check --out, call, compute (bad options become exit 2), write atomically,
+    report."""
     import stats
 
     with progress(label, total=2, quiet=quiet) as advance:
-        df = _called(stats.read_cases(cases), threshold, criterion, target_specificity)
+        raw = stats.read_cases(cases)
+        check_out_files([("--out", out)], force=force, inputs=[cases])
+        df = _called(raw, threshold, criterion, target_specificity)
         advance()
         try:
             table = compute(df)
@@ -49,7 +53,7 @@ def _run(label, cases, out, threshold, criterion, target_specificity, quiet, com
                 raise
             raise InputError(str(exc)) from exc
         advance()
-    write_table(table, out)
+    write_table(table, out, force=force, inputs=[cases])
     if not quiet:
         typer.echo(f"{len(table)} rows written to {out}")
 
@@ -85,27 +89,32 @@ def register(app: typer.Typer) -> None:
         conf_level: Annotated[float, typer.Option()] = 0.95,
         small_n: Annotated[int, typer.Option(help="Flag cells whose denominator is below this.")] = 10,
         scheduler: Annotated[Optional[str], typer.Option(help="Dask scheduler address.")] = None,
+        force: ForceOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
         """Sensitivity, specificity, PPV, NPV, accuracy, F1 and AUC per model x subgroup."""
         import stats
 
+        check_seed(seed)
         _run("subgroup metrics", cases, out, threshold, criterion, target_specificity, quiet,
              lambda df: stats.subgroup_metrics(df, by=_by(by), ci=ci, conf_level=conf_level,
                                                bootstrap=bootstrap or None, seed=seed,
                                                boot_method=boot_interval, auc_scale=auc_ci,
-                                               small_n=small_n, scheduler=scheduler))
+                                               small_n=small_n, scheduler=scheduler),
+             force=force)
 
     @app.command()
     @guarded
     def compare(
         cases: CasesArg, out: OutOpt, by: ByOpt = None, threshold: ThresholdOpt = None,
         criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
-        conf_level: Annotated[float, typer.Option()] = 0.95, quiet: QuietOpt = False,
+        conf_level: Annotated[float, typer.Option()] = 0.95, force: ForceOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Every pair of models: sensitivity/specificity differences (Newcombe, exact
         McNemar) and AUC differences (paired DeLong), Holm and BH adjusted."""
         import stats
 
         _run("model comparisons", cases, out, threshold, criterion, target_specificity, quiet,
-             lambda df: stats.compare_models(df, by=_by(by), conf_level=conf_level))
+             lambda df: stats.compare_models(df, by=_by(by), conf_level=conf_level),
+             force=force)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import InputError, guarded, progress, write_table
+from ._common import ForceOpt, InputError, check_out_files, guarded, progress, write_table
 
 
 def register(app: typer.Typer) -> None:
@@ -21,27 +21,31 @@ def register(app: typer.Typer) -> None:
         reviewed: Annotated[Path | None, typer.Option(help="A filled-in review CSV to merge back.")] = None,
         llm_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint URL (optional extractor).")] = None,
         llm_model: Annotated[str, typer.Option(help="Model name sent to the endpoint.")] = "local",
+        force: ForceOpt = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
     ) -> None:
         """Write the evidence table, the extractor agreement table and the review CSV."""
-        import pandas as pd
-
         from inference_runner.metadata.compare import agreement, disagreements, merge_reviewed
-        from inference_runner.metadata.extract import extract_paths
+        from inference_runner.metadata.extract import check_paths, extract_paths
+        from inference_runner.metadata.text import read_text_csv
 
+        inputs = [*check_paths(paths), reviewed]
+        check_out_files([("--out", out)], force=force, inputs=inputs)  # a file, so it has a stem
+        stem = out.with_suffix("")
+        review = review or Path(f"{stem}_review.csv")
+        outs = [("--out", out), ("--out (agreement table)", Path(f"{stem}_agreement.csv")),
+                ("--review", review)]
+        check_out_files(outs, force=force, inputs=inputs)
         with progress("extracting", None, quiet=quiet) as advance:
             table, info = extract_paths(paths, llm_url=llm_url, llm_model=llm_model, advance=advance)
         if reviewed is not None:
             if not reviewed.is_file():
                 raise InputError(f"--reviewed {reviewed}: file not found; give the filled-in review CSV")
-            table = merge_reviewed(table, pd.read_csv(reviewed, dtype=str, keep_default_na=False),
+            table = merge_reviewed(table, read_text_csv(reviewed, dtype=str, keep_default_na=False),
                                    source=str(reviewed))
-        stem = out.with_suffix("")
-        review = review or Path(f"{stem}_review.csv")
         agree = agreement(table)
-        write_table(table, out)
-        write_table(agree, Path(f"{stem}_agreement.csv"))
-        write_table(disagreements(table), review)
+        for (option, path), df in zip(outs, (table, agree, disagreements(table))):
+            write_table(df, path, force=force, inputs=inputs, option=option)
         if not quiet:
             typer.echo(f"{len(table)} evidence rows -> {out}; agreement -> {stem}_agreement.csv; "
                        f"review -> {review}" + (f"; {info['llm_rejected']} LLM answers rejected"

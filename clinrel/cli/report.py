@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ._common import InputError, guarded
+from ._common import ForceOpt, InputError, guarded
 
 
 def demo_plan_path() -> Path:
@@ -20,7 +20,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @guarded
     def report(
-        out: Annotated[Path, typer.Option(help="Output folder (replaced atomically).")],
+        out: Annotated[Path, typer.Option(help="Output folder: new, empty, or an earlier "
+                                               "clinrel report (with --force).")],
         plan: Annotated[Optional[Path], typer.Option(help="The analysis plan (plan.yaml).")] = None,
         demo: Annotated[bool, typer.Option("--demo", help="Render the embedded demo study.")] = False,
         scheduler: Annotated[Optional[str], typer.Option(
@@ -29,6 +30,7 @@ def register(app: typer.Typer) -> None:
         strict: Annotated[bool, typer.Option(
             "--strict", help="Fail (exit 1, nothing written) when a section raises an "
                              "unexpected error, instead of leaving it out and naming it.")] = False,
+        force: ForceOpt = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress or summary output.")] = False,
     ) -> None:
         """Render the reliability appendix of the study described by PLAN into OUT.
@@ -55,7 +57,7 @@ def register(app: typer.Typer) -> None:
 
                 target = dataclasses.replace(load_plan(target), scheduler=scheduler)
             try:
-                result = render_report(target, out, quiet=quiet, strict=strict)
+                result = render_report(target, out, quiet=quiet, strict=strict, force=force)
             except SectionFailed as exc:
                 typer.echo(f"error: {exc}", err=True)
                 raise typer.Exit(1) from None

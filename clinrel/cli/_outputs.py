@@ -1,0 +1,442 @@
+"""Where clinrel writes: it never destroys a file it did not write.
+
+**Folder outputs** (``report``, ``demo``, ``crs``; ``reports.render.render_report``).
+Every folder clinrel writes carries ``manifest.json`` with ``"generator": "clinrel"`` and
+``"files"``: the sha256 of every other file it wrote (relative paths). An existing
+``--out`` folder is
+
+- used when it is empty;
+- replaced, with ``--force`` only, when it is an earlier clinrel output: its manifest says
+  so and it holds exactly the files listed there, unchanged (a report folder written
+  before manifests listed files counts when it holds only the files of its manifest's
+  layout);
+- refused (exit 2, even with ``--force``) otherwise: a folder holding any file clinrel did
+  not write or that changed since, the current folder or one above it, and a folder
+  holding an input (the plan, a table, the reference) at any depth.
+
+**File outputs** (``--out FILE.csv|.parquet`` and the other ``--*-out`` files). Never an
+input file (the same path, a link to it or a hard link); an existing file is replaced
+only with ``--force``; an existing folder, a path below a file or an unwritable folder is
+refused with the fix.
+
+**Nothing half-written survives.** Work happens in a temporary sibling
+(``.NAME.tmp-PID-*``; a folder also holds a ``.clinrel-partial`` marker naming its
+process and host) moved into place only when complete; the old output is parked as
+``.NAME.old-PID`` for the instant of the swap. An error or SIGTERM removes the temporary
+at once. After a SIGKILL, the next clinrel run that writes into the same folder removes
+the leftovers whose process is dead (folders only with their marker, written on this
+host; a parked ``.old-PID`` folder, which is a complete earlier output, is moved back to
+its name when nothing took its place), and the next report removes dead runs'
+``clinrel-build-PID-*`` folders from the temporary directory. Nothing else is touched.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+GENERATOR = "clinrel"
+PARTIAL = ".clinrel-partial"
+TABLE_SUFFIXES = (".csv", ".parquet")
+
+_FIX_DIR = "give --out NEW_FOLDER (a folder that does not exist yet, or an empty one)"
+MSG_DIR_FOREIGN = ("{option} {out}: this folder holds {n} file(s) clinrel did not write "
+                   "({names}); clinrel replaces only a folder it wrote itself, and --force "
+                   "does not change that; " + _FIX_DIR)
+MSG_DIR_CHANGED = ("{option} {out}: {names} changed since clinrel wrote this folder; it "
+                   "will not replace edited files, even with --force; copy what you need "
+                   "and remove the folder yourself, or " + _FIX_DIR)
+MSG_DIR_NEEDS_FORCE = ("{option} {out}: holds an earlier clinrel output; add --force to "
+                       "replace it, or " + _FIX_DIR)
+MSG_DIR_WORKDIR = ("{option} {out}: is the current folder or a folder above it; clinrel "
+                   "will not replace it; " + _FIX_DIR)
+MSG_DIR_HOLDS_INPUT = ("{option} {out}: holds the input {input}; writing there would "
+                       "delete it; " + _FIX_DIR)
+MSG_DIR_IS_FILE = "{option} {out}: is a file, not a folder; " + _FIX_DIR
+MSG_DIR_LINK = "{option} {out}: is a symbolic link; give the real folder, or " + _FIX_DIR
+MSG_FILE_IS_INPUT = ("{option} {out}: is the input {input}; clinrel never writes over an "
+                     "input; give another file name")
+MSG_FILE_IS_DIR = ("{option} {out}: is a folder, but this output is a file; give a file "
+                   "path such as {example}")
+MSG_FILE_EXISTS = ("{option} {out}: the file exists; add --force to replace it, or give "
+                   "another file name")
+MSG_FILE_SUFFIX = ("{option} {out}: unknown file type '{suffix}'; give a .csv or .parquet "
+                   "path")
+MSG_SAME_OUTPUT = ("{option} {out}: the same file as {other}; give each output its own "
+                   "file name")
+MSG_UNWRITABLE = ("{option} {out}: cannot write there ({reason}); give {option} in a folder "
+                  "you can write to")
+
+
+class OutputError(ValueError):
+    """An output location that clinrel refuses; the message names it and the fix."""
+
+
+def _refuse(template: str, *, out, **kw) -> None:
+    raise OutputError(template.format(out=_shown(out), **kw))
+
+
+def _shown(out) -> str:
+    """The path as the user gave it, with its absolute form when that differs."""
+    given = Path(out)
+    full = given.absolute()
+    return str(given) if given.is_absolute() else f"{given} ({full})"
+
+
+def _names(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+# --------------------------------------------------------------------------- ownership
+
+def _files(folder: Path) -> list[str]:
+    """Every entry below ``folder`` that is not a directory (links included, never
+    followed), as sorted relative POSIX paths."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        base = Path(root)
+        found += [(base / d).relative_to(folder).as_posix() for d in dirs
+                  if (base / d).is_symlink()]
+        found += [(base / f).relative_to(folder).as_posix() for f in files]
+    return sorted(found)
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _marker(folder: Path) -> dict | None:
+    path = folder / MANIFEST
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        man = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return man if isinstance(man, dict) else None
+
+
+def _legacy_report_files(man: dict) -> set[str] | None:
+    """The files of a report written before manifests listed them (``clinrel_report``)."""
+    if man.get("clinrel_report") != 1 or "generator" in man:
+        return None
+    names = {"appendix.qmd", "appendix.html", "appendix.pdf", "_quarto.yml"}
+    for t in man.get("tables") or []:
+        names.add(str(t.get("csv")))
+    for f in man.get("figures") or []:
+        names.update(str(f.get(k)) for k in ("png", "svg", "csv"))
+    return names
+
+
+def classify(folder: Path) -> tuple[str, list[str]]:
+    """``("empty" | "clinrel" | "foreign" | "changed", offending names)`` for a folder."""
+    found = [f for f in _files(folder) if f != MANIFEST]
+    man = _marker(folder)
+    if not found and man is None:
+        return ("foreign", [MANIFEST]) if (folder / MANIFEST).exists() else ("empty", [])
+    if man is None:
+        return "foreign", found
+    listed = man.get("files") if man.get("generator") == GENERATOR else None
+    if not isinstance(listed, dict):
+        legacy = _legacy_report_files(man)
+        if legacy is None:
+            return "foreign", found + [MANIFEST]
+        foreign = [f for f in found if f not in legacy]
+        return ("foreign", foreign) if foreign else ("clinrel", [])
+    foreign = [f for f in found if f not in listed]
+    if foreign:
+        return "foreign", foreign
+    changed = [f for f in found if (folder / f).is_symlink() or _sha256(folder / f) != listed[f]]
+    return ("changed", changed) if changed else ("clinrel", [])
+
+
+def stamp(folder: Path, command: str) -> None:
+    """Mark ``folder`` as clinrel's: ``manifest.json`` gets ``generator`` and the sha256 of
+    every other file (an existing manifest, a report's, is extended)."""
+    (folder / PARTIAL).unlink(missing_ok=True)
+    man = _marker(folder) or {
+        "command": f"clinrel {command}",
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    man["generator"] = GENERATOR
+    man["files"] = {f: _sha256(folder / f) for f in _files(folder) if f != MANIFEST}
+    (folder / MANIFEST).write_text(json.dumps(man, indent=2, default=str) + "\n",
+                                   encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- checks
+
+def _writable(out: Path, option: str) -> None:
+    """Refuse ``out`` when its nearest existing ancestor is a file or not writable."""
+    probe = out.absolute().parent
+    while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        _refuse(MSG_UNWRITABLE, option=option, out=out, reason=f"{probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        _refuse(MSG_UNWRITABLE, option=option, out=out, reason=f"no permission to write in {probe}")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_out_dir(out, *, force: bool = False, inputs: Iterable = (),
+                  option: str = "--out") -> Path:
+    """Refuse (:class:`OutputError`) a folder output clinrel may not write; see the module
+    docstring for the rules. Returns the absolute path."""
+    given = Path(out)
+    out = given.absolute()
+    real = out.resolve()
+    if out.is_symlink():
+        _refuse(MSG_DIR_LINK, option=option, out=given)
+    cwd = Path.cwd().resolve()
+    if real.parent == real or _inside(cwd, real):
+        _refuse(MSG_DIR_WORKDIR, option=option, out=given)
+    for inp in inputs:
+        if inp is not None and _inside(Path(inp).resolve(), real):
+            _refuse(MSG_DIR_HOLDS_INPUT, option=option, out=given, input=inp)
+    if out.exists():
+        if not out.is_dir():
+            _refuse(MSG_DIR_IS_FILE, option=option, out=given)
+        kind, names = classify(out)
+        if kind == "foreign":
+            _refuse(MSG_DIR_FOREIGN, option=option, out=given, n=len(names), names=_names(names))
+        if kind == "changed":
+            _refuse(MSG_DIR_CHANGED, option=option, out=given, names=_names(names))
+        if kind == "clinrel" and not force:
+            _refuse(MSG_DIR_NEEDS_FORCE, option=option, out=given)
+    _writable(given, option)
+    return out
+
+
+def check_out_file(out, *, force: bool = False, inputs: Iterable = (), option: str = "--out",
+                   suffixes: tuple[str, ...] | None = TABLE_SUFFIXES) -> Path:
+    """Refuse (:class:`OutputError`) a file output clinrel may not write: an unknown
+    suffix, an input, a folder, an existing file without ``force``, an unwritable place."""
+    out = Path(out)
+    if out.is_dir():
+        example = out / ("result" + (suffixes[0] if suffixes else ".csv"))
+        _refuse(MSG_FILE_IS_DIR, option=option, out=out, example=example)
+    suffix = out.suffix.lower()
+    if suffixes is not None and suffix not in suffixes:
+        _refuse(MSG_FILE_SUFFIX, option=option, out=out, suffix=suffix)
+    real = out.resolve()
+    for inp in inputs:
+        if inp is None:
+            continue
+        p = Path(inp)
+        same = p.resolve() == real
+        with contextlib.suppress(OSError):
+            same = same or (out.exists() and p.exists() and os.path.samefile(p, out))
+        if same:
+            _refuse(MSG_FILE_IS_INPUT, option=option, out=out, input=inp)
+    if (out.exists() or out.is_symlink()) and not force:
+        _refuse(MSG_FILE_EXISTS, option=option, out=out)
+    _writable(out, option)
+    return out
+
+
+def check_out_files(outs: Iterable[tuple[str, object]], *, force: bool = False,
+                    inputs: Iterable = (), suffixes: tuple[str, ...] | None = None) -> None:
+    """:func:`check_out_file` for every ``(option, path)`` (``None`` paths skipped), and no
+    two outputs on the same file. Commands call it before their work, without the suffix
+    check (``write_table`` makes it), so that a bad input is reported first."""
+    inputs = list(inputs)
+    seen: dict[Path, str] = {}
+    for option, path in outs:
+        if path is None:
+            continue
+        check_out_file(path, force=force, inputs=inputs, option=option, suffixes=suffixes)
+        key = Path(path).resolve()
+        if key in seen:
+            _refuse(MSG_SAME_OUTPUT, option=option, out=path, other=seen[key])
+        seen[key] = f"{option} {path}"
+
+
+# --------------------------------------------------------------------------- leftovers
+
+_TMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[^/]+$")
+_OLD = re.compile(r"^\.(?P<name>.+)\.old-(?P<pid>\d+)$")
+_BUILD = re.compile(r"^clinrel-build-(?P<pid>\d+)-[^/]+$")
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError, ValueError):
+        return True  # not ours to judge (another user's process, or not a pid)
+    return True
+
+
+def _partial_of_dead_run(folder: Path, pid: int) -> bool:
+    """A temporary folder of a clinrel run on this host whose process is gone."""
+    try:
+        info = json.loads((folder / PARTIAL).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(info, dict) and info.get("pid") == pid
+            and info.get("host") == socket.gethostname() and not _alive(pid))
+
+
+def clean_stale(parent: Path) -> list[Path]:
+    """Remove (or restore) the leftovers of killed clinrel runs in ``parent``; return them.
+
+    ``.NAME.tmp-PID-*`` folders with a ``.clinrel-partial`` marker of this host and files of
+    that name, when process PID is gone; ``.NAME.old-PID`` folders that are complete clinrel
+    outputs of a dead process (moved back to NAME when NAME is missing). Nothing else.
+    """
+    handled = []
+    try:
+        entries = list(Path(parent).iterdir())
+    except OSError:
+        return handled
+    for p in entries:
+        with contextlib.suppress(OSError):
+            if (m := _TMP.match(p.name)) is not None:
+                pid = int(m["pid"])
+                if p.is_dir() and not p.is_symlink():
+                    if _partial_of_dead_run(p, pid):
+                        shutil.rmtree(p)
+                        handled.append(p)
+                elif p.is_file() and not p.is_symlink() and not _alive(pid):
+                    p.unlink()
+                    handled.append(p)
+            elif (m := _OLD.match(p.name)) is not None and p.is_dir() and not p.is_symlink():
+                if not _alive(int(m["pid"])) and classify(p)[0] == "clinrel":
+                    target = p.parent / m["name"]
+                    if target.exists() or target.is_symlink():
+                        shutil.rmtree(p)
+                    else:
+                        p.rename(target)
+                    handled.append(p)
+    return handled
+
+
+def _temp_dir(parent: Path, prefix: str) -> Path:
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
+    (tmp / PARTIAL).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}),
+                               encoding="utf-8")
+    return tmp
+
+
+@contextlib.contextmanager
+def build_dir() -> Iterator[Path]:
+    """A scratch folder ``clinrel-build-PID-*`` in the temporary directory, removed on exit;
+    dead runs' build folders are removed first."""
+    base = Path(tempfile.gettempdir())
+    for p in base.glob("clinrel-build-*"):
+        m = _BUILD.match(p.name)
+        if m and p.is_dir() and not p.is_symlink() and _partial_of_dead_run(p, int(m["pid"])):
+            shutil.rmtree(p, ignore_errors=True)
+    tmp = _temp_dir(base, "clinrel-build-")
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- writers
+
+@contextlib.contextmanager
+def _unwritable_as_output_error(out: Path, option: str) -> Iterator[None]:
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as exc:
+        raise OutputError(MSG_UNWRITABLE.format(option=option, out=_shown(out),
+                                                reason=exc.strerror or type(exc).__name__)) from None
+
+
+def _swap(tmp: Path, out: Path) -> None:
+    """Move the finished ``tmp`` to ``out``; an existing ``out`` is parked as
+    ``.NAME.old-PID`` for the instant of the swap, then removed."""
+    if not out.exists():
+        tmp.rename(out)
+        return
+    backup = out.parent / f".{out.name}.old-{os.getpid()}"
+    out.rename(backup)
+    try:
+        tmp.rename(out)
+    except BaseException:
+        backup.rename(out)
+        raise
+    shutil.rmtree(backup, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(out, *, force: bool = False, inputs: Iterable = (), option: str = "--out",
+               command: str = "output") -> Iterator[Path]:
+    """Yield a temporary folder next to ``out``; on success it is marked as clinrel's
+    (:func:`stamp`) and replaces ``out``.
+
+    ``out`` is checked first (:func:`check_out_dir`) and again just before the swap. On any
+    exception the temporary folder is removed and ``out`` is left as it was. The yielded
+    path is absolute, so tools that change directory still write inside it.
+    """
+    given, out = out, Path(out).absolute()
+    inputs = list(inputs)
+    clean_stale(out.parent)
+    check_out_dir(given, force=force, inputs=inputs, option=option)
+    with _unwritable_as_output_error(out, option):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temp_dir(out.parent, f".{out.name}.tmp-")
+    try:
+        yield tmp
+        stamp(tmp, command)
+        check_out_dir(given, force=force, inputs=inputs, option=option)
+        with _unwritable_as_output_error(out, option):
+            _swap(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_file(out, *, option: str = "--out") -> Iterator[Path]:
+    """Yield a temporary path next to ``out``; on success it is renamed to ``out``.
+    (Check ``out`` first with :func:`check_out_file`.)"""
+    out = Path(out).absolute()
+    clean_stale(out.parent)
+    with _unwritable_as_output_error(out, option):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{out.name}.tmp-{os.getpid()}-",
+                                    suffix=out.suffix, dir=out.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        with _unwritable_as_output_error(out, option):
+            os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_table(df, out, *, force: bool = False, inputs: Iterable = (),
+                option: str = "--out") -> None:
+    """Write ``df`` atomically as CSV (formula-safe) or parquet, chosen by the suffix of
+    ``out``, after :func:`check_out_file`."""
+    from clinrel._csvsafe import write_csv
+
+    out = check_out_file(out, force=force, inputs=inputs, option=option)
+    with atomic_file(out, option=option) as tmp:
+        if out.suffix.lower() == ".csv":
+            write_csv(df, tmp)
+        else:
+            df.to_parquet(tmp, index=False)
