@@ -11,6 +11,26 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from stats.schema import ContractError
+
+#: seconds to wait for a scheduler given by address before refusing it
+CONNECT_TIMEOUT_S = 10
+MSG_SCHEDULER = ("scheduler {address!r}: cannot connect ({detail}); start the Dask scheduler "
+                 "(dask scheduler) and check the address, e.g. tcp://10.0.0.5:8786, or leave "
+                 "the scheduler out to run here")
+
+
+def connect(address: str):
+    """A ``dask.distributed.Client`` for ``address``, or :class:`ContractError` naming it
+    when nothing answers within ``CONNECT_TIMEOUT_S`` (or the address is malformed)."""
+    from distributed import Client
+
+    try:
+        return Client(address, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, ValueError, TypeError) as exc:
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise ContractError(MSG_SCHEDULER.format(address=address, detail=detail)) from None
+
 
 def map_blocks(fn: Callable, items: Sequence[tuple], *, shared: tuple = (), scheduler: Any = None) -> list:
     """``[fn(*shared, *item) for item in items]``, locally or on a Dask cluster.
@@ -22,7 +42,7 @@ def map_blocks(fn: Callable, items: Sequence[tuple], *, shared: tuple = (), sche
         return [fn(*shared, *item) for item in items]
     from distributed import Client
 
-    client = scheduler if isinstance(scheduler, Client) else Client(scheduler)
+    client = scheduler if isinstance(scheduler, Client) else connect(scheduler)
     try:
         remote = client.scatter(list(shared), broadcast=True) if shared else []
         futures = [client.submit(fn, *remote, *item, pure=False) for item in items]

@@ -36,6 +36,7 @@ from stats._rng import spawn
 from stats.detection import (GROUP_COLS, METRICS, PROPORTIONS, CaseMatrix, case_matrix,
                              metric_fractions, ratio)
 from stats.intervals import proportion_ci
+from stats.limits import check, cluster_bootstrap_work
 from stats.schema import ContractError, tidy
 
 CIMethod = Literal["percentile", "bca", "wilson"]
@@ -174,6 +175,7 @@ def replicate_counts(bc: BootCounts, n_boot: int, *, seed=None, scheduler=None) 
     """
     if not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
         raise ValueError(MSG_NBOOT.format(n=n_boot))
+    check(cluster_bootstrap_work(n_boot, bc.n_clusters, bc.G, bc.M))  # before any block
     size = bc.block_size(n_boot)
     sizes = [size] * (n_boot // size) + ([n_boot % size] if n_boot % size else [])
     gens = spawn(seed, len(sizes))

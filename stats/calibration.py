@@ -36,6 +36,7 @@ from scipy import optimize, special
 
 from ._quantile import percentile_interval
 from ._rng import as_generator
+from .limits import check, ece_bootstrap_work
 from .schema import ContractError, tidy
 
 __all__ = ["ece", "mce", "brier", "nll", "reliability_table", "ece_ci", "temperature_scale",
@@ -240,6 +241,7 @@ def ece_ci(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform", n_b
     _edges(conf, n_bins, strategy)  # validates n_bins and strategy
     if int(n_boot) < 2:
         raise ValueError(f"n_boot must be >= 2; got {n_boot}")
+    check(ece_bootstrap_work(n_boot, len(conf), n_bins, strategy))  # before any block
     rng = as_generator(seed)
     n = len(conf)
     per_elem = n * (n_bins if strategy == "quantile" else 1)

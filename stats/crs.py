@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .limits import read_yaml
 from .schema import ContractError, read_runs, tidy
 
 __all__ = ["AXES", "SCORE_ESTIMANDS", "Reference", "read_reference", "crs_axes",
@@ -63,7 +64,6 @@ OVERALL = "overall"
 TIE_TOL = 1e-12
 
 MSG_REF_FILE = "{source}: reference file not found; check the path"
-MSG_REF_YAML = "{source}: not valid YAML ({detail}); fix the syntax"
 MSG_REF_MAPPING = ("{source}: a reference must be a mapping with keys panel, anchors, weights, "
                    "version; got {kind}")
 MSG_REF_KEYS = "{source}: unknown reference key(s) {keys}; allowed keys are {allowed}"
@@ -137,17 +137,11 @@ def _ref_fail(template: str, **kw) -> None:
 
 def _load_reference_mapping(path_or_dict, source):
     if isinstance(path_or_dict, (str, os.PathLike)):
-        import yaml
-
         path = Path(path_or_dict)
         source = str(path)
         if not path.is_file():
             _ref_fail(MSG_REF_FILE, source=source)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            _ref_fail(MSG_REF_YAML, source=source, detail=str(exc).splitlines()[0][:160])
-        return data, source
+        return read_yaml(path, kind="reference"), source  # UTF-8, no aliases, size cap
     return path_or_dict, source
 
 

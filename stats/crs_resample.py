@@ -43,6 +43,7 @@ from ._rng import spawn
 from ._threads import one_blas_thread
 from .crs import (AXES, SCORE_ESTIMANDS, _dataset_axes, _mean_over_datasets, composite,
                   crs_from_axes, normalize, prepare_runs, read_reference)
+from .limits import check, crs_bootstrap_work
 from .schema import tidy
 
 __all__ = ["crs_bootstrap", "CRSBootstrap", "BLOCK_SIZE"]
@@ -532,6 +533,7 @@ def crs_bootstrap(runs, reference, *, n_boot: int = 10_000, seed=None, conf_leve
         anchors = (p.drop_duplicates("estimand").set_index("estimand")
                    .loc[list(AXES), ["anchor_low", "anchor_high"]].to_numpy(dtype=float))
         denses.append(_pack(part, regime, encoders, ref.panel, anchors, w))
+    check(crs_bootstrap_work(n_boot, denses))  # before any block
     sizes = [min(BLOCK_SIZE, n_boot - s) for s in range(0, n_boot, BLOCK_SIZE)]
     results = _map_blocks(denses, spawn(seed, len(sizes)), sizes, scheduler)
     replicates, draws, seeds, encoders = {}, {}, {}, {}

@@ -25,7 +25,7 @@ from scipy import sparse
 
 from stats.intervals import proportion_ci
 from stats.ranking import kendall_tau_b  # the one tau-b (rows of X against r, vectorized)
-from stats.schema import ContractError, tidy
+from stats.schema import INVISIBLE_HINT, ContractError, invisible, show_id, tidy
 
 GROUP_COLS = ("model", "group_var", "group_level")
 OVERALL = "overall"
@@ -45,8 +45,10 @@ MSG_NO_VALIDATION = ("cases: choosing the threshold needs rows with split == 'va
                      "holding both labels for every model; {details}; give a prespecified "
                      "threshold or add a validation split")
 MSG_CRITERION = "criterion must be 'youden' or 'target_specificity'; got {criterion!r}"
-MSG_TARGET = ("target_specificity must lie in (0, 1] when criterion='target_specificity'; "
-              "got {target!r}")
+MSG_TARGET = ("target_specificity must lie strictly between 0 and 1 when "
+              "criterion='target_specificity'; got {target!r}; write a proportion, e.g. 0.9")
+MSG_THRESHOLD = ("threshold must be a finite number; got {value} for model(s) {models}; give "
+                 "the prespecified number of predicted voxels (or score), e.g. 50")
 MSG_THRESHOLD_MODELS = "threshold: no value for model(s) {models}; give one per model or a number"
 
 
@@ -141,8 +143,10 @@ def case_matrix(cases: pd.DataFrame, by=None, *, need_pred: bool = True) -> Case
     np.add.at(seen, (case_codes, model_codes), 1)
     if (seen != 1).any():
         bad = np.argwhere(seen != 1)[:5]
-        details = "; ".join(f"model '{models[m]}' has {seen[c, m]} row(s) for case_id "
-                            f"'{case_ids[c]}'" for c, m in bad)
+        details = "; ".join(f"model {show_id(models[m], quote=True)} has {seen[c, m]} row(s) "
+                            f"for case_id {show_id(case_ids[c], quote=True)}" for c, m in bad)
+        if invisible(case_ids[c] for c, _ in bad):
+            details += " " + INVISIBLE_HINT
         raise ContractError(MSG_UNPAIRED.format(details=details))
     score = np.empty((n, M))
     score[case_codes, model_codes] = cases["score"].to_numpy("float64")
@@ -257,9 +261,9 @@ def scan_level(cases: pd.DataFrame, *, threshold: float | Mapping[str, float] | 
             lacking = [m for m in models if m not in threshold]
             if lacking:
                 raise ContractError(MSG_THRESHOLD_MODELS.format(models=", ".join(map(str, lacking))))
-            values = {m: float(threshold[m]) for m in models}
+            values = {m: _finite_threshold(threshold[m], m) for m in models}
         else:
-            values = {m: float(threshold) for m in models}
+            values = {m: _finite_threshold(threshold, "all") for m in models}
         source, info = "prespecified", {}
     else:
         values, info = _select_thresholds(df, models, criterion, target_specificity)
@@ -273,11 +277,24 @@ def scan_level(cases: pd.DataFrame, *, threshold: float | Mapping[str, float] | 
     return df
 
 
+def _finite_threshold(value, model) -> float:
+    """A prespecified threshold as float; NaN, infinities and non-numbers are refused (a NaN
+    threshold would call every case negative)."""
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        t = np.nan
+    if isinstance(value, bool) or not np.isfinite(t):
+        shown = repr(value) if isinstance(value, str) else value
+        raise ContractError(MSG_THRESHOLD.format(value=shown, models=model))
+    return t
+
+
 def _select_thresholds(df, models, criterion, target):
     if criterion not in ("youden", "target_specificity"):
-        raise ValueError(MSG_CRITERION.format(criterion=criterion))
-    if criterion == "target_specificity" and (target is None or not 0 < target <= 1):
-        raise ValueError(MSG_TARGET.format(target=target))
+        raise ContractError(MSG_CRITERION.format(criterion=criterion))
+    if criterion == "target_specificity" and not _in_open_unit(target):
+        raise ContractError(MSG_TARGET.format(target=target))
     for col in ("split", "label"):
         if col not in df.columns:
             raise ContractError(MSG_NO_VALIDATION.format(details=f"column '{col}' is missing"))
@@ -318,6 +335,13 @@ def _select_thresholds(df, models, criterion, target):
         values = {m: float(v) for m, v in zip(models, tmin)}
     return values, {"criterion": criterion, "target_specificity": target,
                     "n_validation": int(len(val) // max(len(models), 1))}
+
+
+def _in_open_unit(value) -> bool:
+    try:
+        return not isinstance(value, bool) and 0 < float(value) < 1
+    except (TypeError, ValueError):
+        return False
 
 
 # --------------------------------------------------------------------------- counts

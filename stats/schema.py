@@ -77,6 +77,15 @@ MSG_DUP_COLUMNS = ("{source}: column name(s) {columns} appear more than once; "
                    "rename or drop the copies so each column name is unique")
 MSG_EMPTY_ID = ("{source}: column '{column}' has empty identifiers; rows {rows}; "
                 "every row needs an identifier")
+MSG_SPLIT_MODELS = ("{source}: column 'split' must be the same for every model of a case; "
+                    "case_id {ids} have different splits in different models' rows (rows {rows} "
+                    "have {values}); give each case one split (validation or test) in every "
+                    "model's row")
+MSG_WHOLE = ("{source}: column '{column}' must hold whole numbers of at most 2**53 in magnitude; "
+             "rows {rows} have {values}; recode them")
+INVISIBLE_HINT = ("(ids written as code points, e.g. '\\ufeff' a byte-order mark, '\\u200b' a "
+                 "zero-width space, 'e\\u0301' an accent stored apart, differ from look-alike "
+                 "ids; remove invisible characters and store text as Unicode NFC)")
 
 # --------------------------------------------------------------------------- contracts
 
@@ -93,6 +102,12 @@ RUNS_KEY = ("encoder", "dataset", "label_fraction", "condition", "severity", "se
 RUNS_NUMERIC = ("label_fraction", "severity", "seed", "auroc", "ece", "brier", "nll",
                 "ece_after_ts")
 REGIMES = ("frozen", "adapted")
+
+PROBE_REQUIRED = ("encoder", "dataset", "label_fraction", "condition", "severity", "seed",
+                  "case_id", "label", "prob")
+PROBE_SPLITS = ("validation", "calibration", "test")
+#: whole-number columns are stored as float64 while validated; beyond 2**53 they are inexact
+MAX_WHOLE = 2 ** 53
 
 # --------------------------------------------------------------------------- tidy contract
 
@@ -194,6 +209,31 @@ def _values_text(values: Iterable, limit: int = 5) -> str:
     return ", ".join(vals)
 
 
+def show_id(value, *, quote: bool = False) -> str:
+    """An identifier as shown in a message: as written (in quotes with ``quote``) when it is
+    plain printable ASCII, else in Python's ``ascii()`` form, so that ids that differ only
+    invisibly (a BOM, a zero-width space, NFC vs NFD accents) show their code points:
+    ``'\\ufeffP001'``."""
+    text = str(value)
+    if text.isascii() and text.isprintable():
+        return f"'{text}'" if quote else text
+    return ascii(text)
+
+
+def ids_text(ids: Sequence, limit: int = 5, *, hint: bool = True) -> str:
+    """Up to ``limit`` ids for a message (:func:`show_id`) and the count left out; with
+    ``hint``, when some are shown as code points, what that means (``INVISIBLE_HINT``)."""
+    ids = list(ids)
+    text = ", ".join(show_id(i) for i in ids[:limit])
+    text += f" (and {len(ids) - limit} more)" if len(ids) > limit else ""
+    return text + (" " + INVISIBLE_HINT if hint and invisible(ids[:limit]) else "")
+
+
+def invisible(ids: Iterable) -> bool:
+    """Whether any of ``ids`` is shown as code points by :func:`show_id`."""
+    return any(show_id(i) != str(i) for i in ids)
+
+
 def _fail(template: str, *, source: str, column: str | None = None, rows=None, **kw) -> None:
     rows = list(rows) if rows is not None else None
     shown = _rows_text(rows or [])
@@ -229,9 +269,17 @@ def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
         _fail(MSG_ZERO_BYTE, source=source)
     suffix = path.suffix.lower()
     if suffix == ".parquet" or suffix == ".pq":
+        from stats.limits import check_rows, parquet_rows
+
+        try:
+            n_rows = parquet_rows(path)
+        except Exception as exc:  # pyarrow raises several types for a truncated/garbage file
+            _fail(MSG_NOT_TABULAR, source=source, kind="parquet",
+                  detail=str(exc).splitlines()[0][:160])
+        check_rows(n_rows, source=source, how="from the parquet metadata, before loading")
         try:
             df = pd.read_parquet(path)
-        except Exception as exc:  # pyarrow raises several types for a truncated/garbage file
+        except Exception as exc:
             _fail(MSG_NOT_TABULAR, source=source, kind="parquet",
                   detail=str(exc).splitlines()[0][:160])
     elif suffix in (".csv", ".tsv", ".txt"):
@@ -243,6 +291,9 @@ def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
             raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             _fail(MSG_ENCODING, source=source, detail=f"byte {exc.start}")
+        from stats.limits import check_rows
+
+        check_rows(raw.count(b"\n") - 1, source=source, how="counted as lines, before parsing")
         sep = "\t" if suffix == ".tsv" else None
         _check_header(raw, source, "\t" if suffix == ".tsv" else None)
         try:
@@ -368,7 +419,7 @@ def _require_unique(df, key, *, source):
     if len(bad):
         vals = ["/".join(str(df[k].iloc[i]) for k in key) for i in bad[:5]]
         _fail(MSG_DUPLICATE, source=source, column=key[-1], rows=bad,
-              key="(" + ", ".join(key) + ")", values=", ".join(vals))
+              key="(" + ", ".join(key) + ")", values=ids_text(vals))
 
 
 def _require_nonempty(df, *, source, table, unit):
@@ -434,6 +485,7 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
     _require_range(df, "tumor_size_mm", 0, 1000, source=source)
     _require_unique(df, ("model", "case_id"), source=source)
     _check_paired(df, source=source)
+    _check_split_per_case(df, source=source)
     # one label per case: the reference standard cannot depend on the model
     per_case = df.groupby("case_id", sort=False)["label"].nunique()
     conflict = per_case.index[per_case.to_numpy() > 1]
@@ -443,6 +495,18 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
               source=source, column="label", rows=bad, values=_values_text(df["label"].iloc[bad]),
               one="tumour present", zero="absent")
     return df.reset_index(drop=True)
+
+
+def _check_split_per_case(df, *, source):
+    """A case is validation or test for every model (validate and report must agree)."""
+    if "split" not in df.columns:
+        return
+    per_case = df.groupby("case_id", sort=False)["split"].nunique(dropna=False)
+    conflict = per_case.index[per_case.to_numpy() > 1]
+    if len(conflict):
+        bad = np.flatnonzero(df["case_id"].isin(conflict[:5]).to_numpy())
+        _fail(MSG_SPLIT_MODELS, source=source, column="split", rows=bad,
+              ids=ids_text(list(conflict)), values=_values_text(df["split"].iloc[bad]))
 
 
 def _check_paired(df, *, source):
@@ -456,13 +520,14 @@ def _check_paired(df, *, source):
     for m in models:
         missing = sorted(union - sets[m])
         if missing:
-            shown = ", ".join(missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
-            details.append(f"model '{m}' lacks case_id {shown}")
+            details.append(f"model {show_id(m, quote=True)} lacks case_id "
+                           f"{ids_text(missing, hint=False)}")
             if first_bad is None:
                 first_bad = np.flatnonzero(df["case_id"].isin(missing[:5]).to_numpy())
     if details:
+        hint = f" {INVISIBLE_HINT}" if invisible(union - set.intersection(*sets.values())) else ""
         _fail(MSG_UNPAIRED, source=source, column="case_id", rows=first_bad,
-              details="; ".join(details[:5]))
+              details="; ".join(details[:5]) + hint)
 
 
 def read_runs(path_or_df) -> pd.DataFrame:
@@ -487,25 +552,9 @@ def read_runs(path_or_df) -> pd.DataFrame:
     df["condition"] = df["condition"].str.lower()
     for col in RUNS_NUMERIC:
         _require_numeric(df, col, source=source)
-    for col in ("label_fraction", "severity", "seed", "auroc", "ece"):
+    for col in ("auroc", "ece"):
         _require_complete(df, col, source=source)
-    frac = df["label_fraction"].to_numpy()
-    bad = np.flatnonzero((frac <= 0) | (frac > 1))
-    if len(bad):
-        _fail(MSG_FRACTION, source=source, column="label_fraction", rows=bad,
-              values=_values_text(df["label_fraction"].iloc[bad]))
-    sev = df["severity"].to_numpy()
-    bad = np.flatnonzero((sev != np.round(sev)) | (sev < 0))
-    if len(bad):
-        _fail(MSG_SEVERITY, source=source, column="severity", rows=bad,
-              values=_values_text(df["severity"].iloc[bad]))
-    df["severity"] = sev.astype("int64")
-    seed = df["seed"].to_numpy()
-    bad = np.flatnonzero(seed != np.round(seed))
-    if len(bad):
-        _fail(MSG_NOT_NUMERIC.replace("numeric", "a whole number"), source=source, column="seed",
-              rows=bad, values=_values_text(df["seed"].iloc[bad]))
-    df["seed"] = seed.astype("int64")
+    _check_run_keys(df, source=source)
     for col in ("auroc", "ece", "brier", "ece_after_ts"):
         _require_range(df, col, 0, 1, source=source)
     if "regime" in df.columns:
@@ -521,4 +570,65 @@ def read_runs(path_or_df) -> pd.DataFrame:
     if missing:
         shown = ", ".join(missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
         _fail(MSG_NO_CLEAN, source=source, column="condition", pairs=shown)
+    return df.reset_index(drop=True)
+
+
+def _check_run_keys(df, *, source):
+    """The numeric run keys: ``label_fraction`` in (0, 1]; ``severity`` (>= 0) and ``seed``
+    whole numbers, finite and exactly representable (an infinite or 1e300 value would
+    otherwise wrap to -9223372036854775808); both stored as int64."""
+    for col in ("label_fraction", "severity", "seed"):
+        _require_complete(df, col, source=source)
+    frac = df["label_fraction"].to_numpy()
+    bad = np.flatnonzero((frac <= 0) | (frac > 1))
+    if len(bad):
+        _fail(MSG_FRACTION, source=source, column="label_fraction", rows=bad,
+              values=_values_text(df["label_fraction"].iloc[bad]))
+    for col, template, lo in (("severity", MSG_SEVERITY, 0), ("seed", MSG_WHOLE, -MAX_WHOLE)):
+        v = df[col].to_numpy()
+        with np.errstate(invalid="ignore"):
+            bad = np.flatnonzero(~np.isfinite(v) | (v != np.round(v)) | (v < lo) | (v > MAX_WHOLE))
+        if len(bad):
+            _fail(template, source=source, column=col, rows=bad,
+                  values=_values_text(df[col].iloc[bad]))
+        df[col] = v.astype("int64")
+
+
+def read_probe_predictions(path_or_df) -> pd.DataFrame:
+    """Read and validate a **probe_predictions** table (per-case probe probabilities: one
+    row per encoder x run x case).
+
+    Required columns: the run keys ``encoder, dataset, label_fraction, condition,
+    severity, seed`` and ``case_id``, ``label`` (0/1), ``prob`` (a probability in
+    [0, 1]); optional ``regime`` (default ``"frozen"``) and ``split`` (validation,
+    calibration or test). Returns a copy with ``label`` as int64, ``severity`` and
+    ``seed`` as int64, ``condition`` and ``split`` in lower case.
+
+    Raises
+    ------
+    ContractError
+        As :func:`read_runs` for the run keys; ``label`` not 0/1, ``prob`` missing or
+        outside [0, 1], an unknown split, a repeated (run, case_id).
+    """
+    df, source = read_table(path_or_df, table="probe_predictions")
+    _require_columns(df, PROBE_REQUIRED, source=source, table="probe_predictions")
+    _require_nonempty(df, source=source, table="probe_predictions", unit="encoder x run x case")
+    for col in ("encoder", "dataset", "condition", "case_id"):
+        _require_ids(df, col, source=source)
+    df["condition"] = df["condition"].str.lower()
+    for col in ("label_fraction", "severity", "seed", "label", "prob"):
+        _require_numeric(df, col, source=source)
+    _check_run_keys(df, source=source)
+    for col in ("label", "prob"):
+        _require_complete(df, col, source=source)
+    _require_binary(df, "label", source=source, one="positive", zero="negative")
+    _require_range(df, "prob", 0, 1, source=source)
+    probe_split = MSG_SPLIT.replace("'validation' or 'test'", "'validation', 'calibration' or 'test'")
+    _require_in(df, "split", PROBE_SPLITS, probe_split, source=source)
+    if "regime" in df.columns:
+        df["regime"] = df["regime"].fillna("frozen")
+        _require_in(df, "regime", REGIMES, MSG_REGIME, source=source)
+    else:
+        df["regime"] = "frozen"
+    _require_unique(df, ("regime", *RUNS_KEY, "case_id"), source=source)
     return df.reset_index(drop=True)

@@ -1,0 +1,379 @@
+"""Resource caps: work that could exhaust memory or run for days is estimated and refused
+before it starts, above a stated cap the user can raise explicitly.
+
+The caps (this module is their one definition; the README's "Safety" section quotes it):
+
+``max_memory_gb``
+    Estimated peak memory of one step (a bootstrap, the CRS bootstrap, an ECE bootstrap).
+    Default: ``DEFAULT_MEMORY_FRACTION`` (80%) of this machine's physical memory, or
+    ``FALLBACK_MEMORY_GB`` where that is unknown.
+``max_rows``
+    Rows of one input table, read from a parquet file's metadata (or by counting a CSV's
+    lines) before the table is loaded. Default ``DEFAULT_MAX_ROWS``.
+``max_hours``
+    Estimated single-core compute time of one step. Default ``DEFAULT_MAX_HOURS``.
+
+Each is raised (or lowered) by the plan, ``limits: {max_memory_gb: 64, max_rows: 1e8,
+max_hours: 48}``, or by the environment variables in ``ENV``; the plan wins over the
+environment, which wins over the default. Two caps are fixed: plan and reference files
+larger than ``MAX_YAML_BYTES``, and YAML aliases (``*name``: the "billion laughs" bomb),
+are refused.
+
+Estimates follow the code they guard (block sizes of :mod:`stats.bootstrap`, the arrays
+each step keeps), so they scale with the data the way the step does; they are meant to
+be within a factor of about two, erring high. Refusals raise
+:class:`~stats.schema.ContractError` (exit 2 on the command line) naming the setting that
+asked for the work and how to raise the cap.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stats.schema import ContractError
+
+#: share of physical memory one step may use by default
+DEFAULT_MEMORY_FRACTION = 0.8
+#: the memory cap where the physical memory cannot be read
+FALLBACK_MEMORY_GB = 16.0
+#: rows of one input table (85,000 cases x 10 models is 850,000)
+DEFAULT_MAX_ROWS = 50_000_000
+#: estimated single-core hours of one step
+DEFAULT_MAX_HOURS = 24.0
+#: largest plan or reference YAML file read (a plan is a few kilobytes)
+MAX_YAML_BYTES = 1 << 20
+#: environment variables that set the caps (the plan's ``limits`` block wins over them)
+ENV = {"max_memory_gb": "CLINREL_MAX_MEMORY_GB", "max_rows": "CLINREL_MAX_ROWS",
+       "max_hours": "CLINREL_MAX_HOURS"}
+CAPS = tuple(ENV)
+
+#: throughput assumed by the time estimates (one core, conservative for 2026 hardware)
+SECONDS_PER_DRAW = 2e-8        # one random index drawn and counted (bootstrap)
+FLOPS_PER_SECOND = 2e10        # float32/float64 BLAS products
+SECONDS_PER_ELEMENT = 2e-8     # one element of a vectorized NumPy pass
+
+MSG_MEMORY = ("{what}: the estimated memory is {need} ({detail}), above the cap of {cap} "
+              "({origin}); lower {setting}, or raise the cap: limits: {{max_memory_gb: "
+              "{suggest}}} in the plan, or the environment variable "
+              "CLINREL_MAX_MEMORY_GB={suggest}")
+MSG_TIME = ("{what}: the estimated compute time is {need} ({detail}), above the cap of {cap} "
+            "({origin}); lower {setting}, or raise the cap: limits: {{max_hours: {suggest}}} in "
+            "the plan, or the environment variable CLINREL_MAX_HOURS={suggest}")
+MSG_ROWS = ("{source}: the table has {rows:,} rows ({how}), above the cap of {cap:,} rows "
+            "({origin}); filter or split the table, or raise the cap: limits: {{max_rows: "
+            "{rows}}} in the plan, or the environment variable CLINREL_MAX_ROWS={rows}")
+MSG_ENV = ("environment variable {name}={value!r}: must be a positive number; unset it or "
+           "write e.g. {name}=32")
+MSG_LIMIT_VALUE = ("{file}: key 'limits.{key}' must be a positive {kind}; got {value!r}; write "
+                   "e.g. {key}: {example}")
+MSG_LIMIT_KEY = ("{file}: unknown key '{key}' under 'limits'; allowed keys: {allowed}; remove "
+                 "it or fix its spelling")
+MSG_YAML_SIZE = ("{source}: the file is {size:,} bytes, above the {cap:,}-byte limit for a "
+                 "YAML {kind}; a {kind} is a few kilobytes: check that this is the right file")
+MSG_YAML_ALIAS = ("{source}: line {line}: YAML aliases (*{name}) are not allowed in a {kind} "
+                  "(they can expand a small file into billions of values); write the values "
+                  "out in full instead of using &anchors and *aliases")
+MSG_YAML_DEPTH = ("{source}: the YAML is nested too deeply to read; a {kind} is a few levels "
+                  "of key: value lines")
+MSG_YAML_SYNTAX = "{source}: not valid YAML ({detail}); check the indentation and quotes"
+MSG_YAML_ENCODING = ("{source}: not valid UTF-8 text (byte {pos}); re-save the file as UTF-8")
+
+_EXAMPLES = {"max_memory_gb": (float, "a number of gigabytes", 64),
+             "max_rows": (int, "whole number of rows", 100_000_000),
+             "max_hours": (float, "number of hours", 48)}
+
+
+# --------------------------------------------------------------------------- caps
+
+
+@dataclass(frozen=True)
+class Caps:
+    """The caps in force: values and, per cap, where it came from (for messages)."""
+
+    max_memory_gb: float
+    max_rows: int
+    max_hours: float
+    origin: Mapping[str, str]
+
+
+_OVERRIDES: contextvars.ContextVar[tuple[Mapping[str, float], str] | None] = \
+    contextvars.ContextVar("clinrel_limits", default=None)
+
+
+def physical_memory_gb() -> float | None:
+    """This machine's physical memory in GB (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _default_memory_gb() -> tuple[float, str]:
+    phys = physical_memory_gb()
+    if phys is None:
+        return FALLBACK_MEMORY_GB, "default"
+    return DEFAULT_MEMORY_FRACTION * phys, (f"default: {DEFAULT_MEMORY_FRACTION:.0%} of this "
+                                            f"machine's {phys:.0f} GB")
+
+
+def _env_value(name: str) -> float | None:
+    text = os.environ.get(name)
+    if text is None or not text.strip():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ContractError(MSG_ENV.format(name=name, value=text))
+    return value
+
+
+def current() -> Caps:
+    """The caps in force: the active plan's ``limits`` (:func:`using`), else the
+    environment (``ENV``), else the defaults."""
+    values: dict[str, float] = {}
+    origin: dict[str, str] = {}
+    mem, mem_origin = _default_memory_gb()
+    defaults = {"max_memory_gb": (mem, mem_origin), "max_rows": (DEFAULT_MAX_ROWS, "default"),
+                "max_hours": (DEFAULT_MAX_HOURS, "default")}
+    active = _OVERRIDES.get()
+    for cap in CAPS:
+        if active is not None and cap in active[0]:
+            values[cap], origin[cap] = active[0][cap], f"limits.{cap} in {active[1]}"
+            continue
+        env = _env_value(ENV[cap])
+        if env is not None:
+            values[cap], origin[cap] = env, f"environment variable {ENV[cap]}"
+        else:
+            values[cap], origin[cap] = defaults[cap]
+    return Caps(max_memory_gb=float(values["max_memory_gb"]), max_rows=int(values["max_rows"]),
+                max_hours=float(values["max_hours"]), origin=origin)
+
+
+@contextlib.contextmanager
+def using(overrides: Mapping[str, float] | None, source: str = "the plan") -> Iterator[Caps]:
+    """Make ``overrides`` (a validated plan ``limits`` block) the caps inside the block."""
+    token = _OVERRIDES.set((dict(overrides or {}), source))
+    try:
+        yield current()
+    finally:
+        _OVERRIDES.reset(token)
+
+
+def parse_limits(raw: Any, *, file: str) -> dict[str, float]:
+    """Validate a plan's ``limits`` block (``{max_memory_gb, max_rows, max_hours}``)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ContractError(f"{file}: key 'limits' must be a mapping such as "
+                            f"limits: {{max_memory_gb: 64}}; got {raw!r}")
+    out: dict[str, float] = {}
+    for key, value in raw.items():
+        if key not in _EXAMPLES:
+            raise ContractError(MSG_LIMIT_KEY.format(file=file, key=key, allowed=", ".join(CAPS)))
+        kind, noun, example = _EXAMPLES[key]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value) and value > 0
+        if ok and kind is int:
+            ok = float(value).is_integer()
+        if not ok:
+            raise ContractError(MSG_LIMIT_VALUE.format(file=file, key=key, kind=noun, value=value,
+                                                       example=example))
+        out[key] = int(value) if kind is int else float(value)
+    return out
+
+
+# --------------------------------------------------------------------------- work
+
+
+@dataclass(frozen=True)
+class Work:
+    """An estimate of one step: peak bytes, single-core seconds, and what asked for it."""
+
+    what: str
+    setting: str
+    memory_bytes: float
+    seconds: float
+    detail: str = ""
+
+
+def _gb(b: float) -> str:
+    return f"{b / 1e9:,.1f} GB" if b < 1e13 else f"{b / 1e9:.3g} GB"
+
+
+def _hours(s: float) -> str:
+    return f"{s / 3600:,.1f} hours" if s < 3.6e9 else f"{s / 3600:.3g} hours"
+
+
+def check(work: Work, caps: Caps | None = None) -> Work:
+    """Raise :class:`ContractError` when ``work`` is above the memory or time cap."""
+    caps = caps or current()
+    if work.memory_bytes > caps.max_memory_gb * 1e9:
+        need = work.memory_bytes / 1e9
+        raise ContractError(MSG_MEMORY.format(
+            what=work.what, need=_gb(work.memory_bytes), detail=work.detail or "estimate",
+            cap=f"{caps.max_memory_gb:,.1f} GB", origin=caps.origin["max_memory_gb"],
+            setting=work.setting, suggest=_suggest(need)))
+    if work.seconds > caps.max_hours * 3600:
+        raise ContractError(MSG_TIME.format(
+            what=work.what, need=_hours(work.seconds), detail=work.detail or "estimate",
+            cap=f"{caps.max_hours:,.1f} hours", origin=caps.origin["max_hours"],
+            setting=work.setting, suggest=_suggest(work.seconds / 3600)))
+    return work
+
+
+def _suggest(x: float) -> str:
+    if not math.isfinite(x) or x > 1e9:
+        return "N"
+    return str(int(math.ceil(x * 1.25)))
+
+
+def cluster_bootstrap_work(n_boot: int, n_clusters: int, n_cells: int, n_models: int, *,
+                           n_metrics: int = 6, setting: str = "n_boot",
+                           what: str = "cluster bootstrap") -> Work:
+    """Peak memory and time of :func:`stats.bootstrap.cluster_bootstrap`.
+
+    Memory: the replicate counts ``R`` (n_boot x S float32, S = (2 + 2M) G cells: held
+    twice, as blocks and concatenated), the float64 tp/fp/fn/tn of every replicate and
+    cell and each metric's replicates with its interval temporaries (about 14 arrays of
+    n_boot x G x M float64), and one block: its multiplicities ``W`` (block x clusters
+    float32) and the draw chunk's index, offset and count temporaries.
+    Time: every drawn index, and the block products ``W @ K``.
+    """
+    from stats.bootstrap import _BLOCK_ELEMENTS, _DRAW_ELEMENTS, _MIN_BLOCK_REPLICATES
+
+    B, C, G, M = (max(int(v), 1) for v in (n_boot, n_clusters, n_cells, n_models))
+    S = (2 + 2 * M) * G
+    block = min(B, max(_MIN_BLOCK_REPLICATES, _BLOCK_ELEMENTS // C))
+    draw = min(block * C, max(_DRAW_ELEMENTS, C))
+    per_metric = 8.0 * B * G * M
+    mem = (2 * 4.0 * B * S + per_metric * (8 + n_metrics)
+           + 4.0 * block * C + 4.0 * block * S + 20.0 * draw + 4.0 * C * S)
+    secs = SECONDS_PER_DRAW * B * C + 2.0 * B * C * S / FLOPS_PER_SECOND
+    return Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
+                seconds=secs, detail=f"{B:,} replicates x {C:,} clusters x {M} models x "
+                                     f"{G} subgroup cells")
+
+
+def crs_bootstrap_work(n_boot: int, regimes, *, setting: str = "n_boot",
+                       what: str = "CRS paired-seed bootstrap") -> Work:
+    """Peak memory and time of :func:`stats.crs_resample.crs_bootstrap`.
+
+    ``regimes``: per regime ``(encoders, [seeds per dataset], [cells per dataset])``, or
+    the packed arrays the bootstrap builds (objects with ``encoders`` and ``arrays``).
+    Memory: per regime the replicate scores (n_boot x encoders x 12 float64, held twice:
+    blocks and concatenated), the drawn seed indices (n_boot x seeds int64 per dataset,
+    twice), the pairwise differences (n_boot x encoders^2 float64) and the ranks, plus
+    one block's draw counts and seed-means. Time: the per-block products (draw counts x
+    AUROC per encoder and cell) and the per-replicate scoring passes.
+    """
+    from stats.crs_resample import BLOCK_SIZE
+
+    B = max(int(n_boot), 1)
+    mem = secs = 0.0
+    E_max = 1
+    for reg in regimes:
+        if hasattr(reg, "arrays"):
+            reg = (len(reg.encoders), [a.n_seeds for a in reg.arrays],
+                   [a.auc.shape[1] for a in reg.arrays])
+        E = max(int(reg[0]), 1)
+        E_max = max(E, E_max)
+        seeds = [max(int(v), 1) for v in reg[1]] or [1]
+        cells = [max(int(v), 1) for v in reg[2]] or [1]
+        mem += B * (2 * 8.0 * E * 12 + 2 * 8.0 * sum(seeds) + 8.0 * E * E + 16.0 * E)
+        mem += min(B, BLOCK_SIZE) * 8.0 * E * (sum(s + c for s, c in zip(seeds, cells)) + 24)
+        secs += 2.0 * B * E * sum(s * c for s, c in zip(seeds, cells)) / FLOPS_PER_SECOND
+        secs += SECONDS_PER_ELEMENT * B * E * (24 + E)
+    return Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
+                seconds=secs, detail=f"{B:,} replicates x {E_max} encoders")
+
+
+def ece_bootstrap_work(n_boot: int, n: int, n_bins: int, strategy: str, *,
+                       setting: str = "n_boot", what: str = "ECE bootstrap") -> Work:
+    """Peak memory and time of :func:`stats.calibration.ece_ci`: the replicate ECEs plus
+    one block of about 4 million resampled elements (index, confidence, outcome, bin and
+    offset arrays; with equal-mass bins one comparison per bin edge)."""
+    B, n = max(int(n_boot), 1), max(int(n), 1)
+    per = n * (max(int(n_bins), 1) if strategy == "quantile" else 1)
+    block = min(B, max(1, 4_000_000 // per))
+    mem = 16.0 * B + 48.0 * block * per
+    secs = SECONDS_PER_ELEMENT * B * per
+    return Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
+                seconds=secs, detail=f"{B:,} replicates x {n:,} cases")
+
+
+# --------------------------------------------------------------------------- input size
+
+
+def check_rows(n_rows: int, *, source: str, how: str) -> None:
+    """Refuse a table of more than ``max_rows`` rows (``how``: how they were counted)."""
+    caps = current()
+    if n_rows > caps.max_rows:
+        raise ContractError(MSG_ROWS.format(source=source, rows=int(n_rows), how=how,
+                                            cap=caps.max_rows, origin=caps.origin["max_rows"]),
+                            source=source)
+
+
+def parquet_rows(path: str | os.PathLike) -> int:
+    """Row count of a parquet file from its footer metadata (nothing is decoded)."""
+    import pyarrow.parquet as pq
+
+    return int(pq.ParquetFile(path).metadata.num_rows)
+
+
+# --------------------------------------------------------------------------- YAML
+
+
+def read_yaml(path: str | os.PathLike, *, kind: str = "file") -> Any:
+    """Read a small YAML file safely: at most ``MAX_YAML_BYTES``, UTF-8, no aliases.
+
+    Every failure is a :class:`ContractError` naming the file (``kind``: "plan",
+    "reference", used in the messages)."""
+    path = Path(path)
+    source = str(path)
+    size = path.stat().st_size
+    if size > MAX_YAML_BYTES:
+        raise ContractError(MSG_YAML_SIZE.format(source=source, size=size, cap=MAX_YAML_BYTES,
+                                                 kind=kind), source=source)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ContractError(MSG_YAML_ENCODING.format(source=source, pos=exc.start),
+                            source=source) from None
+    return load_yaml(text, source=source, kind=kind)
+
+
+def load_yaml(text: str, *, source: str, kind: str = "file") -> Any:
+    """``yaml.safe_load`` without aliases (see :func:`read_yaml`)."""
+    import yaml
+
+    class _NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise ContractError(MSG_YAML_ALIAS.format(
+                    source=source, line=event.start_mark.line + 1, name=event.anchor,
+                    kind=kind), source=source)
+            return super().compose_node(parent, index)
+
+    try:
+        loader = _NoAliasLoader(text)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except RecursionError:
+        raise ContractError(MSG_YAML_DEPTH.format(source=source, kind=kind),
+                            source=source) from None
+    except yaml.YAMLError as exc:
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise ContractError(MSG_YAML_SYNTAX.format(source=source, detail=detail),
+                            source=source) from None
