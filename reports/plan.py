@@ -9,16 +9,24 @@ silently fall back to a default). Relative paths are read from the plan file's f
 ``load_plan(path)`` returns a :class:`Plan`; every problem raises :class:`PlanError`
 naming the file, the key and the fix. ``Plan.sha256`` is the hash of the plan file's
 bytes, recorded in the manifest and the methods section.
+
+The file is read by ``stats.limits.read_yaml`` (UTF-8, at most 1 MiB, YAML aliases
+refused: no "billion laughs"). Values that would be reported on instead of refused are
+refused here: a NaN or infinite threshold, replicate counts below 2, ``small_n`` or ``k``
+below 1, seeds outside ``stats._rng.check_seed``'s rule, a bin named after a column
+clinrel reads or writes, NaN breaks, repeated bin labels, formulas outside
+``stats.formula``'s grammar. The optional ``limits`` block (``max_memory_gb``,
+``max_rows``, ``max_hours``) raises or lowers the caps of :mod:`stats.limits`; a planned
+bootstrap whose smallest possible size is already above them is refused at load time.
 """
 from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from stats.bootstrap import CI_METHODS as BOOT_INTERVALS
 from stats.intervals import AUC_SCALES, PROPORTION_METHODS
@@ -31,6 +39,18 @@ BLOCKS = ("site", "protocol", "demographics", "tumour")
 MSG_KEY = "{file}: unknown key '{key}'{where}; allowed keys: {allowed}; {hint}"
 MSG_TYPE = "{file}: key '{key}' must be {expected}, got {got!r}; {hint}"
 MSG_MISSING = "{file}: required key '{key}' is missing; {hint}"
+MSG_FROM_STATS = "{file}: key '{key}': {message}"
+MSG_BIN_NAME = ("{file}: key '{key}' is {name!r}, a column clinrel reads or writes itself; a bin "
+                "adds a new column, so give it a new name, e.g. {suggest!r}")
+MSG_BIN_NAME_TWICE = ("{file}: keys '{key}' and '{other}' both create the column {name!r}; give "
+                      "each bin its own name")
+MSG_BIN_LABELS_DUP = ("{file}: key '{key}' repeats the label(s) {labels}; each interval needs its "
+                      "own label")
+MSG_COUNT = ("{file}: key '{key}' must be a whole number >= {low} ({what}); got {got!r}; {hint}")
+
+#: columns a bin must not be named after: the cases contract and the columns clinrel adds
+RESERVED_COLUMNS = ("case_id", "model", "label", "score", "site", "patient_id", "pred", "split",
+                    "threshold", "threshold_source", "detected", "correct")
 
 
 class PlanError(ValueError):
@@ -105,6 +125,9 @@ class Plan:
     #: (None: this process). Results are identical either way, so it is not part of the
     #: analysis: ``clinrel report --scheduler`` overrides it.
     scheduler: str | None = None
+    #: the plan's ``limits`` block (validated caps that override the environment and the
+    #: defaults of :mod:`stats.limits`; empty: none given)
+    limits: dict = field(default_factory=dict)
 
     @property
     def inputs(self) -> dict[str, Path]:
@@ -175,7 +198,7 @@ def _closest_hint(key: str, allowed) -> str:
 
 
 TOP_KEYS = {"version": "", "title": "", "inputs": "", "detection": "", "crs": "", "privacy": "",
-            "prespecified": "", "exploratory": "", "scheduler": ""}
+            "prespecified": "", "exploratory": "", "scheduler": "", "limits": ""}
 INPUT_KEYS = {"cases": "", "runs": "", "reference": "", "metadata": "", "probe_predictions": ""}
 DETECTION_KEYS = {"threshold": "", "ci": "", "auc_ci": "", "conf_level": "", "subgroups": "", "bins": "",
                   "small_n": "", "bootstrap": "", "adjusted": "", "failure_map": ""}
@@ -199,13 +222,43 @@ def _notes(c: _Checker, value, key: str) -> tuple[str, ...]:
 
 
 def _seed(c: _Checker, value, key: str) -> int | None:
-    if value is None:
-        return None
-    c.typed(value, key, int, "a whole number >= 0", "write an integer seed, e.g. 20261130")
-    if value < 0:
-        raise PlanError(MSG_TYPE.format(file=c.file, key=key, expected="a whole number >= 0",
-                                        got=value, hint="use a non-negative seed"))
+    """A seed by the one rule of :func:`stats._rng.check_seed` (a whole number 0..2**63-1)."""
+    from stats._rng import check_seed
+
+    return _from_stats(c, key, lambda: check_seed(value, key=key))
+
+
+def _from_stats(c: _Checker, where: str, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``; a ContractError it raises becomes a PlanError naming the
+    plan file and the key ``where`` (each once: a message starting with them is trimmed)."""
+    from stats.schema import ContractError
+
+    try:
+        return fn(*args, **kwargs)
+    except ContractError as exc:
+        message = str(exc)
+        for prefix in (f"{c.file}: ", f"{where}: "):
+            message = message[len(prefix):] if message.startswith(prefix) else message
+        raise PlanError(MSG_FROM_STATS.format(file=c.file, key=where, message=message)) from None
+
+
+def _count(c: _Checker, value, key: str, low: int, what: str, hint: str) -> int:
+    """A whole number >= ``low`` (replicates, small_n, k): bools, floats, NaN and smaller
+    numbers are refused."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise PlanError(MSG_COUNT.format(file=c.file, key=key, low=low, what=what, got=value,
+                                         hint=hint))
     return int(value)
+
+
+def _finite(c: _Checker, value, key: str, expected: str, hint: str) -> float:
+    """A finite number (NaN and infinities are refused: a NaN threshold calls every case
+    negative)."""
+    c.typed(value, key, (int, float), expected, hint)
+    if not math.isfinite(value):
+        raise PlanError(MSG_TYPE.format(file=c.file, key=key, expected=expected, got=value,
+                                        hint=hint))
+    return float(value)
 
 
 def _path(c: _Checker, base: Path, value, key: str) -> Path | None:
@@ -225,7 +278,8 @@ def _detection(c: _Checker, d: dict) -> Detection:
     thr = c.keys(d.get("threshold") or {}, THRESHOLD_KEYS, "detection.threshold")
     value = criterion = target = None
     if "value" in thr:
-        value = float(c.typed(thr["value"], "detection.threshold.value", (int, float), "a number"))
+        value = _finite(c, thr["value"], "detection.threshold.value", "a finite number",
+                        "write the prespecified threshold, e.g. value: 50")
         if "criterion" in thr:
             raise PlanError(f"{c.file}: key 'detection.threshold' gives both 'value' and "
                             "'criterion'; keep 'value' for a prespecified threshold or "
@@ -270,9 +324,13 @@ def _detection(c: _Checker, d: dict) -> Detection:
         try:
             breaks = tuple(float(b) for b in breaks)
         except (TypeError, ValueError):
+            breaks = (math.nan,)
+        if any(math.isnan(b) for b in breaks):
             raise PlanError(MSG_TYPE.format(file=c.file, key=f"{key}.breaks",
-                                            expected="a list of numbers", got=breaks,
-                                            hint="write numbers; use .inf for no upper bound"))
+                                            expected="a list of numbers",
+                                            got=spec.get("breaks"),
+                                            hint="write numbers (no .nan); use .inf for no "
+                                                 "upper bound"))
         if any(b >= a for b, a in zip(breaks, breaks[1:])) or len(breaks) < 2:
             raise PlanError(MSG_TYPE.format(file=c.file, key=f"{key}.breaks",
                                             expected="at least two strictly increasing numbers",
@@ -281,14 +339,26 @@ def _detection(c: _Checker, d: dict) -> Detection:
         if labels is None:
             labels = [f"{_num(a)}-{_num(b)}" for a, b in zip(breaks, breaks[1:])]
         c.typed(labels, f"{key}.labels", list, "a list of texts")
+        for i, lab in enumerate(labels):
+            c.typed(lab, f"{key}.labels[{i}]", (str, int, float), "a text")
         if len(labels) != len(breaks) - 1:
             raise PlanError(f"{c.file}: key '{key}.labels' has {len(labels)} labels for "
                             f"{len(breaks) - 1} intervals; give one label per interval")
+        labels = tuple(map(str, labels))
+        dup = sorted({lab for lab in labels if labels.count(lab) > 1})
+        if dup:
+            raise PlanError(MSG_BIN_LABELS_DUP.format(file=c.file, key=f"{key}.labels",
+                                                      labels=", ".join(map(repr, dup))))
         name = c.typed(spec.get("name", f"{col}_group"), f"{key}.name", str, "a column name")
-        bins.append(Bin(column=str(col), name=name, breaks=breaks, labels=tuple(map(str, labels))))
-    small_n = int(c.typed(d.get("small_n", 10), "detection.small_n", int, "a whole number"))
+        _bin_name(c, name, f"{key}.name", bins)
+        bins.append(Bin(column=str(col), name=name, breaks=breaks, labels=labels))
+    small_n = _count(c, d.get("small_n", 10), "detection.small_n", 1, "the smallest denominator "
+                     "not flagged small_n", "write e.g. small_n: 10")
     boot = c.keys(d.get("bootstrap") or {}, BOOT_KEYS, "detection.bootstrap")
-    bn = int(c.typed(boot.get("n", 0), "detection.bootstrap.n", int, "a whole number >= 0"))
+    bn = 0
+    if "n" in boot:
+        bn = _count(c, boot["n"], "detection.bootstrap.n", 2, "bootstrap replicates",
+                    "write e.g. n: 2000, or leave the bootstrap block out for no bootstrap")
     interval = c.choice(boot.get("interval", "percentile"), "detection.bootstrap.interval",
                         BOOT_INTERVALS)
     strata = boot.get("strata")
@@ -304,6 +374,7 @@ def _detection(c: _Checker, d: dict) -> Detection:
             raise PlanError(MSG_TYPE.format(file=c.file, key="detection.adjusted.formula",
                                             expected="a formula 'outcome ~ terms'", got=formula,
                                             hint="write e.g. detected ~ phase + age_group"))
+        _check_formula(c, formula, "detection.adjusted.formula")
         methods = a.get("methods", ["glmm"])
         methods = [methods] if isinstance(methods, str) else methods
         for i, m in enumerate(c.typed(methods, "detection.adjusted.methods", list, "a list")):
@@ -311,6 +382,10 @@ def _detection(c: _Checker, d: dict) -> Detection:
         blocks = c.keys(a.get("blocks") or {}, {b: "" for b in BLOCKS}, "detection.adjusted.blocks")
         for b, terms in blocks.items():
             c.typed(terms, f"detection.adjusted.blocks.{b}", list, "a list of model terms")
+            for i, term in enumerate(terms):
+                key = f"detection.adjusted.blocks.{b}[{i}]"
+                c.typed(term, key, str, "a model term, e.g. np.log(tumor_size_mm)")
+                _check_formula(c, f"detected ~ {term}", key)
         group = c.typed(a.get("group", "site"), "detection.adjusted.group", str, "a column name")
         adjusted = {"formula": formula, "methods": list(methods), "group": group,
                     "blocks": {b: list(t) for b, t in blocks.items()}}
@@ -361,12 +436,15 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
                             "name the reference panel file (see clinrel/demo_data/reference.yaml)")
         cr = c.keys(raw["crs"], CRS_KEYS, "crs")
         boot = c.keys(cr.get("bootstrap") or {}, CRS_BOOT_KEYS, "crs.bootstrap")
-        crs = Crs(bootstrap_n=int(c.typed(boot.get("n", 1000), "crs.bootstrap.n", int, "a whole number")),
+        crs = Crs(bootstrap_n=_count(c, boot.get("n", 1000), "crs.bootstrap.n", 2,
+                                     "paired-seed bootstrap replicates", "write e.g. n: 1000"),
                   bootstrap_seed=_seed(c, boot.get("seed"), "crs.bootstrap.seed"),
-                  k=int(c.typed(cr.get("k", 3), "crs.k", int, "a whole number")))
+                  k=_count(c, cr.get("k", 3), "crs.k", 1, "the k of P(rank <= k)",
+                           "write e.g. k: 3"))
     if det is None and crs is None:
         raise PlanError(f"{path}: the plan has neither a 'detection' nor a 'crs' block; "
                         "add at least one (see clinrel/demo_data/plan.yaml)")
+    limits = _limits(c, raw.get("limits"), det, crs)
     pv = c.keys(raw.get("privacy") or {}, PRIVACY_KEYS, "privacy")
     privacy = Privacy(
         allow_identifiers=bool(c.typed(pv.get("allow_identifiers", False),
@@ -382,7 +460,49 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
                 probe_predictions=paths["probe_predictions"], detection=det, crs=crs,
                 privacy=privacy, prespecified=_notes(c, raw.get("prespecified"), "prespecified"),
                 exploratory=_notes(c, raw.get("exploratory"), "exploratory"), raw=raw,
-                scheduler=_scheduler(c, raw.get("scheduler")))
+                scheduler=_scheduler(c, raw.get("scheduler")), limits=limits)
+
+
+def _bin_name(c: _Checker, name: str, key: str, earlier: list[Bin]) -> None:
+    """A bin adds a column: it must not replace one clinrel reads or writes (``split``,
+    ``site``, ...) or another bin's."""
+    if name in RESERVED_COLUMNS:
+        raise PlanError(MSG_BIN_NAME.format(file=c.file, key=key, name=name,
+                                            suggest=f"{name}_group"))
+    for b in earlier:
+        if name in (b.name, b.column):
+            raise PlanError(MSG_BIN_NAME_TWICE.format(file=c.file, key=key, name=name,
+                                                      other=f"detection.bins.{b.column}"))
+
+
+def _check_formula(c: _Checker, text: str, key: str) -> None:
+    """Parse a plan formula with clinrel's grammar (``stats.formula``): a term outside it is
+    refused here, at load time, before anything is evaluated."""
+    from stats.formula import parse_formula
+
+    _from_stats(c, key, parse_formula, text)
+
+
+def _limits(c: _Checker, raw, det: Detection | None, crs: Crs | None) -> dict:
+    """The ``limits`` block, then a first, data-free check of the planned bootstraps: the
+    smallest data (one cluster, cell, model or encoder) already needs this much, so an
+    absurd replicate count is refused here before any input is read."""
+    from stats import limits
+
+    caps = _from_stats(c, "limits", limits.parse_limits, raw, file=c.file)
+    floor = "a lower bound, before the data are read"
+    works = []
+    if det is not None and det.bootstrap_n:
+        works.append(("detection.bootstrap.n", limits.cluster_bootstrap_work(
+            det.bootstrap_n, 1, 1, 1, setting="detection.bootstrap.n", what="the bootstrap")))
+    if crs is not None:
+        works.append(("crs.bootstrap.n", limits.crs_bootstrap_work(
+            crs.bootstrap_n, [(1, [1], [1])], setting="crs.bootstrap.n",
+            what="the CRS bootstrap")))
+    with limits.using(caps, c.file):
+        for key, work in works:
+            _from_stats(c, key, limits.check, replace(work, detail=floor))
+    return caps
 
 
 def _scheduler(c, value) -> str | None:
@@ -407,12 +527,14 @@ def load_plan(path) -> Plan:
     if not path.is_file():
         raise PlanError(f"{path}: plan file not found; give the path of a plan.yaml "
                         "(clinrel report --demo writes the demo's)")
+    from stats.limits import read_yaml
+    from stats.schema import ContractError
+
+    try:  # at most MAX_YAML_BYTES, UTF-8, no aliases (a 455-byte alias bomb is refused)
+        raw = read_yaml(path, kind="plan")
+    except ContractError as exc:
+        raise PlanError(str(exc)) from None
     data = path.read_bytes()
-    try:
-        raw = yaml.safe_load(data.decode("utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PlanError(f"{path}: not valid YAML ({detail}); check the indentation and quotes")
     if not isinstance(raw, dict):
         raise PlanError(f"{path}: a plan must be a YAML mapping of keys (version, title, inputs, "
                         "detection, crs, ...); see clinrel/demo_data/plan.yaml")

@@ -32,7 +32,7 @@ from . import text
 from .figures import ReportFigure
 from .plan import Plan, load_plan
 from .sections import Section, build_all
-from .study import load_study
+from .study import load_study, plan_limits
 from .tables import ReportTable
 
 log = logging.getLogger("clinrel.report")
@@ -212,7 +212,7 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
     timings["load"] = round(time.perf_counter() - t0, 3)
     out = Path(out)
     renderer = "quarto" if shutil.which("quarto") else "pandoc+typst"
-    with progress("building sections", total=15, quiet=quiet) as advance:
+    with progress("building sections", total=15, quiet=quiet) as advance, plan_limits(plan):
         sections = build_all(study, only=only, advance=advance, strict=strict)
     timings["sections"] = dict(getattr(study, "timings", {}))
     tables = [t for s in sections for t in s.tables]
