@@ -1,7 +1,7 @@
 """``manifest.json``: what produced a report (versions, inputs, plan, seeds, git revision).
 
 ``"generator": "clinrel"`` and ``"files"`` (the sha256 of every other file, added by
-``clinrel.cli._outputs.stamp`` once the folder is complete) mark the folder as clinrel's
+``clinrel.outputs.stamp`` once the folder is complete) mark the folder as clinrel's
 own: only such a folder is ever replaced (with ``--force``).
 
 Times live only here, never in ``appendix.qmd`` or ``tables/*.csv`` (those are
@@ -52,6 +52,19 @@ def git_revision() -> str | None:
         return None
 
 
+def _jsonable(value):
+    """Decisions as JSON: numpy scalars and tuples become plain numbers and lists."""
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
 def build_manifest(study, *, sections, tables, figures, renderer: str, timings: dict) -> dict:
     plan = study.plan
     return {
@@ -62,7 +75,10 @@ def build_manifest(study, *, sections, tables, figures, renderer: str, timings: 
         "inputs": {name: {"path": str(path), "sha256": study.input_sha256.get(name),
                           "rows": study.input_rows.get(name)}
                    for name, path in plan.inputs.items()},
-        "seeds": plan.seeds,
+        "seeds": {k.split(".", 1)[1]: v for k, v in study.results.decisions.items()
+                  if k.startswith("seeds.")},
+        "decisions": _jsonable({k: v for k, v in study.results.decisions.items()
+                                if not k.startswith("seeds.")}),
         "git_revision": git_revision(),
         "versions": package_versions(),
         "renderer": renderer,

@@ -28,11 +28,13 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from stats.analysis import Plan, load_plan
+from stats.analysis.inputs import plan_limits
+
 from . import text
 from .figures import ReportFigure
-from .plan import Plan, load_plan
 from .sections import Section, build_all
-from .study import load_study, plan_limits
+from .study import load_study
 from .tables import ReportTable
 
 log = logging.getLogger("clinrel.report")
@@ -195,21 +197,23 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
     manifest.
     ``out`` must be a new or empty folder, or (with ``force``) an earlier clinrel report
     that holds no input of the plan; anything else raises ``OutputError`` before any work
-    (rules: ``clinrel.cli._outputs``).
+    (rules: ``clinrel.outputs``).
     """
     if not draw and formats:
         raise ValueError("draw=False writes no figure images, so it needs formats=()")
     from clinrel._csvsafe import write_csv
-    from clinrel.cli._common import progress
-    from clinrel.cli._outputs import atomic_dir, build_dir, check_out_dir
+    from clinrel.progress import progress
+    from clinrel.outputs import atomic_dir, build_dir, check_out_dir
 
     t0 = time.perf_counter()
     plan = plan if isinstance(plan, Plan) else load_plan(plan)
     inputs = [plan.path, *plan.inputs.values()]
     check_out_dir(out, force=force, inputs=inputs)
     timings: dict[str, float] = {}
-    study = load_study(plan)
+    with plan_limits(plan):
+        study = load_study(plan)
     timings["load"] = round(time.perf_counter() - t0, 3)
+    timings["analyses"] = dict(study.results.timings)
     out = Path(out)
     renderer = "quarto" if shutil.which("quarto") else "pandoc+typst"
     with progress("building sections", total=15, quiet=quiet) as advance, plan_limits(plan):

@@ -57,7 +57,7 @@ def test_report_on_a_cluster_equals_local(client, tmp_path):
     tables as a local render."""
     import warnings
 
-    from reports.plan import PlanError, load_plan
+    from stats.analysis.plan import PlanError, load_plan
     from reports.render import render_report
     from clinrel.cli.report import demo_plan_path
 

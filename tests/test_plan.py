@@ -1,4 +1,4 @@
-"""reports.plan: the analysis plan is validated before any work; errors name file, key, fix."""
+"""stats.analysis.plan: the analysis plan is validated before any work; errors name file, key, fix."""
 from __future__ import annotations
 
 import shutil
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reports.plan import PlanError, load_plan
+from stats.analysis.plan import PlanError, load_plan
 
 DEMO = Path(__file__).resolve().parent.parent / "clinrel" / "demo_data"
 

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from reports import text
-from reports.plan import PlanError, load_plan
+from stats.analysis.plan import PlanError, load_plan
 from reports.render import render_report
-from reports.study import load_study
+from stats.analysis import load_tables
 
 DEMO = Path(__file__).resolve().parent.parent / "clinrel" / "demo_data"
 NUMBER = re.compile(r"(?<![\w.<>])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
@@ -387,7 +387,7 @@ def test_markdown_and_typst_escapers_round_trip(raw, tmp_path):
 
 
 def test_identifier_patterns():
-    from reports.study import identifier_columns
+    from stats.analysis.inputs import identifier_columns
 
     cols = ["name", "Patient_Name", "MRN", "birth_date", "DOB", "accession_number",
             "report_text", "free_text", "notes", "email",
@@ -398,19 +398,19 @@ def test_identifier_patterns():
 def test_identifier_columns_are_refused_unless_allowed(tmp_path):
     plan = _small_study(tmp_path, extra_cols={"patient_name": "x", "MRN": "123"})
     with pytest.raises(PlanError, match=r"'patient_name', 'MRN' look like direct identifiers.*allow_identifiers"):
-        load_study(load_plan(plan))
+        load_tables(load_plan(plan))
     plan = _small_study(tmp_path, extra_cols={"patient_name": "x"},
                         privacy={"allow_identifiers": True})
-    assert "patient_name" in load_study(load_plan(plan)).cases.columns
+    assert "patient_name" in load_tables(load_plan(plan)).cases.columns
 
 
 def test_ids_are_pseudonymized_with_the_salt(tmp_path):
     plan = _small_study(tmp_path, privacy={"pseudonymize_ids": True, "salt": "s1"})
-    a = load_study(load_plan(plan)).cases
+    a = load_tables(load_plan(plan)).cases
     assert a["case_id"].str.match(r"^id-[0-9a-f]{12}$").all()
     assert not a["case_id"].str.startswith("C0").any()
     plan = _small_study(tmp_path, privacy={"pseudonymize_ids": True, "salt": "s2"})
-    b = load_study(load_plan(plan)).cases
+    b = load_tables(load_plan(plan)).cases
     assert (a["case_id"] != b["case_id"]).all()
     assert a["case_id"].nunique() == b["case_id"].nunique()
 

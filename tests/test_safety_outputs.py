@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 
 from clinrel._csvsafe import FORMULA_START, neutralise, neutralise_text, write_csv
 from clinrel.cli import app
-from clinrel.cli import _outputs as outputs
+from clinrel import outputs
 from clinrel.cli._common import MSG_SEED
 from stats import simulate
 

@@ -24,8 +24,8 @@ import yaml
 from typer.testing import CliRunner
 
 import stats
-from reports.plan import PlanError, load_plan
-from reports.study import load_study
+from stats.analysis.plan import PlanError, load_plan
+from stats.analysis import load_tables
 from stats import limits
 from stats._rng import MSG_SEED, as_generator, check_seed, spawn
 from stats.schema import ContractError
@@ -225,7 +225,7 @@ def test_csv_rows_are_counted_before_parsing(tmp_path, monkeypatch):
 def test_plan_max_rows_applies_while_loading(tmp_path):
     raw = small_study(tmp_path)
     raw["limits"] = {"max_rows": 50}
-    msg = message(load_study, load_plan(write_plan(tmp_path, raw)))
+    msg = message(load_tables, load_plan(write_plan(tmp_path, raw)))
     assert "cases.csv" in msg and "limits.max_rows in" in msg and "plan.yaml" in msg
 
 
@@ -293,7 +293,7 @@ def test_study_checks_the_bootstrap_with_the_data_sizes(tmp_path):
     raw = small_study(tmp_path, bootstrap={"n": 200_000, "seed": 1})
     raw["limits"] = {"max_memory_gb": 0.05}
     plan = load_plan(write_plan(tmp_path, raw))  # the data-free lower bound fits
-    msg = message(load_study, plan, exc=PlanError)
+    msg = message(load_tables, plan, exc=PlanError)
     assert "key 'detection.bootstrap.n'" in msg and "clusters x 2 models" in msg
     assert "limits.max_memory_gb in" in msg
 
@@ -449,7 +449,7 @@ STUDY_BAD = [
 @pytest.mark.parametrize("case_id, build, words", STUDY_BAD, ids=[c[0] for c in STUDY_BAD])
 def test_study_refuses_what_the_plan_asks_of_the_data(tmp_path, case_id, build, words):
     plan = load_plan(write_plan(tmp_path, build(tmp_path)))
-    msg = message(load_study, plan, exc=(ContractError, PlanError))
+    msg = message(load_tables, plan, exc=(ContractError, PlanError))
     assert all(w in msg for w in words), msg
     if case_id != "garbage-probe-predictions":
         assert str(plan.path) in msg
@@ -472,7 +472,7 @@ def _crs_plan(folder: Path, reference: bytes) -> Path:
     (b"panel: [nobody]\n", ["reference.yaml", "nobody", "no runs"]),
 ], ids=["syntax", "latin-1", "alias", "unknown-encoder"])
 def test_reference_file_errors_name_the_file(tmp_path, reference, words):
-    msg = message(load_study, load_plan(_crs_plan(tmp_path, reference)))
+    msg = message(load_tables, load_plan(_crs_plan(tmp_path, reference)))
     assert all(w in msg for w in words), msg
 
 
@@ -481,7 +481,7 @@ def test_unreachable_scheduler_is_named_quickly(tmp_path, monkeypatch):
     raw = small_study(tmp_path)
     raw["scheduler"] = "tcp://127.0.0.1:9"
     t0 = time.perf_counter()
-    msg = message(load_study, load_plan(write_plan(tmp_path, raw)), exc=PlanError)
+    msg = message(load_tables, load_plan(write_plan(tmp_path, raw)), exc=PlanError)
     assert time.perf_counter() - t0 < 10
     assert "key 'scheduler'" in msg and "tcp://127.0.0.1:9" in msg and "cannot connect" in msg
     cases = _cohort(60)

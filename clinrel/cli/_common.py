@@ -3,20 +3,20 @@
 Exit codes: 0 ok; 2 bad input (the message names the file, column, rows and the fix).
 Bad input never produces a traceback, and a failed command leaves no partial output:
 outputs are written to a temporary sibling and moved into place only on success, and
-never over a file clinrel did not write (rules in ``_outputs``).
+never over a file clinrel did not write (rules in ``clinrel.outputs``).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import os
-import sys
 from collections.abc import Callable
 from typing import Annotated
 
 import typer
 
-from ._outputs import (OutputError, atomic_dir, atomic_file, check_out_dir,  # noqa: F401
+from ..progress import progress  # noqa: F401
+from ..outputs import (OutputError, atomic_dir, atomic_file, check_out_dir,  # noqa: F401
                        check_out_file, check_out_files, write_table)
 
 EXIT_OK = 0
@@ -32,7 +32,7 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
 
     types: list[type[BaseException]] = [ContractError, InputError, OutputError]
     with contextlib.suppress(ImportError):
-        from reports.plan import PlanError  # type: ignore
+        from stats.analysis.plan import PlanError
 
         types.append(PlanError)
     with contextlib.suppress(ImportError):
@@ -95,16 +95,3 @@ def _with_source(message: str, kwargs: dict) -> str:
     return message
 
 
-@contextlib.contextmanager
-def progress(description: str, total: int | None = None, *, quiet: bool = False):
-    """A rich progress bar on stderr (silent with ``quiet`` or when stderr is not a TTY
-    and CLINREL_PROGRESS is unset). Yields ``advance(n=1)``."""
-    show = not quiet and (sys.stderr.isatty() or os.environ.get("CLINREL_PROGRESS"))
-    if not show:
-        yield lambda n=1: None
-        return
-    from rich.progress import Progress
-
-    with Progress(transient=True, console=None) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n=1: bar.advance(task, n)

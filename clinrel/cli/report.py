@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
             if scheduler is not None:
                 import dataclasses
 
-                from reports.plan import load_plan
+                from stats.analysis import load_plan
 
                 target = dataclasses.replace(load_plan(target), scheduler=scheduler)
             try:

@@ -1,8 +1,6 @@
 """Report sections. Each module ``reports/sections/<name>.py`` defines
 
 - ``TITLE`` (the heading), ``HALF`` (``"detection"``, ``"crs"`` or ``"any"``),
-- ``REQUIRES``: the ``stats`` names it needs (a section whose names are not in the tree
-  is skipped with a logged note; numbers are never substituted),
 - ``build(study) -> Section``,
 - optionally ``applies(study) -> bool`` (False: the study lacks the input it describes).
 
@@ -60,21 +58,6 @@ class Section:
         return [b for b in self.blocks if isinstance(b, ReportFigure)]
 
 
-def missing_stats(names) -> list[str]:
-    """The ``stats`` names among ``names`` that cannot be imported from this tree."""
-    import stats
-
-    missing = []
-    for name in names:
-        try:
-            obj = stats
-            for part in name.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError):
-            missing.append(name)
-    return missing
-
-
 def module(name: str):
     return importlib.import_module(f"{__name__}.{name}")
 
@@ -94,7 +77,7 @@ def applies(mod, study) -> bool:
 def _input_errors() -> tuple:
     from stats.schema import ContractError
 
-    from ..plan import PlanError
+    from stats.analysis.plan import PlanError
 
     return (ContractError, PlanError)
 
@@ -137,17 +120,12 @@ def build_all(study, *, only=None, advance=lambda n=1: None, strict: bool = Fals
         if not applies(mod, study):
             advance()
             continue
-        missing = missing_stats(getattr(mod, "REQUIRES", ()))
-        if missing:
-            reason = "needs " + ", ".join(f"stats.{m}" for m in missing) + ", not in this build"
-            study.skipped.append((key, mod.TITLE, reason))
-            study.note(f"section '{mod.TITLE}' skipped: {reason}")
-            advance()
-            continue
         t0 = time.perf_counter()
         try:
             built[key] = mod.build(study)
         except SkipSection as exc:
+            if strict:  # the plan asked for this section (it applies): a skip is a failure
+                _failed(study, key, mod.TITLE, exc, strict)
             study.skipped.append((key, mod.TITLE, str(exc)))
             study.note(f"section '{mod.TITLE}' skipped: {exc}")
         except ValueError as exc:  # bad user input (ContractError, PlanError): exit 2

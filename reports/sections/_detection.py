@@ -1,5 +1,6 @@
-"""Shared detection results for the detection sections, computed once per study by
-``stats`` and cached on ``study.cache``. Nothing here computes a statistic itself."""
+"""Shared helpers of the detection sections: read the analysis layer's results
+(``study.results``, from :func:`stats.analysis.run`) and lay them out. Nothing here
+computes a statistic or selects rows."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,39 +12,19 @@ PROPORTIONS = ("sensitivity", "specificity", "ppv", "npv", "accuracy")
 
 
 def calls(study) -> pd.DataFrame:
-    """Every input row with its scan-level call (``stats.scan_level``)."""
-    if "calls" not in study.cache:
-        import stats
-
-        det = study.plan.detection
-        if det.threshold_value is not None:
-            df = stats.scan_level(study.cases, threshold=det.threshold_value)
-        else:
-            df = stats.scan_level(study.cases, criterion=det.criterion,
-                                  target_specificity=det.target)
-        study.cache["calls"] = df
-    return study.cache["calls"]
-
-
-def has_split(study) -> bool:
-    c = study.cases
-    return "split" in c.columns and (c["split"] == "test").any()
+    """Every input row with its scan-level call (``Results['calls']``)."""
+    return study.results["calls"]
 
 
 def evaluation(study) -> pd.DataFrame:
-    """The rows the metrics use: the test split when the table has one, else every row."""
-    df = calls(study)
-    if has_split(study):
-        df = df[df["split"] == "test"]
-    return df.reset_index(drop=True)
+    """The rows the metrics use (the analysis layer's row rule)."""
+    return study.results["evaluation"]
 
 
 def axes(study) -> list[tuple[str, ...]]:
-    det = study.plan.detection
-    out = list(det.subgroups)
-    if det.failure_map and tuple(det.failure_map) not in out:
-        out.append(tuple(det.failure_map))
-    return out
+    from stats.analysis.detection import axes as plan_axes
+
+    return plan_axes(study.plan)
 
 
 def axis_name(axis: tuple[str, ...]) -> str:
@@ -56,26 +37,8 @@ def axis_label(axis: tuple[str, ...] | str) -> str:
 
 
 def metrics(study) -> pd.DataFrame:
-    """Tidy metrics per model x cell (overall, every axis level, intersections).
-
-    ``stats.subgroup_metrics`` (closed-form CIs, cluster-bootstrap F1 when planned).
-    """
-    if "metrics" in study.cache:
-        return study.cache["metrics"]
-    import stats
-
-    det = study.plan.detection
-    ev = evaluation(study)
-    by = axes(study)
-    kw = {}
-    if det.bootstrap_n:
-        kw = {"bootstrap": det.bootstrap_n, "seed": det.bootstrap_seed,
-              "strata": det.bootstrap_strata, "boot_method": det.bootstrap_interval}
-    out = stats.subgroup_metrics(ev, by=by, ci=det.ci, conf_level=det.conf_level,
-                                 auc_scale=det.auc_ci,
-                                 small_n=det.small_n, scheduler=study.plan.scheduler, **kw)
-    study.cache["metrics"] = out
-    return out
+    """Tidy metrics per model x cell (``Results['subgroup_metrics']``)."""
+    return study.results["subgroup_metrics"]
 
 
 def with_counts(study, m: pd.DataFrame) -> pd.DataFrame:
@@ -88,12 +51,8 @@ def with_counts(study, m: pd.DataFrame) -> pd.DataFrame:
 
 
 def counts(study) -> pd.DataFrame:
-    """2x2 counts per model x cell (``stats.confusion_counts``)."""
-    if "counts" not in study.cache:
-        import stats
-
-        study.cache["counts"] = stats.confusion_counts(evaluation(study), by=axes(study))
-    return study.cache["counts"]
+    """2x2 counts per model x cell (``Results['confusion_counts']``)."""
+    return study.results["confusion_counts"]
 
 
 def wide(m: pd.DataFrame, estimands=("sensitivity", "specificity")) -> pd.DataFrame:

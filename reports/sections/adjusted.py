@@ -15,72 +15,27 @@ from . import _detection as D
 KEY = "adjusted"
 TITLE = "Confounding-adjusted models"
 HALF = "detection"
-REQUIRES = ("scan_level", "fit_adjusted", "block_tests")
 METHOD_LABEL = {"glmm": "GLMM", "gee": "GEE", "fixed": "Fixed site",
                 "glmm_cc": "GLMM, known race"}
-UNKNOWN = "Unknown"
-SINGULAR_SD = 1e-4  # a group SD below this is a boundary (singular) fit: no effects to draw
-
-
-def _complete_case(ev: pd.DataFrame, formula: str) -> pd.DataFrame | None:
-    """Rows with a known race (when race is in the model and has an Unknown level)."""
-    if "race" not in _terms(formula) or "race" not in ev.columns:
-        return None
-    known = ev["race"].astype(str) != UNKNOWN
-    if known.all():
-        return None
-    cc = ev[known].copy()
-    if isinstance(cc["race"].dtype, pd.CategoricalDtype):
-        cc["race"] = cc["race"].cat.remove_unused_categories()
-    return cc
-
-
-def _terms(formula: str) -> list[str]:
-    return [t.strip() for t in formula.split("~", 1)[1].split("+")]
-
-
-def _factors(study, formula: str) -> list[str]:
-    return [t for t in _terms(formula) if t in study.cases.columns]
-
-
 def applies(study) -> bool:
     return bool(study.plan.detection and study.plan.detection.adjusted)
 
 
 def build(study) -> Section:
-    import stats
-
     det = study.plan.detection
     adj = det.adjusted
     if not adj:
         raise SkipSection("the plan has no detection.adjusted block")
     ev = D.evaluation(study)
     formula, group = adj["formula"], adj["group"]
-    fits, failed = {}, []
-    for m in adj["methods"]:
-        try:
-            fits[m] = stats.fit_adjusted(ev, formula, group=group, method=m,
-                                         population="positives", conf_level=det.conf_level,
-                                         scheduler=study.plan.scheduler)
-        except Exception as exc:  # reported in the text; other methods still shown
-            failed.append(f"{METHOD_LABEL[m]} ({type(exc).__name__}: {str(exc)[:120]})")
-            study.note(f"adjusted models: the {m} fit failed: {type(exc).__name__}: {exc}")
-    if not fits:
-        raise SkipSection("every adjusted fit failed: " + "; ".join(failed))
-    cc = _complete_case(ev, formula)
-    if cc is not None and "glmm" in fits:
-        try:  # DESIGN: Unknown race is a level; the complete-case fit is reported beside it
-            kw = dict(group=group, method="glmm", population="positives",
-                      conf_level=det.conf_level, scheduler=study.plan.scheduler)
-            fits["glmm_cc"] = stats.fit_complete_case(ev, formula, column="race", drop=(UNKNOWN,), **kw)
-        except Exception as exc:
-            study.note(f"adjusted models: the complete-case GLMM failed: {exc}")
+    res = study.results
+    terms = res["adjusted_terms"]
+    fits = dict.fromkeys(res.decisions["adjusted.fitted"])
+    failed = [f"{METHOD_LABEL[m]} ({why[:160]})"
+              for m, why in res.decisions["adjusted.failed"].items()]
+    for m, why in res.decisions["adjusted.failed"].items():
+        study.note(f"adjusted models: the {m} fit failed: {why}")
     # ---- odds ratios
-    tidies = []
-    for m, fit in fits.items():
-        t = fit.tidy()
-        tidies.append(t.assign(fit_method=m))
-    terms = pd.concat(tidies, ignore_index=True)
     fixed = terms[(terms["effect"] == "fixed") & (terms["estimand"] != "Intercept")]
     models = list(pd.unique(ev["model"]))
     term_order = list(dict.fromkeys(fixed["estimand"]))
@@ -126,11 +81,12 @@ def build(study) -> Section:
         notes=tuple(notes))
     sec = Section(KEY, TITLE)
     # ---- block tests (ML methods only)
-    ml = next((m for m in adj["methods"] if m in ("glmm", "fixed")), None)
+    from stats.analysis.adjusted import block_method
+
+    ml = block_method(study.plan)
     blocks_tbl = None
     if ml is not None:
-        bt = stats.block_tests(ev, formula, adj["blocks"] or None, group=group, method=ml,
-                               population="positives", scheduler=study.plan.scheduler)
+        bt = res["adjusted_blocks"]
         lr = bt[bt["estimand"] == "likelihood_ratio"].reset_index(drop=True)
         order = {m: i for i, m in enumerate(models)}
         lr = lr.assign(_m=lr["model"].map(order)).sort_values("_m", kind="stable").drop(
@@ -148,8 +104,7 @@ def build(study) -> Section:
             notes=(f"The {group} row tests the random intercept against a model without it "
                    "(boundary: 50:50 mixture of chi-square(0) and chi-square(1)).",))
     # ---- variance decomposition
-    glance = pd.concat([f.glance().assign(fit_method=m) for m, f in fits.items()],
-                       ignore_index=True)
+    glance = res["adjusted_glance"]
     disp_v = pd.DataFrame({
         "model": glance["model"].astype(str),
         "method": glance["fit_method"].map(METHOD_LABEL),
@@ -170,23 +125,12 @@ def build(study) -> Section:
         notes=("Nakagawa & Schielzeth latent-scale R\u00b2; warnings per fit are in "
                "tables/adjusted_variance.csv.",))
     # ---- adjusted vs crude
-    first = fits.get("glmm") or next(iter(fits.values()))
-    crude_all = D.metrics(study)
-    crude_all = crude_all[crude_all["estimand"] == "sensitivity"]
-    parts = []
-    for var in _factors(study, formula):
-        mm = first.marginal_means(var, kind="emmeans")
-        parts.append(mm.assign(kind="adjusted (emmeans)", variable=var))
-        cr = crude_all[crude_all["group_var"] == var]
-        if len(cr):
-            parts.append(cr.assign(kind="crude", variable=var))
+    cmp = res["adjusted_vs_crude"]
     fig = None
-    if parts:
-        cmp = pd.concat(parts, ignore_index=True)
-        cmp = cmp[cmp["estimate"].notna()].reset_index(drop=True)
-        cmp["cell"] = cmp["variable"].str.replace("_", " ") + ": " + cmp["group_level"].astype(str)
-        data = cmp[["model", "variable", "group_level", "kind", "estimate", "conf_low",
-                    "conf_high", "n", "method", "flag"]]
+    if len(cmp):
+        data = cmp
+        cmp = cmp.assign(cell=cmp["variable"].str.replace("_", " ") + ": "
+                         + cmp["group_level"].astype(str))
         n_cells = cmp["cell"].nunique()
         fig = ReportFigure(
             name="adjusted_vs_crude", caption="Adjusted (emmeans, equal-weight reference grid, "
@@ -197,21 +141,18 @@ def build(study) -> Section:
                            xlab="", ylab="Sensitivity"),
             data=data, width=7.5, height=min(1.5 + 0.2 * n_cells, 9.0))
     re_fig = None
-    if "glmm" in fits:
-        re = fits["glmm"].random_effects()
-        sd = re.loc[re["estimand"] == "group_sd", "estimate"]
-        re = re[re["estimand"] == "group_effect"].reset_index(drop=True)
-        if len(re) and (sd > SINGULAR_SD).any():
-            re_fig = ReportFigure(
-                name="adjusted_site_effects", caption=f"Predicted {group} effects (GLMM "
-                f"conditional modes, log-odds of detection) with conditional intervals, per "
-                f"model; 0 is the average {group}.",
-                alt=f"Dot plot of {group} random effects per model.",
-                plot=points_ci(re, x="group_level", y="estimate", facet="model", xlab="",
-                               ylab=f"{group} effect (log-odds)", hline=0.0),
-                data=re[["model", "group_var", "group_level", "estimate", "std_error",
-                         "conf_low", "conf_high", "n", "flag"]],
-                width=7.5, height=min(1.2 + 0.22 * re["group_level"].nunique(), 6.0))
+    re = res["adjusted_random_effects"]
+    if len(re):
+        re_fig = ReportFigure(
+            name="adjusted_site_effects", caption=f"Predicted {group} effects (GLMM "
+            f"conditional modes, log-odds of detection) with conditional intervals, per "
+            f"model; 0 is the average {group}.",
+            alt=f"Dot plot of {group} random effects per model.",
+            plot=points_ci(re, x="group_level", y="estimate", facet="model", xlab="",
+                           ylab=f"{group} effect (log-odds)", hline=0.0),
+            data=re[["model", "group_var", "group_level", "estimate", "std_error",
+                     "conf_low", "conf_high", "n", "flag"]],
+            width=7.5, height=min(1.2 + 0.22 * re["group_level"].nunique(), 6.0))
     warn = sorted({w.split(":")[0] for w in glance["warnings"].astype(str) if w}
                   if "warnings" in glance else set())
     rhs = formula.split("~", 1)[1].strip()

@@ -10,66 +10,27 @@ import pandas as pd
 from .. import text
 from ..figures import PALETTE, ReportFigure, theme
 from ..tables import ReportTable
-from . import Section, SkipSection, missing_stats
+from . import Section, SkipSection
 
 KEY = "calibration"
 TITLE = "Calibration"
 HALF = "any"
-REQUIRES = ("temperature_scale", "reliability_table")
-N_BINS = 10
-ECE_BOOT = 1000  # case-bootstrap replicates for the ECE intervals
-CAL_SPLITS = ("validation", "calibration")
-
-
-def _groups(study):
-    """(source, unit, calibration frame, test frame) with columns label, prob."""
-    out = []
-    c = study.cases
-    if c is not None and {"max_prob", "split"} <= set(c.columns):
-        for model, g in c.groupby("model", sort=False):
-            cal, test = g[g["split"].isin(CAL_SPLITS)], g[g["split"] == "test"]
-            if len(cal) and len(test):
-                out.append(("detection model", str(model),
-                            cal[["label", "max_prob"]].rename(columns={"max_prob": "prob"}),
-                            test[["label", "max_prob"]].rename(columns={"max_prob": "prob"})))
-    pp = study.probe_predictions
-    if pp is not None and {"encoder", "label", "prob"} <= set(pp.columns):
-        sel = pp
-        if "condition" in sel.columns:
-            sel = sel[sel["condition"].astype(str).str.lower() == "clean"]
-        if "label_fraction" in sel.columns:
-            sel = sel[sel["label_fraction"] == 1.0]
-        for enc, g in sel.groupby("encoder", sort=False):
-            if "split" in g.columns:
-                cal, test = g[g["split"].isin(CAL_SPLITS)], g[g["split"] == "test"]
-            else:  # held-out predictions only: reliability before scaling, no temperature
-                cal, test = None, g
-            if len(test) and (cal is None or len(cal)):
-                out.append(("encoder probe", str(enc),
-                            None if cal is None else cal[["label", "prob"]],
-                            test[["label", "prob"]]))
-    return out
-
-
-def _repair_runs(study):
-    runs = study.runs
-    if study.plan.crs is None or runs is None or "ece_after_ts" not in runs.columns:
-        return None
-    if runs["ece_after_ts"].notna().sum() == 0:
-        return None
-    return runs
 
 
 def applies(study) -> bool:
-    return bool(_groups(study)) or _repair_runs(study) is not None
+    from stats.analysis.calibration import wants_probabilities, wants_repair
+
+    return wants_probabilities(study.plan, study.tables) or wants_repair(study.plan, study.tables)
 
 
 def build(study) -> Section:
     sec = Section(KEY, TITLE)
     blocks = []
-    if _groups(study):
+    from stats.analysis.calibration import wants_probabilities, wants_repair
+
+    if wants_probabilities(study.plan, study.tables):
         blocks += _probabilities(study)
-    if _repair_runs(study) is not None and not missing_stats(("calibration_repair",)):
+    if wants_repair(study.plan, study.tables):
         blocks += _repair(study)
     if not blocks:
         raise SkipSection("no probabilities with a validation/calibration and a test split, and "
@@ -78,9 +39,7 @@ def build(study) -> Section:
 
 
 def _repair(study) -> list:
-    import stats
-
-    rep = stats.calibration_repair(_repair_runs(study))
+    rep = study.results["calibration_repair"]
     ov = rep[rep["dataset"] == "overall"]
     w = ov.pivot_table(index=["regime", "encoder"], columns="estimand", values="estimate",
                        sort=False).reset_index()
@@ -106,34 +65,12 @@ def _repair(study) -> list:
 
 def _probabilities(study) -> list:
     import plotnine as p9
-    import stats
 
-    groups = _groups(study)
-    det = study.plan.detection
-    seed = det.bootstrap_seed if det is not None and det.bootstrap_seed is not None else 0
-    summary, rel = [], []
-    for source, unit, cal, test in groups:
-        y, p = test["label"].to_numpy(), test["prob"].to_numpy(float)
-        stages = [("before", p)]
-        if cal is not None:
-            tf = stats.temperature_scale(cal["prob"].to_numpy(float), cal["label"].to_numpy())
-            ev = tf.evaluate(p, y).assign(source=source, unit=unit)
-            stages.append(("after", tf.apply(p)))
-        else:
-            ev = pd.DataFrame({"estimand": ["ece"], "estimate": [stats.ece(y, p)], "n": [len(y)],
-                               "stage": ["before"], "source": [source], "unit": [unit],
-                               "temperature": [float("nan")]})
-        for stage, prob in stages:  # bootstrap intervals for the ECE rows
-            ci = stats.ece_ci(y, prob, n_boot=ECE_BOOT, seed=seed)
-            hit = (ev["estimand"] == "ece") & (ev["stage"] == stage)
-            ev.loc[hit, "conf_low"] = float(ci["conf_low"].iloc[0])
-            ev.loc[hit, "conf_high"] = float(ci["conf_high"].iloc[0])
-        summary.append(ev)
-        for stage, prob in stages:
-            rt = stats.reliability_table(y, prob, n_bins=N_BINS)
-            rel.append(rt.assign(source=source, unit=unit, stage=stage))
-    summ = pd.concat(summary, ignore_index=True)
-    rel = pd.concat(rel, ignore_index=True)
+    from stats.analysis.calibration import RELIABILITY_BINS, boot_settings
+
+    n_boot = boot_settings(study.plan)[0]
+    cal = study.results["calibration"]
+    summ, rel = cal["summary"], cal["reliability"]
     rows = []
     for (source, unit), g in summ.groupby(["source", "unit"], sort=False):
         row = {"source": source, "unit": unit,
@@ -162,8 +99,8 @@ def _probabilities(study) -> list:
                   ("Brier", ["brier_before", "brier_after"]), ("NLL", ["nll_before", "nll_after"])),
         notes=("Temperature T minimises the validation negative log-likelihood of "
                "sigmoid(logit(p) / T); ECE with 15 equal-width bins and a case-bootstrap "
-               f"percentile interval ({ECE_BOOT} replicates). The reliability diagram "
-               f"uses {N_BINS} equal-width bins (tables/fig_reliability.csv). Encoder probes: "
+               f"percentile interval ({n_boot} replicates). The reliability diagram "
+               f"uses {RELIABILITY_BINS} equal-width bins (tables/fig_reliability.csv). Encoder probes: "
                "held-out predictions of the clean runs at label fraction 1, pooled over seeds; "
                "without a calibration split no temperature is fitted (\u2014).",))
     d = rel[rel["n"] > 0].copy()

@@ -11,7 +11,6 @@ from . import Section
 KEY = "checklist"
 TITLE = "Reporting checklist map"
 HALF = "any"
-REQUIRES = ()
 
 #: (guideline, item, topic, section keys); the last element empty: not covered here
 ITEMS = (

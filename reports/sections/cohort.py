@@ -15,7 +15,6 @@ from . import _detection as D
 KEY = "cohort"
 TITLE = "Cohort characteristics"
 HALF = "detection"
-REQUIRES = ("scan_level", "describe")
 
 CONTINUOUS = (("age", "Age, years"), ("tumor_size_mm", "Tumour size, mm (positives)"))
 SITES_PER_TABLE = 10  # more sites than this: several tables (a landscape page each)
@@ -23,11 +22,9 @@ NAMES = {"cases": "Cases", "label": "Reference positive"}
 
 
 def build(study) -> Section:
-    import stats
-
     ev = D.evaluation(study).drop_duplicates("case_id").reset_index(drop=True)
     by = "site"
-    described = stats.describe(ev, by=by, continuous=[c for c, _ in CONTINUOUS])
+    described = study.results["cohort"]
     long = described.assign(
         group=np.where(described["group_var"] == "overall", "Overall", described["group_level"]),
         variable=described["variable"].map(lambda v: NAMES.get(v, v)),

@@ -13,7 +13,6 @@ from . import _detection as D
 KEY = "comparisons"
 TITLE = "Model comparisons"
 HALF = "detection"
-REQUIRES = ("scan_level", "compare_models")
 LABEL = {"sensitivity_difference": "Sensitivity", "specificity_difference": "Specificity",
          "auc_difference": "AUC"}
 
@@ -23,13 +22,11 @@ def applies(study) -> bool:
 
 
 def build(study) -> Section:
-    import stats
-
     det = study.plan.detection
     ev = D.evaluation(study)
     if ev["model"].nunique() < 2:
         raise SkipSection("only one model: nothing to compare")
-    cmp = stats.compare_models(ev, by=None, conf_level=det.conf_level, small_n=det.small_n)
+    cmp = study.results["comparisons"]
     ov = cmp[cmp["group_var"] == "overall"].reset_index(drop=True)
     disp = pd.DataFrame({
         "metric": ov["estimand"].map(LABEL).fillna(ov["estimand"]),

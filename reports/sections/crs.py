@@ -13,7 +13,6 @@ from . import Section, SkipSection
 KEY = "crs"
 TITLE = "Clinical Reliability Score"
 HALF = "crs"
-REQUIRES = ("crs_scores", "crs_bootstrap", "ranking_stability")
 AXES = ("discrimination", "calibration", "label_efficiency", "robustness")
 AXIS_LABEL = {"discrimination": "Discrimination (AUROC)", "calibration": "Calibration (ECE)",
               "label_efficiency": "Label efficiency", "robustness": "Robustness"}
@@ -31,15 +30,13 @@ def applies(study) -> bool:
 
 def build(study) -> Section:
     import plotnine as p9
-    import stats
 
     plan = study.plan
     if study.reference is None:
         raise SkipSection("the plan names no inputs.reference (the CRS reference panel)")
-    runs, ref, crs = study.runs, study.reference, plan.crs
-    boot = stats.crs_bootstrap(runs, ref, n_boot=crs.bootstrap_n, seed=crs.bootstrap_seed,
-                               scheduler=plan.scheduler)
-    scores = boot.scores()
+    ref, crs = study.reference, plan.crs
+    res = study.results["crs"]
+    scores = res["scores"]
     scores = scores.assign(label=_enc_label(scores))
     wide = scores.pivot_table(index=["regime", "encoder", "label"], columns="estimand",
                               values="estimate", sort=False).reset_index()
@@ -48,7 +45,7 @@ def build(study) -> Section:
     crs_rows = crs_rows.sort_values(["_r", "estimate"], ascending=[True, False]).drop(
         columns="_r")  # within each regime, best first
     order = list(crs_rows["label"])
-    panel = set(ref.get("panel", []))
+    panel = set(ref.panel)
     # ---- axes table
     wide["_o"] = wide["label"].map({v: i for i, v in enumerate(order)})
     wide = wide.sort_values("_o").drop(columns="_o").reset_index(drop=True)
@@ -71,11 +68,11 @@ def build(study) -> Section:
                "normalization is flipped). Anchors (lo, hi) per axis are in "
                "tables/crs_axes.csv.",))
     # ---- scores table with CIs and ranks
-    rp = boot.rank_probabilities(crs.k)
+    rp = res["rank_probabilities"]
     rp = rp.assign(label=_enc_label(rp))
     rpw = rp.pivot_table(index="label", columns="estimand", values="estimate", sort=False)
     rank_ci = rp[rp["estimand"] == "rank"].set_index("label")
-    tier = boot.leading_tier() if hasattr(boot, "leading_tier") else None
+    tier = res.get("leading_tier")
     if tier is not None:
         tier = tier.assign(label=_enc_label(tier))
         in_tier = dict(zip(tier["label"], tier["in_leading_tier"].astype(bool)))
@@ -111,7 +108,7 @@ def build(study) -> Section:
                f"the best encoder and every encoder whose CRS difference from it has a "
                f"bootstrap CI containing 0.",))
     # ---- differences
-    diff = boot.differences()
+    diff = res["differences"]
     disp_d = pd.DataFrame({
         "pair": diff["encoder"].astype(str) + " \u2212 " + diff["comparator"].astype(str),
         "diff": text.ci_vec(diff, 3), "p": [text.pvalue(p) for p in diff["p_value"]],
@@ -123,7 +120,7 @@ def build(study) -> Section:
                 "p_adj": "Holm p"},
         notes=("Two-sided bootstrap p-values; Holm adjustment over all pairs.",))
     # ---- stability
-    st = stats.ranking_stability(runs, ref, seed=crs.bootstrap_seed, k=crs.k)
+    st = res["stability"]
     names = {"kendall_tau": "Kendall tau", "kendall_tau_min": "Kendall tau, minimum",
              "kendall_tau_mean": "Kendall tau, mean [95% band]",
              "kendall_tau_median": "Kendall tau, median", "p_tau_1": "P(identical ranking)",

@@ -15,25 +15,15 @@ from . import _detection as D
 KEY = "failure_map"
 TITLE = "Failure map"
 HALF = "detection"
-REQUIRES = ("scan_level", "failure_map", "subgroup_vs_rest")
 
 
 def grid(study):
-    import stats
-
-    det = study.plan.detection
-    rows, cols = det.failure_map
-    fm = stats.failure_map(D.evaluation(study), rows, cols, metric="sensitivity", ci=det.ci,
-                           conf_level=det.conf_level, small_n=det.small_n)
-    return fm, rows, cols
+    rows, cols = study.plan.detection.failure_map
+    return study.results["failure_map"], rows, cols
 
 
 def collapse_table(study) -> ReportTable:
-    import stats
-
-    det = study.plan.detection
-    single = [a for a in det.subgroups if len(a) == 1] or list(det.subgroups)
-    vr = stats.subgroup_vs_rest(D.evaluation(study), by=single, conf_level=det.conf_level)
+    vr = study.results["subgroup_vs_rest"]
     sens = vr[vr["estimand"] == "sensitivity_difference"].reset_index(drop=True)
     spec = vr[vr["estimand"] == "specificity_difference"].reset_index(drop=True)
     keys = ["model", "group_var", "group_level"]

@@ -2,7 +2,7 @@
 
 The accountability table sums to the input row count (a check, not an estimate); the
 diagram draws the same counts. Reference-standard positives/negatives per model and the
-calls come from ``stats.confusion_counts``.
+calls come from the analysis layer (``row_flow``, ``confusion_counts``).
 """
 from __future__ import annotations
 
@@ -17,45 +17,11 @@ from . import _detection as D
 KEY = "flow"
 TITLE = "Flow of cases"
 HALF = "detection"
-REQUIRES = ("scan_level", "confusion_counts")
 
 
 def accountability(study) -> pd.DataFrame:
-    """Input rows by disposition and reason; ``rows`` sums to the input row count."""
-    calls = D.calls(study)
-    split = calls["split"] if D.has_split(study) else pd.Series("all", index=calls.index)
-    det = study.plan.detection
-    reason_val = ("validation split: used to choose the threshold (exploratory)"
-                  if det.threshold_value is None else
-                  "validation split: development data, not part of the evaluation")
-    rows = []
-    for value, disposition, reason in (
-            ("validation", "excluded", reason_val),
-            ("test", "included", "test split: evaluated"),
-            ("all", "included", "no split column: every row evaluated")):
-        sel = calls[split == value]
-        if len(sel):
-            rows.append({"disposition": disposition, "reason": reason, "rows": len(sel),
-                         "cases": sel["case_id"].nunique(),
-                         "patients": sel["patient_id"].nunique(),
-                         "positives": int(sel.drop_duplicates("case_id")["label"].sum()),
-                         "negatives": int((sel.drop_duplicates("case_id")["label"] == 0).sum())})
-    other = calls[~split.isin(["validation", "test", "all"])]
-    if len(other):
-        rows.append({"disposition": "excluded", "reason": "split neither validation nor test",
-                     "rows": len(other), "cases": other["case_id"].nunique(),
-                     "patients": other["patient_id"].nunique(),
-                     "positives": int(other.drop_duplicates("case_id")["label"].sum()),
-                     "negatives": int((other.drop_duplicates("case_id")["label"] == 0).sum())})
-    df = pd.DataFrame(rows)
-    total = {"disposition": "total", "reason": "input table",
-             "rows": study.input_rows["cases"], "cases": calls["case_id"].nunique(),
-             "patients": calls["patient_id"].nunique(),
-             "positives": int(calls.drop_duplicates("case_id")["label"].sum()),
-             "negatives": int((calls.drop_duplicates("case_id")["label"] == 0).sum())}
-    if int(df["rows"].sum()) != total["rows"]:
-        raise RuntimeError("flow of cases: dispositions do not sum to the input rows")
-    return pd.concat([df, pd.DataFrame([total])], ignore_index=True)
+    """Input rows by disposition and reason (``Results['row_flow']``; sums to the input)."""
+    return study.results["row_flow"]
 
 
 def build(study) -> Section:

@@ -11,7 +11,6 @@ from . import _detection as D
 KEY = "forest"
 TITLE = "Forest plots"
 HALF = "detection"
-REQUIRES = ("scan_level", "confusion_counts", "proportion_ci")
 
 
 def figure(study, estimand: str, axes) -> ReportFigure:

@@ -10,7 +10,6 @@ from . import Section
 KEY = "methods"
 TITLE = "Methods"
 HALF = "any"
-REQUIRES = ()
 
 CI_NAMES = {"wilson": "Wilson score", "clopper-pearson": "Clopper-Pearson exact",
             "jeffreys": "Jeffreys"}
@@ -36,7 +35,7 @@ def _detection(study) -> list[str]:
     out = []
     n_rows = study.input_rows.get("cases")
     models = list(dict.fromkeys(study.cases["model"].astype(str)))
-    split = "split" in study.cases.columns and (study.cases["split"] == "test").any()
+    split = "split" in study.cases.columns
     out.append(
         f"**Detection.** The cases table ({md(plan.cases.name)}, {n_rows} rows) holds one row "
         f"per model and case for {len(models)} models ({md(text.human_list(models))}). "
@@ -50,9 +49,9 @@ def _detection(study) -> list[str]:
         rule = ("maximising Youden's J" if det.criterion == "youden" else
                 f"the lowest threshold reaching specificity {det.target}")
         thr = ""
-        calls = study.cache.get("calls")
-        if calls is not None and "threshold" in calls.attrs:
-            vals = calls.attrs["threshold"]["values"]
+        chosen = study.results.decisions.get("detection.threshold")
+        if chosen is not None:
+            vals = chosen["values"]
             thr = " Chosen values: " + md(", ".join(f"{m} {v:g}" for m, v in vals.items())) + "."
         out.append(f"The threshold was chosen per model on the validation split by {rule} and "
                    f"then frozen for the test split; the choice is **exploratory** "
@@ -91,10 +90,11 @@ def _detection(study) -> list[str]:
 
 
 def _crs(study) -> list[str]:
-    crs, ref = study.plan.crs, study.reference or {}
+    crs, ref = study.plan.crs, study.reference
     md = text.md
     runs = study.runs
-    panel = ref.get("panel", [])
+    panel = list(ref.panel) if ref is not None else []
+    ref_hash = ref.hash if ref is not None else ""
     out = [f"**Clinical Reliability Score.** The runs table ({md(study.plan.runs.name)}, "
            f"{len(runs)} runs) covers {runs['encoder'].nunique()} encoders on "
            f"{runs['dataset'].nunique()} datasets. Axes: discrimination (seed-mean AUROC, clean, "
@@ -102,7 +102,8 @@ def _crs(study) -> list[str]:
            f"robustness, averaged over datasets. Each axis is normalized against the fixed "
            f"reference panel ({md(text.human_list(panel))}; reference file "
            f"{md(study.plan.reference.name) if study.plan.reference else 'not given'}, "
-           f"SHA-256 {study.input_sha256.get('reference', '')[:16]}), and "
+           f"reference hash {ref_hash[:16]}, the hash recorded with every score in the CSV "
+           f"files), and "
            f"CRS = weighted dominance + similarity + worst axis."]
     out.append(f"Uncertainty: paired-seed bootstrap with {crs.bootstrap_n} replicates (seed "
                f"{crs.bootstrap_seed}), anchors held fixed; rank probabilities use top "

@@ -12,7 +12,6 @@ from . import _detection as D
 KEY = "overall"
 TITLE = "Overall accuracy"
 HALF = "detection"
-REQUIRES = ("scan_level", "confusion_counts", "subgroup_metrics")
 
 
 def build(study) -> Section:

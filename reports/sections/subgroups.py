@@ -13,7 +13,6 @@ from . import _detection as D
 KEY = "subgroups"
 TITLE = "Subgroup accuracy"
 HALF = "detection"
-REQUIRES = ("scan_level", "confusion_counts", "proportion_ci")
 
 
 def axis_table(study, axis: tuple[str, ...]) -> ReportTable:

@@ -15,8 +15,6 @@ from . import _detection as D
 KEY = "threshold"
 TITLE = "Threshold sweep and ranking stability"
 HALF = "detection"
-REQUIRES = ("scan_level", "threshold_sweep")
-N_GRID = 25
 
 
 def _curve(df: pd.DataFrame, logx: bool, vline: float, **kw):
@@ -30,15 +28,11 @@ def _curve(df: pd.DataFrame, logx: bool, vline: float, **kw):
 
 
 def build(study) -> Section:
-    import stats
-
-    det = study.plan.detection
     ev = D.evaluation(study)
     chosen = D.calls(study).attrs["threshold"]["values"]
     score = ev["score"].to_numpy(float)
-    grid = np.unique(np.round(np.quantile(score, np.linspace(0.05, 0.95, N_GRID)), 6))
-    grid = np.unique(np.concatenate([grid, list(chosen.values())]))
-    sweep = stats.threshold_sweep(ev, grid, chosen=chosen, ci=det.ci, conf_level=det.conf_level)
+    sweep = study.results["threshold_sweep"]
+    grid = np.asarray(sweep.attrs["grid"])
     m = sweep[sweep["estimand"].isin(["sensitivity", "specificity"])].reset_index(drop=True)
     logx = score.min() >= 0 and np.quantile(score, 0.95) > 50 * max(np.quantile(score, 0.05), 1)
     vline = float(np.median(list(chosen.values())))

@@ -12,7 +12,6 @@ from . import _detection as D
 KEY = "twobytwo"
 TITLE = "Two-by-two tables"
 HALF = "detection"
-REQUIRES = ("scan_level", "confusion_counts")
 
 
 def build(study) -> Section:

@@ -1,13 +1,18 @@
 """The analysis layer: the plan decides once, :func:`run` applies it and records it.
 
-``Plan`` (validated, typed, with defaults) + ``Tables`` (the validated inputs) ->
-``run(plan, tables, scheduler=None) -> Results`` (tidy tables keyed by name plus the
-decisions taken: rows analysed and why, thresholds, seeds, replicate counts, clusters,
-exclusions). The CLI and the report both call ``run``; neither makes an analysis decision.
+``load_plan(path) -> Plan`` (validated, typed, with defaults) and
+``load_tables(plan) -> Tables`` (the validated inputs, checked against the plan) are the
+only file reads; ``run(plan, tables, scheduler=None) -> Results`` is pure and returns tidy
+tables keyed by name plus the decisions taken (rows analysed and why, thresholds, seeds,
+replicate counts, clusters, exclusions). The CLI and the report both call ``run``; neither
+makes an analysis decision.
 """
 from __future__ import annotations
 
 from . import _register  # noqa: F401  (registers every analysis)
 from .core import ANALYSES, Results, Tables, analysis, run, wanted
+from .inputs import load_tables
+from .plan import Plan, PlanError, load_plan, plan_from_dict
 
-__all__ = ["ANALYSES", "Results", "Tables", "analysis", "run", "wanted"]
+__all__ = ["ANALYSES", "Plan", "PlanError", "Results", "Tables", "analysis", "load_plan",
+           "load_tables", "plan_from_dict", "run", "wanted"]

@@ -64,11 +64,11 @@ def boot_settings(plan) -> tuple[int, int]:
     return (DEFAULT_BOOT if n is None else int(n)), int(seed)
 
 
-def _wants_probs(plan, tables) -> bool:
+def wants_probabilities(plan, tables) -> bool:
     return bool(groups(plan, tables))
 
 
-@analysis("calibration", wanted=_wants_probs)
+@analysis("calibration", wanted=wants_probabilities)
 def calibration(results) -> dict[str, pd.DataFrame]:
     """``{"summary": ECE/Brier/NLL before and after scaling with ECE CIs,
     "reliability": reliability tables}`` per source x unit."""
@@ -101,13 +101,13 @@ def calibration(results) -> dict[str, pd.DataFrame]:
             "reliability": pd.concat(rel, ignore_index=True)}
 
 
-def _wants_repair(plan, tables) -> bool:
+def wants_repair(plan, tables) -> bool:
     runs = tables.runs
     return (getattr(plan, "crs", None) is not None and runs is not None
             and "ece_after_ts" in runs.columns and runs["ece_after_ts"].notna().any())
 
 
-@analysis("calibration_repair", wanted=_wants_repair)
+@analysis("calibration_repair", wanted=wants_repair)
 def calibration_repair(results) -> pd.DataFrame:
     """ECE before and after temperature scaling from the runs table."""
     from ..calibration import calibration_repair as compute

@@ -29,6 +29,7 @@ from typing import Any
 
 
 from stats.bootstrap import CI_METHODS as BOOT_INTERVALS
+from stats.schema import ContractError
 from stats.intervals import AUC_SCALES, PROPORTION_METHODS
 
 CI_METHODS = PROPORTION_METHODS
@@ -53,7 +54,7 @@ RESERVED_COLUMNS = ("case_id", "model", "label", "score", "site", "patient_id", 
                     "threshold", "threshold_source", "detected", "correct")
 
 
-class PlanError(ValueError):
+class PlanError(ContractError):
     """The plan file is unreadable or breaks the plan schema; the message says how to fix it."""
 
 

@@ -1,0 +1,240 @@
+"""A study's inputs: the plan's tables, read, validated and checked against the plan.
+
+Loading validates the inputs (``stats.read_cases`` / ``stats.read_runs`` /
+``stats.schema.read_probe_predictions``, the reference file), refuses columns that look
+like direct identifiers unless the plan allows them, pseudonymizes case and patient ids
+with a salted hash when asked, and adds the plan's bins. It then checks what the plan asks
+of these tables before any statistic runs: every column a plan key names exists, a bin
+adds a new column, the test split exists, the planned bootstraps fit the resource caps of
+:mod:`stats.limits` (the plan's ``limits`` apply while loading, and while the report runs:
+:func:`plan_limits`), the Dask scheduler answers. Every refusal names the plan file and
+key. It computes no statistics.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from .core import Tables
+from .plan import Plan, PlanError, _Checker, _from_stats
+
+log = logging.getLogger("clinrel.analysis")
+
+#: column names that look like direct identifiers (HIPAA-style) or free text
+IDENTIFIER_PATTERN = re.compile(
+    r"^name$|(^|_)(first_?name|last_?name|given_?name|family_?name|full_?name|surname|"
+    r"patient_?name|person_?name|mrn|medical_record(_number)?|"
+    r"birth|birth_?date|date_of_birth|dob|accession(_number)?|ssn|social_security|address|"
+    r"street|zip|postcode|phone|telephone|email|e_mail|free_?text|report_?text|text|notes?|"
+    r"comments?|narrative)($|_)", re.IGNORECASE)
+
+MSG_IDENTIFIER = ("{file}: column(s) {columns} look like direct identifiers or free text; "
+                  "drop them from the table, or set privacy.allow_identifiers: true in {plan} "
+                  "if they are not identifying")
+MSG_BIN_EXISTS = ("{plan}: key 'detection.bins.{column}.name' is {name!r}, a column the cases "
+                  "table ({cases}) already has, which the bin would replace; give the bin a new "
+                  "name, e.g. {suggest!r}")
+MSG_NO_TEST = ("{cases}: column 'split' has no 'test' rows ({counts}), and the report analyses "
+               "the test split (plan {plan}, key 'detection'); mark the held-out cases "
+               "split: test, or drop the split column to analyse every row")
+MSG_PLAN_COLUMN = ("{plan}: key '{key}' names column {column!r}, which the cases table ({cases}) "
+                   "lacks (columns: {columns}); {fix}")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def identifier_columns(columns) -> list[str]:
+    return [c for c in columns if IDENTIFIER_PATTERN.search(str(c))]
+
+
+def pseudonymize(values: pd.Series, salt: str) -> pd.Series:
+    """Salted SHA-256 pseudonyms (``"id-" + 12 hex digits``), stable for a given salt."""
+    uniq = pd.unique(values.astype(str))
+    mapping = {v: "id-" + hashlib.sha256(f"{salt}\x00{v}".encode()).hexdigest()[:12] for v in uniq}
+    return values.astype(str).map(mapping)
+
+
+def _check_identifiers(df: pd.DataFrame, file: Path, plan: Plan) -> None:
+    if plan.privacy.allow_identifiers:
+        return
+    bad = identifier_columns(df.columns)
+    if bad:
+        raise PlanError(MSG_IDENTIFIER.format(file=file, columns=", ".join(f"'{c}'" for c in bad),
+                                              plan=plan.path))
+
+
+def add_bins(cases: pd.DataFrame, plan: Plan) -> pd.DataFrame:
+    """Add the plan's binned columns (left-closed intervals), via ``stats.add_bins`` when the
+    tree has it, else ``pandas.cut`` with the same convention."""
+    if plan.detection is None or not plan.detection.bins:
+        return cases
+    for b in plan.detection.bins:
+        if b.column not in cases.columns:
+            raise PlanError(f"{plan.path}: key 'detection.bins.{b.column}' names a column the "
+                            f"cases table ({plan.cases}) lacks; remove the bin or add the column")
+        if b.name in cases.columns:
+            raise PlanError(MSG_BIN_EXISTS.format(plan=plan.path, column=b.column, name=b.name,
+                                                  cases=plan.cases, suggest=f"{b.name}_group"))
+    try:
+        from stats import add_bins as stats_add_bins
+    except ImportError:
+        stats_add_bins = None
+    if stats_add_bins is not None:
+        return stats_add_bins(cases, {b.column: {"name": b.name, "breaks": list(b.breaks),
+                                                 "labels": list(b.labels), "right": False}
+                                      for b in plan.detection.bins})
+    out = cases.copy()
+    for b in plan.detection.bins:
+        out[b.name] = pd.cut(out[b.column].astype("float64"), bins=list(b.breaks),
+                             labels=list(b.labels), right=False)
+    return out
+
+
+def plan_limits(plan: Plan):
+    """The plan's resource caps in force (``with plan_limits(plan): ...``)."""
+    from stats.limits import using
+
+    return using(plan.limits, str(plan.path))
+
+
+def load_tables(plan: Plan) -> Tables:
+    """Read and validate every input the plan names, then check what the plan asks of
+    them (module docstring); raises PlanError or ContractError naming file and key."""
+    with plan_limits(plan):
+        tables = _load(plan)
+        _check_plan_against_data(plan, tables)
+    return tables
+
+
+def _load(plan: Plan) -> Tables:
+    import stats
+
+    study = Tables()
+    for name, path in plan.inputs.items():
+        study.input_sha256[name] = sha256_file(path)
+    if plan.cases is not None:
+        cases = stats.read_cases(plan.cases)
+        _check_identifiers(cases, plan.cases, plan)
+        study.input_rows["cases"] = len(cases)
+        if plan.privacy.pseudonymize_ids:
+            for col in ("case_id", "patient_id"):
+                cases[col] = pseudonymize(cases[col], plan.privacy.salt)
+        cases = add_bins(cases, plan)
+        _check_axes(cases, plan)
+        study.cases = cases
+    if plan.runs is not None:
+        runs = stats.read_runs(plan.runs)
+        _check_identifiers(runs, plan.runs, plan)
+        study.input_rows["runs"] = len(runs)
+        study.runs = runs
+    if plan.reference is not None:
+        # the file's own errors (syntax, encoding, aliases, panel, anchors, weights) name it
+        encoders = None if study.runs is None else pd.unique(study.runs["encoder"])
+        study.reference = stats.read_reference(plan.reference, encoders=encoders)
+    if plan.metadata is not None:
+        md = stats.schema.read_table(plan.metadata, table="metadata")[0]
+        if plan.privacy.pseudonymize_ids and "case_id" in md.columns:
+            md["case_id"] = pseudonymize(md["case_id"], plan.privacy.salt)
+        study.metadata = md
+    if plan.probe_predictions is not None:
+        pp = stats.schema.read_probe_predictions(plan.probe_predictions)
+        _check_identifiers(pp, plan.probe_predictions, plan)
+        study.probe_predictions = pp
+    return study
+
+
+def _check_axes(cases: pd.DataFrame, plan: Plan) -> None:
+    det = plan.detection
+    if det is None:
+        return
+    needed = {c for axes in det.subgroups for c in axes}
+    if det.failure_map:
+        needed |= set(det.failure_map)
+    missing = sorted(c for c in needed if c not in cases.columns)
+    if missing:
+        raise PlanError(f"{plan.path}: key 'detection' names column(s) {', '.join(missing)} "
+                        f"that the cases table ({plan.cases}) lacks (columns: "
+                        f"{', '.join(map(str, cases.columns[:20]))}); fix the names or add "
+                        "a bin that creates them")
+    named = []
+    if det.bootstrap_n and det.bootstrap_strata is not None:
+        named.append(("detection.bootstrap.strata", det.bootstrap_strata,
+                      "name a column such as site, or leave strata out"))
+    if det.adjusted is not None:
+        named.append(("detection.adjusted.group", det.adjusted["group"],
+                      "name the clustering column, e.g. site"))
+    for key, column, fix in named:
+        if column not in cases.columns:
+            raise PlanError(MSG_PLAN_COLUMN.format(
+                plan=plan.path, key=key, column=column, cases=plan.cases, fix=fix,
+                columns=", ".join(map(str, cases.columns[:20]))))
+    if det.adjusted is not None:
+        from stats.formula import parse_formula
+
+        _from_stats(_Checker(str(plan.path)), "detection.adjusted.formula",
+                    lambda: parse_formula(det.adjusted["formula"]).check_columns(
+                        cases.columns, source=f"the cases table ({plan.cases})"))
+    _check_test_split(cases, plan)
+
+
+def _check_test_split(cases: pd.DataFrame, plan: Plan) -> None:
+    """The report analyses the test split when the table has a split column: a column
+    without test rows would have the validation rows analysed as if they were test data."""
+    if "split" not in cases.columns or (cases["split"] == "test").any():
+        return
+    counts = cases["split"].fillna("(empty)").value_counts()
+    shown = ", ".join(f"{n} {v}" for v, n in counts.items())
+    raise PlanError(MSG_NO_TEST.format(cases=plan.cases, counts=shown, plan=plan.path))
+
+
+def _check_plan_against_data(plan: Plan, study: Tables) -> None:
+    """Before any statistic: the planned bootstraps against the caps, with the data's real
+    sizes (``stats.limits``), and the scheduler's address."""
+    from stats import limits
+
+    c = _Checker(str(plan.path))
+    det, crs = plan.detection, plan.crs
+    if det is not None and det.bootstrap_n and study.cases is not None:
+        rows = study.cases
+        if "split" in rows.columns:
+            rows = rows[rows["split"] == "test"]
+        axes = list(det.subgroups) + ([tuple(det.failure_map)] if det.failure_map else [])
+        cells = 1 + sum(_n_levels(rows, axis) for axis in axes)
+        work = limits.cluster_bootstrap_work(
+            det.bootstrap_n, rows["patient_id"].nunique(), cells, rows["model"].nunique(),
+            setting="detection.bootstrap.n", what="the bootstrap")
+        _from_stats(c, "detection.bootstrap.n", limits.check, work)
+    if crs is not None and study.runs is not None:
+        regimes = []
+        for _, part in study.runs.groupby("regime", sort=True):
+            by_ds = part.groupby("dataset", sort=True)
+            regimes.append((part["encoder"].nunique(), list(by_ds["seed"].nunique()),
+                            list(by_ds[["label_fraction", "condition", "severity"]]
+                                 .apply(lambda d: len(d.drop_duplicates())))))
+        work = limits.crs_bootstrap_work(crs.bootstrap_n, regimes, setting="crs.bootstrap.n",
+                                         what="the CRS bootstrap")
+        _from_stats(c, "crs.bootstrap.n", limits.check, work)
+    if plan.scheduler is not None:
+        from stats._parallel import connect
+
+        _from_stats(c, "scheduler", lambda: connect(plan.scheduler).close())
+
+
+def _n_levels(rows: pd.DataFrame, axis: tuple[str, ...]) -> int:
+    """Cells of one subgroup axis: the product of its columns' level counts."""
+    n = 1
+    for col in axis:
+        values = rows[col]
+        n *= (len(values.cat.categories) if isinstance(values.dtype, pd.CategoricalDtype)
+              else max(values.nunique(), 1))
+    return n
