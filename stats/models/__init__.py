@@ -36,7 +36,6 @@ SEs to 3e-3.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Literal
 
@@ -45,6 +44,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from stats._parallel import map_blocks
+from stats._threads import one_blas_thread
 from stats.formula import ParsedFormula, parse_formula
 from stats.schema import ContractError, tidy
 
@@ -184,18 +184,9 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: st
                             parsed=formula, base=base))
 
 
-def _blas_single_thread():
-    """One BLAS thread during a fit: the products are matrix-vector sized, and OpenBLAS's
-    spinning threads make a fit 2-3x slower on a shared machine."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-        return contextlib.nullcontext()
-    return threadpool_limits(1, user_api="blas")
-
-
 def _fit_one(name, data, formula, **kw) -> ModelFit:
-    with _blas_single_thread(), np.errstate(all="ignore"):
+    # matrix-vector sized products: one BLAS thread (2-3x faster on a shared machine)
+    with one_blas_thread(), np.errstate(all="ignore"):
         mf = _fit_one_inner(name, data, formula, **kw)
         eta = mf.design.X @ mf.beta
     if np.all(np.isfinite(eta)) and np.max(np.abs(eta), initial=0.0) > 30 and not any(
