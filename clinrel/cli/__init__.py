@@ -16,7 +16,8 @@ app = typer.Typer(
 )
 
 #: command modules, in help order; a module not yet present is skipped
-_COMMAND_MODULES = ("core", "detection", "adjust", "crs", "report", "infer", "metadata")
+_COMMAND_MODULES = ("core", "detection", "adjust", "crs", "report", "infer", "metadata",
+                    "plansize")
 
 for _name in _COMMAND_MODULES:
     _full = f"{__name__}.{_name}"
