@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from ._quantile import percentile_interval
 from ._rng import as_generator
 from .crs import COMPOSITES, axes_wide, crs_from_axes, read_reference
 from .schema import ContractError, tidy
@@ -213,9 +214,8 @@ def ranking_stability(runs, reference, *, n_weights: int = 1000, seed=None, k: i
         w = rng.dirichlet(np.ones(3), size=int(n_weights))                       # (n_w, 3)
         alt = w @ comp.T                                                          # (n_w, E)
         tau = kendall_tau_b(crs.to_numpy()[None, :], alt)
-        alpha = 1.0 - conf_level
         best = np.argmax(crs.to_numpy())
-        q_lo, q_hi = np.nanquantile(tau, [alpha / 2, 1 - alpha / 2])
+        q_lo, q_hi = (float(q) for q in percentile_interval(tau, conf_level))
         diri = pd.DataFrame({
             "estimand": ["kendall_tau_mean", "kendall_tau_median", "kendall_tau_min", "p_tau_1",
                          "p_same_best"],
