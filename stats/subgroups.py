@@ -79,7 +79,8 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         "sensitivity", "specificity", "ppv", "npv", "accuracy", "f1", "auc"),
         ci: str = "wilson", conf_level: float = 0.95, bootstrap: int | None = None,
         seed=None, small_n: int = 10, scheduler=None, strata: str | None = None,
-        boot_method: bs.CIMethod = "percentile", auc_scale: AucScale = "auc") -> pd.DataFrame:
+        boot_method: bs.CIMethod = "percentile", auc_scale: AucScale = "auc",
+        label_error: pd.DataFrame | None = None) -> pd.DataFrame:
     """Detection metrics with confidence intervals per model x subgroup cell.
 
     Parameters
@@ -103,6 +104,10 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         :func:`stats.auc_ci`.
     small_n : int
         Flag "small_n" when a metric's denominator is below this.
+    label_error : DataFrame, optional
+        ``field, recorded_value, true_value, probability`` = P(true | recorded): the axes
+        built on those fields get multiple-imputation intervals that carry the metadata
+        error (:func:`stats.label_error.error_aware_metrics`; M = 100 imputations, ``seed``).
 
     Returns
     -------
@@ -137,6 +142,12 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         raise ValueError(f"auc_scale must be one of {AUC_SCALES}; got {auc_scale!r}")
     if boot_method not in bs.CI_METHODS:
         raise ValueError(f"boot_method must be one of {bs.CI_METHODS}; got {boot_method!r}")
+    if label_error is not None:  # metadata error carried into the intervals
+        from stats.label_error import error_aware_metrics
+        return error_aware_metrics(cases, by=by, label_error=label_error, metrics=metrics, ci=ci,
+                                   conf_level=conf_level, seed=seed, small_n=small_n,
+                                   bootstrap=bootstrap, scheduler=scheduler, strata=strata,
+                                   boot_method=boot_method, auc_scale=auc_scale)
     cm = case_matrix(cases, by)
     counts = cm.cell_counts()
     fr = metric_fractions(counts["tp"], counts["fp"], counts["fn"], counts["tn"])

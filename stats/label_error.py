@@ -1,0 +1,698 @@
+"""Subgroup metrics whose intervals carry metadata error (who belongs to which subgroup).
+
+Subgroup axes such as race or contrast phase come from extracted metadata, and some of
+the extracted values are wrong. Given how often (a *label-error table*, below),
+:func:`error_aware_metrics` (reached as ``stats.subgroup_metrics(..., label_error=TABLE)``)
+re-estimates the detection metrics of every axis built on an error-prone field by
+**multiple imputation of each scan's true level** and widens their intervals by the
+between-imputation variance; :func:`compare_naive` puts the naive and the error-aware rows
+side by side; :func:`misclassification_from_review` estimates the table from extractor
+disagreement and review outcomes in the metadata evidence table.
+
+Label-error table: ``field, recorded_value, true_value, probability`` with probability
+= P(true value | recorded value), summing to 1 over true values for each recorded value.
+Any further column (e.g. ``site``) is a key that must also be a column of the cases: its
+rows then apply to the cases with that key (error rates that differ by institution), and
+each ``field`` x key x ``recorded_value`` sums to 1.
+
+Estimand: for the level L of an axis, the detection metric among scans whose TRUE level
+is L in the population the study's scans represent (e.g. sensitivity = P(call positive |
+tumour, true phase L)), the same parameter the naive Wilson interval would target if the
+metadata were error-free.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from stats._rng import as_generator
+from stats.detection import (
+    GROUP_COLS,
+    OVERALL,
+    CaseMatrix,
+    _levels,
+    _product,
+    case_matrix,
+    metric_fractions,
+    normalize_by,
+)
+from stats.intervals import PROPORTION_METHODS, proportion_ci
+from stats.schema import ContractError, _rows_text, _values_text, tidy
+
+__all__ = ["LABEL_ERROR_COLUMNS", "check_label_error", "compare_naive", "error_aware_metrics",
+           "misclassification_from_review", "rubin_proportion"]
+
+#: the required columns of a label-error table
+LABEL_ERROR_COLUMNS = ("field", "recorded_value", "true_value", "probability")
+#: flag of the rows of a level some of whose cases have a recorded value the table lacks
+FLAG_UNCOVERED = "label_error_uncovered"
+#: flag of AUC rows on an error-prone axis (the imputation model conditions on the calls,
+#: not on the scores, so it is not congenial to an AUC analysis; no estimate is given)
+FLAG_UNSUPPORTED = "label_error_unsupported"
+_TOL = 1e-6  # how far a recorded value's probabilities may sum from 1
+_BLOCK_ELEMENTS = 2 ** 24  # imputations x rows x states of one draw/EM block
+
+MSG_TABLE_TYPE = ("label_error: expected a DataFrame with columns field, recorded_value, "
+                  "true_value, probability; got {kind}")
+MSG_TABLE_COLUMNS = ("label_error: column(s) {columns} missing (columns present: {present}); "
+                     "give one row per field x recorded_value x true_value with probability = "
+                     "P(true value | recorded value)")
+MSG_TABLE_EMPTY = "label_error: the table has no rows; give at least one row per recorded value"
+MSG_TABLE_MISSING = ("label_error: column '{column}' has missing values; rows {rows} are empty; "
+                     "fill them in or drop the rows")
+MSG_TABLE_PROB = ("label_error: column 'probability' must be a number in [0, 1]; rows {rows} "
+                  "have {values}; write probabilities, not percentages (0.02, not 2)")
+MSG_TABLE_DUP = ("label_error: rows {rows} repeat field x recorded_value x true_value {values}; "
+                 "keep one row per combination")
+MSG_TABLE_SUM = ("label_error: probabilities must sum to 1 over true values for each recorded "
+                 "value; {details} (rows {rows}); rescale each recorded value's probabilities "
+                 "so they sum to 1")
+MSG_TABLE_KEY = ("label_error: key column(s) {columns} are not columns of the cases; a column "
+                 "beyond field, recorded_value, true_value, probability names the cases a row "
+                 "applies to; add the column to the cases or drop it from the table")
+MSG_NO_FIELD = ("label_error: no field of the table ({fields}) is a column of the subgroup axes "
+                "{axes}; name the fields as the cases' columns (e.g. 'race', 'phase')")
+MSG_CI = ("label_error: ci={ci!r} cannot carry metadata error (the bootstrap resamples scans "
+          "with their recorded levels); use ci='wilson', 'clopper-pearson' or 'jeffreys'")
+MSG_IMPUTATIONS = "n_imputations must be an integer >= 2; got {m!r}"
+MSG_EVIDENCE = ("evidence: column(s) {columns} missing from the metadata evidence table "
+                "(columns present: {present}); give the table `clinrel metadata extract` wrote")
+MSG_PREFER = ("prefer: extractor(s) {bad} are not in the evidence table (extractors: "
+              "{present}); name extractors that ran")
+
+
+# --------------------------------------------------------------------------- the table
+
+def check_label_error(table: pd.DataFrame) -> pd.DataFrame:
+    """Validate a label-error table; return a copy with text keys and float probabilities.
+
+    Raises :class:`~stats.schema.ContractError` naming the rows and the fix when a column
+    is missing, a value is empty, a probability lies outside [0, 1], a combination repeats,
+    or a recorded value's probabilities do not sum to 1 (within 1e-6).
+    """
+    if not isinstance(table, pd.DataFrame):
+        raise ContractError(MSG_TABLE_TYPE.format(kind=type(table).__name__))
+    missing = [c for c in LABEL_ERROR_COLUMNS if c not in table.columns]
+    if missing:
+        raise ContractError(MSG_TABLE_COLUMNS.format(
+            columns=", ".join(map(repr, missing)), present=", ".join(map(repr, table.columns))),
+            column=missing[0])
+    if not len(table):
+        raise ContractError(MSG_TABLE_EMPTY)
+    df = table.reset_index(drop=True).copy()
+    keys = table_keys(df)
+    for col in ("field", "recorded_value", "true_value", *keys, "probability"):
+        bad = np.flatnonzero(df[col].isna().to_numpy())
+        if len(bad):
+            raise ContractError(MSG_TABLE_MISSING.format(column=col, rows=_rows_text(bad)),
+                                column=col, rows=bad + 1)
+    prob = pd.to_numeric(df["probability"], errors="coerce").to_numpy("float64")
+    bad = np.flatnonzero(~((prob >= 0) & (prob <= 1)))
+    if len(bad):
+        raise ContractError(MSG_TABLE_PROB.format(
+            rows=_rows_text(bad), values=_values_text(table["probability"].iloc[bad])),
+            column="probability", rows=bad + 1)
+    for col in ("field", "recorded_value", "true_value", *keys):
+        df[col] = df[col].astype(str)
+    df["probability"] = prob
+    group = ["field", *keys, "recorded_value"]
+    dup = np.flatnonzero(df.duplicated([*group, "true_value"], keep="first").to_numpy())
+    if len(dup):
+        raise ContractError(MSG_TABLE_DUP.format(rows=_rows_text(dup), values=_values_text(
+            df.loc[dup[:5], [*group, "true_value"]].itertuples(index=False, name=None))),
+            rows=dup + 1)
+    sums = df.groupby(group, sort=False)["probability"].transform("sum").to_numpy()
+    bad = np.flatnonzero(np.abs(sums - 1) > _TOL)
+    if len(bad):
+        first = df.loc[bad[:5], group].drop_duplicates()
+        details = "; ".join(
+            f"field {r['field']!r} recorded {r['recorded_value']!r}"
+            + "".join(f" {k} {r[k]!r}" for k in keys) + f" sums to {sums[i]:.6g}"
+            for i, r in first.iterrows())
+        raise ContractError(MSG_TABLE_SUM.format(details=details, rows=_rows_text(bad)),
+                            column="probability", rows=bad + 1)
+    return df
+
+
+def table_keys(table: pd.DataFrame) -> list[str]:
+    """The key columns of a label-error table (every column beyond the four required)."""
+    return [c for c in table.columns if c not in LABEL_ERROR_COLUMNS]
+
+
+# --------------------------------------------------------------------------- the design
+
+@dataclass
+class _Design:
+    """Everything the imputation needs, at the level of distinct rows (combos).
+
+    ``fields`` error-prone fields, ``levels[f]`` their level names (data levels, then the
+    table's other values), ``radix`` (K_f + 1 per field; digit K_f = missing); joint true
+    state ``s`` in mixed radix over the fields (S states). ``context`` error-free columns
+    of the affected axes and the table's keys (codes ``c``, C values). Per combo ``u``:
+    ``prior`` (U x S) = P(true state | recorded values, key), ``k`` = c * P + pattern,
+    ``count``; per case: ``combo`` (n), ``ctx`` (n). ``pattern`` = (label, every model's
+    call); ``uncovered[f]`` recorded values the table lacks.
+    """
+
+    fields: list[str]
+    levels: dict[str, list[str]]
+    radix: list[int]
+    context_cols: list[str]
+    context_levels: dict[str, list[str]]
+    ctx_radix: list[int]
+    prior: np.ndarray
+    k: np.ndarray
+    count: np.ndarray
+    combo: np.ndarray
+    ctx: np.ndarray
+    n_patterns: int
+    uncovered: dict[str, list[str]]
+
+    @property
+    def n_states(self) -> int:
+        return int(np.prod(self.radix))
+
+    @property
+    def n_context(self) -> int:
+        return int(np.prod(self.ctx_radix)) if self.ctx_radix else 1
+
+
+def _affected(specs: list[tuple[str, ...]], fields: set[str]) -> list[int]:
+    return [i for i, s in enumerate(specs) if fields & set(s)]
+
+
+def _design(cm: CaseMatrix, specs: list[tuple[str, ...]], table: pd.DataFrame) -> _Design:
+    cov = cm.covariates
+    keys = table_keys(table)
+    lacking = [k for k in keys if k not in cov.columns]
+    if lacking:
+        raise ContractError(MSG_TABLE_KEY.format(columns=", ".join(map(repr, lacking))))
+    in_table = set(table["field"])
+    aff = _affected(specs, in_table)
+    fields = list(dict.fromkeys(c for i in aff for c in specs[i] if c in in_table))
+    ctx_cols = list(dict.fromkeys([*(c for i in aff for c in specs[i] if c not in in_table), *keys]))
+    n = len(cov)
+
+    levels, radix, rid, mats, uncovered = {}, [], [], [], {}
+    key_text = [cov[k].astype(str).where(cov[k].notna(), None) for k in keys]
+    for f in fields:
+        codes, names = _levels(cov[f])
+        tf = table[table["field"] == f]
+        extra = sorted(set(tf["true_value"]) - set(names))
+        names = names + extra
+        K = len(names)
+        pos = {v: i for i, v in enumerate(names)}
+        rows = tf.groupby([*keys, "recorded_value"], sort=False)
+        idx = pd.MultiIndex.from_tuples([g if isinstance(g, tuple) else (g,) for g in rows.groups],
+                                        names=[*keys, "recorded_value"])
+        P = np.zeros((len(idx), K + 1))
+        g_of_row = idx.get_indexer(pd.MultiIndex.from_frame(tf[[*keys, "recorded_value"]]))
+        P[g_of_row, tf["true_value"].map(pos).to_numpy()] = tf["probability"].to_numpy()
+        recorded = np.where(codes >= 0, np.asarray(names, dtype=object)[np.maximum(codes, 0)], None)
+        look = pd.MultiIndex.from_arrays([*(kt.to_numpy(object) for kt in key_text), recorded])
+        r = idx.get_indexer(look) if len(idx) else np.full(n, -1)
+        miss = codes < 0
+        unc = (r < 0) & ~miss
+        uncovered[f] = sorted(set(np.asarray(names, dtype=object)[codes[unc]]))
+        # row ids: table rows, then "recorded value certain" (identity) rows, then missing
+        rid.append(np.where(miss, len(idx) + K, np.where(unc, len(idx) + codes, r)))
+        mats.append(np.vstack([P, np.eye(K + 1)]))
+        levels[f], radix = names, radix + [K + 1]
+
+    ctx_levels, ctx_radix = {}, []
+    ctx = np.zeros(n, dtype=np.int64)
+    for c in ctx_cols:
+        codes, names = _levels(cov[c])
+        codes = np.where(codes < 0, len(names), codes)
+        ctx = ctx * (len(names) + 1) + codes
+        ctx_levels[c], ctx_radix = names, ctx_radix + [len(names) + 1]
+
+    pat = np.column_stack([cm.label.astype(np.int8), cm.pred.astype(np.int8)])
+    _, pattern = np.unique(pat, axis=0, return_inverse=True)
+    pattern = pattern.ravel()
+    n_pat = int(pattern.max()) + 1 if n else 1
+    key = np.column_stack([*rid, ctx, pattern]) if n else np.zeros((0, len(rid) + 2), np.int64)
+    uniq, combo, count = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+    prior = np.ones((len(uniq), 1))
+    for j, P in enumerate(mats):  # joint prior: Kronecker product of the fields' rows
+        prior = (prior[:, :, None] * P[uniq[:, j]][:, None, :]).reshape(len(uniq), -1)
+    return _Design(fields=fields, levels=levels, radix=radix, context_cols=ctx_cols,
+                   context_levels=ctx_levels, ctx_radix=ctx_radix, prior=prior,
+                   k=uniq[:, -2] * n_pat + uniq[:, -1], count=count.astype("float64"),
+                   combo=combo.ravel(), ctx=ctx, n_patterns=n_pat, uncovered=uncovered)
+
+
+# --------------------------------------------------------------------------- imputation
+
+def _normalise(pi: np.ndarray, d: _Design) -> np.ndarray:
+    """Normalise (..., S, C * P) counts over patterns within each state x context."""
+    shape = pi.shape
+    p = pi.reshape(*shape[:-1], d.n_context, d.n_patterns)
+    return (p / p.sum(-1, keepdims=True)).reshape(shape)
+
+
+def _posterior(pi: np.ndarray, d: _Design) -> np.ndarray:
+    """P(true state | combo) for outcome model(s) ``pi`` (M, S, C*P): (M, S, U)."""
+    q = pi[:, :, d.k]
+    q *= d.prior.T[None]
+    tot = q.sum(1, keepdims=True)
+    q /= np.where(tot > 0, tot, 1.0)
+    if not (tot > 0).all():  # no state fits: fall back on the table's prior
+        q = np.where(tot > 0, q, d.prior.T[None])
+    return q
+
+
+def _fit_outcome(w: np.ndarray, d: _Design, *, prior_mass: float, tol: float,
+                 max_iter: int) -> np.ndarray:
+    """EM for the outcome model P(pattern | true state, context) under combo weights ``w``
+    (M x U), vectorized over the M weightings; returns (M, S, C*P)."""
+    M, U = w.shape
+    S, KP = d.n_states, d.n_context * d.n_patterns
+    alpha = prior_mass / d.n_patterns
+    flat = (np.arange(M * S)[:, None] * KP + d.k[None, :]).ravel()
+
+    def m_step(q):  # q (M, S, U): expected complete-data counts per state x context x pattern
+        z = (q * w[:, None, :]).ravel()
+        return _normalise(np.bincount(flat, weights=z, minlength=M * S * KP)
+                          .reshape(M, S, KP) + alpha, d)
+
+    start = np.zeros((M, S, U))  # recorded (most probable) state
+    start[:, d.prior.argmax(1), np.arange(U)] = 1.0
+    pi = m_step(start)
+    for _ in range(max_iter):
+        new = m_step(_posterior(pi, d))
+        done = np.max(np.abs(new - pi)) < tol
+        pi = new
+        if done:
+            break
+    return pi
+
+
+def impute_states(d: _Design, n_imputations: int, rng: np.random.Generator, *,
+                  prior_mass: float = 1.0, tol: float = 1e-7, max_iter: int = 500) -> np.ndarray:
+    """Draw ``n_imputations`` true joint states per case: an (M, n) integer array.
+
+    Proper imputation by the Bayesian bootstrap: imputation m weights the distinct rows
+    by Gamma(count, 1) (the Bayesian bootstrap of the cases, summed), fits the outcome
+    model by EM under those weights, then draws every case's true state from its
+    posterior given its recorded values, key, context and outcome pattern.
+    """
+    U, S, n = len(d.count), d.n_states, len(d.combo)
+    w = rng.gamma(np.broadcast_to(d.count, (n_imputations, U)))
+    out = np.empty((n_imputations, n), dtype=np.int64)
+    per = max(1, _BLOCK_ELEMENTS // max(1, max(U, n) * S))
+    for lo in range(0, n_imputations, per):  # blocks of imputations, vectorized inside
+        hi = min(n_imputations, lo + per)
+        post = _posterior(_fit_outcome(w[lo:hi], d, prior_mass=prior_mass, tol=tol,
+                                       max_iter=max_iter), d)
+        cdf = np.cumsum(np.swapaxes(post, 1, 2), axis=2)[:, d.combo, :]  # (m, n, S)
+        u = rng.random((hi - lo, n, 1)) * cdf[:, :, -1:]
+        out[lo:hi] = np.minimum((u >= cdf).sum(2), S - 1)
+    return out
+
+
+# --------------------------------------------------------------------------- pooling
+
+def rubin_proportion(num: np.ndarray, den: np.ndarray, *, ci: str = "wilson",
+                     conf_level: float = 0.95) -> dict[str, np.ndarray]:
+    """Pool per-imputation proportions ``num / den`` (M, ...) by Rubin's rules.
+
+    Returns arrays (shape ``num.shape[1:]``): ``estimate`` (mean of the defined
+    proportions), ``std_error`` (sqrt of T = U + (1 + 1/m) B), ``conf_low``, ``conf_high``,
+    ``df``, ``fraction_missing_info``, ``n_imputations`` (m: imputations with den > 0),
+    ``numerator``, ``denominator`` (means over all imputations).
+
+    Notes
+    -----
+    Within-imputation variance U_m = p_m (1 - p_m) / n_m (binomial), B the between-
+    imputation variance of p_m, r = (1 + 1/m) B / mean(U_m). Degrees of freedom of
+    Barnard & Rubin (1999) with the complete-data df taken as infinite (the complete-data
+    Wilson interval's reference is the normal), i.e. Rubin's (1987)
+    nu = (m - 1) (1 + 1/r)^2; fraction of missing information
+    (r + 2 / (nu + 3)) / (r + 1). The interval is the ``ci`` interval (Wilson by default)
+    at the effective sample size n_eff = mean(n_m) / (1 + r) * (z / t_nu)^2 around the
+    pooled estimate: for Wilson this is the score interval with variance inflated by
+    (1 + r) and a t_nu critical value (the MI Wilson interval of Lott & Reiter 2020);
+    with B = 0 (no metadata error) it is exactly the complete-data interval.
+    """
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    ok = den > 0
+    m = ok.sum(0).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = np.where(ok, num / np.where(ok, den, 1), 0.0)
+        pbar = np.where(m > 0, p.sum(0) / m, np.nan)
+        nbar = np.where(m > 0, np.where(ok, den, 0).sum(0) / m, np.nan)
+        ubar = np.where(m > 0, np.where(ok, p * (1 - p) / np.where(ok, den, 1), 0).sum(0) / m, np.nan)
+        same = np.where(ok, p, np.inf).min(0) == np.where(ok, p, -np.inf).max(0)
+        b = np.where((m > 1) & ~same, np.where(ok, (p - pbar) ** 2, 0).sum(0) / (m - 1), 0.0)
+        ubar = np.where(ubar > 0, ubar, pbar * (1 - pbar) / nbar)  # all p_m at 0 or 1
+        extra = (1 + 1 / m) * b
+        r = np.where(extra > 0, extra / ubar, 0.0)
+        r = np.where(np.isfinite(r), r, np.inf)
+        nu = np.where(r > 0, (m - 1) * (1 + 1 / r) ** 2, np.inf)
+        fmi = np.where(np.isfinite(nu), (r + 2 / (nu + 3)) / (r + 1), 0.0)
+        z = sps.norm.ppf(0.5 + conf_level / 2)
+        t = np.where(np.isfinite(nu), sps.t.ppf(0.5 + conf_level / 2, np.where(np.isfinite(nu), nu, 1)), z)
+        n_eff = nbar / (1 + r) * (z / t) ** 2
+        lo, hi = proportion_ci(np.where(m > 0, pbar * n_eff, 0), np.where(m > 0, n_eff, 0),
+                               method=ci, conf_level=conf_level)
+    return {"estimate": pbar, "std_error": np.sqrt(ubar + extra), "conf_low": lo,
+            "conf_high": hi, "df": nu, "fraction_missing_info": np.where(m > 0, fmi, np.nan),
+            "n_imputations": m, "numerator": num.mean(0), "denominator": den.mean(0)}
+
+
+# --------------------------------------------------------------------------- the metrics
+
+def _axis_cells(d: _Design, spec: tuple[str, ...]):
+    """(group_var, levels, cell map S x C -> level index or -1) of one affected axis."""
+    states = np.array(np.unravel_index(np.arange(d.n_states), d.radix)).T  # S x F
+    ctxs = (np.array(np.unravel_index(np.arange(d.n_context), d.ctx_radix)).T
+            if d.ctx_radix else np.zeros((1, 0), np.int64))
+    code = np.zeros((d.n_states, d.n_context), dtype=np.int64)
+    names: list[list[str]] = []
+    for col in spec:
+        if col in d.levels:
+            K, digit = len(d.levels[col]), states[:, d.fields.index(col)][:, None]
+            names.append(d.levels[col])
+        else:
+            K, digit = len(d.context_levels[col]), ctxs[:, d.context_cols.index(col)][None, :]
+            names.append(d.context_levels[col])
+        code = np.where((code < 0) | (digit >= K), -1, code * K + digit)
+    levels = [":".join(t) for t in _product(names)]
+    return ":".join(spec), levels, code
+
+
+def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
+                        metrics: Sequence[str] = ("sensitivity", "specificity", "ppv", "npv",
+                                                  "accuracy", "f1", "auc"),
+                        ci: str = "wilson", conf_level: float = 0.95, n_imputations: int = 100,
+                        seed=None, small_n: int = 10, **naive_kw) -> pd.DataFrame:
+    """Detection metrics per subgroup cell with intervals that include metadata error.
+
+    Parameters
+    ----------
+    cases : DataFrame (cases contract) with ``pred`` (see :func:`stats.scan_level`).
+    by, metrics, conf_level, small_n : as :func:`stats.subgroup_metrics`.
+    label_error : DataFrame ``field, recorded_value, true_value, probability`` (+ optional
+        key columns such as ``site``): P(true value | recorded value) per field; see the
+        module docstring and :func:`check_label_error`.
+    ci : "wilson" (default), "clopper-pearson" or "jeffreys": the complete-data interval
+        that is widened (:func:`rubin_proportion`); "bootstrap" is refused.
+    n_imputations : int
+        Number of imputations M (default 100).
+    seed : int, Generator or None
+        Randomness of the imputations (same seed, same result).
+    **naive_kw : passed to :func:`stats.subgroup_metrics` for the axes without error.
+
+    Returns
+    -------
+    The tidy rows of :func:`stats.subgroup_metrics`: overall and the axes without an
+    error-prone field as it computes them; every axis that uses a field of the table
+    (alone or in an intersection) re-estimated, one row per metric x model x level, with
+    ``method`` "mi-wilson" (or "mi-clopper-pearson", "mi-jeffreys"; "mi-none" for F1,
+    which gets the pooled point estimate and no interval; "none" for AUC, flagged
+    ``label_error_unsupported``), ``n``, ``n_pos``, ``n_neg``, ``numerator``,
+    ``denominator`` the means over imputations, and extra columns ``n_imputations``,
+    ``df``, ``fraction_missing_info`` (NaN on rows without error). ``flag`` adds
+    ``label_error_uncovered`` (``;``-joined) on the levels of a field some of whose
+    scans have a recorded value the table does not list (those scans are taken as
+    correctly recorded). Levels that the table names as true values but no scan records
+    are rows too.
+
+    Notes
+    -----
+    Method: multiple imputation of each scan's true level(s) (Rubin 1987), as used for
+    measurement-error correction by Cole, Chu & Greenland (2006). The imputation model is
+    P(true | recorded) from the table times an outcome model P(pattern | true, context),
+    where the pattern is the scan's reference label and every model's call and the
+    context the error-free columns of the affected intersections and the table's keys;
+    an imputation that ignored the outcome would bias subgroup differences toward zero.
+    Errors of different fields are independent given the truth; the recorded value is
+    non-differential given the true levels and the context. The outcome model's
+    uncertainty is propagated by the Bayesian bootstrap (Rubin 1981; Efron 1994): each
+    imputation refits it by EM under Gamma(count, 1) row weights, then draws each scan's
+    true state from its posterior (all M draws as one (M, n) array, counted with
+    ``np.bincount``). Per imputation the cell's proportion and binomial variance; pooled
+    by Rubin's rules with the Barnard-Rubin (1999) df and widened Wilson interval
+    (:func:`rubin_proportion`). The table's probabilities are taken as known. Scans are
+    independent (as for the closed-form intervals). A probabilistic bias analysis (Lash,
+    Fox & Fink 2009) would need the same outcome-aware posterior and gives no
+    within-imputation variance, hence this choice.
+
+    References
+    ----------
+    Rubin DB (1987) Multiple Imputation for Nonresponse in Surveys. Wiley.
+    Barnard J, Rubin DB (1999) Biometrika 86:948-955.
+    Cole SR, Chu H, Greenland S (2006) Int J Epidemiol 35:1074-1081.
+    Efron B (1994) JASA 89:463-475. Rubin DB (1981) Ann Stat 9:130-134.
+    Lott A, Reiter JP (2020) The American Statistician 74:109-115.
+    Lash TL, Fox MP, Fink AK (2009) Applying Quantitative Bias Analysis to Epidemiologic
+    Data. Springer.
+
+    Checked by simulation with known truth: ``bench/label_error_coverage.md``.
+    """
+    from stats import subgroups as sg
+
+    if ci not in PROPORTION_METHODS:
+        raise ValueError(MSG_CI.format(ci=ci))
+    if isinstance(n_imputations, bool) or not isinstance(n_imputations, (int, np.integer)) \
+            or n_imputations < 2:
+        raise ValueError(MSG_IMPUTATIONS.format(m=n_imputations))
+    table = check_label_error(label_error)
+    rng = as_generator(seed)
+    specs = normalize_by(by)
+    naive = sg.subgroup_metrics(cases, by=by, metrics=metrics, ci=ci, conf_level=conf_level,
+                                seed=rng, small_n=small_n, **naive_kw)
+    aff = _affected(specs, set(table["field"]))
+    if not aff:
+        raise ContractError(MSG_NO_FIELD.format(fields=", ".join(sorted(set(table["field"]))),
+                                                axes=[":".join(s) for s in specs]))
+    cm = case_matrix(cases, by)
+    d = _design(cm, specs, table)
+    T = impute_states(d, int(n_imputations), rng)
+    frames = [naive[~naive["group_var"].isin([":".join(specs[i]) for i in aff])]]
+    cells = []
+    for i, spec in enumerate(specs):
+        if i in aff:
+            frames_i, cells_i = _axis_rows(cm, d, spec, T, metrics, ci, conf_level, small_n)
+            frames += frames_i
+            cells.append(cells_i)
+        else:
+            cells.append(cm.cells[cm.cells["group_var"] == ":".join(spec)])
+    all_cells = pd.concat([cm.cells[cm.cells["group_var"] == OVERALL], *cells], ignore_index=True)
+    out = pd.concat(frames, ignore_index=True)
+    for col in ("n_imputations", "df", "fraction_missing_info"):
+        if col not in out:
+            out[col] = np.nan
+    return tidy(sg._order(out, replace(cm, cells=all_cells)), group_cols=GROUP_COLS)
+
+
+def _axis_rows(cm: CaseMatrix, d: _Design, spec, T, metrics, ci, conf_level, small_n):
+    """Rows of one affected axis: per-imputation counts by bincount, pooled per metric."""
+    from stats.subgroups import _flags, _frame
+
+    gvar, levels, code = _axis_cells(d, spec)
+    G, M, J = len(levels), T.shape[0], len(cm.models)
+    g = code[T, d.ctx[None, :]]  # (M, n) level of each case in each imputation
+    ok = g >= 0
+    flat = (np.arange(M)[:, None] * G + g)[ok]
+    y = cm.label.astype(float)
+    feats = np.column_stack([np.ones_like(y), y, cm.pred * y[:, None], cm.pred * (1 - y)[:, None]])
+    case = np.broadcast_to(np.arange(len(y)), T.shape)[ok]
+    cnt = np.stack([np.bincount(flat, weights=feats[case, j], minlength=M * G)
+                    for j in range(feats.shape[1])], -1).reshape(M, G, -1)
+    n, n_pos = cnt[..., 0], cnt[..., 1]
+    tp, fp = cnt[..., 2:2 + J], cnt[..., 2 + J:]
+    fn, tn = n_pos[..., None] - tp, (n - n_pos)[..., None] - fp
+    counts = {"n": n.mean(0), "n_pos": n_pos.mean(0), "n_neg": (n - n_pos).mean(0)}
+    cells = pd.DataFrame({"group_var": gvar, "group_level": levels, "axis": -1})
+    cmc = replace(cm, cells=cells)
+    flag_extra = _uncovered_levels(d, spec, levels)
+    frames = []
+    for k in metrics:
+        if k == "auc":
+            nan = np.full((G, J), np.nan)
+            frames.append(_frame(cmc, k, {
+                "estimate": nan, "std_error": nan, "conf_low": nan, "conf_high": nan,
+                "conf_level": conf_level, "method": "none",
+                "flag": np.full((G, J), FLAG_UNSUPPORTED, dtype=object),
+                "numerator": nan, "denominator": nan}, counts))
+            continue
+        num, den = metric_fractions(tp, fp, fn, tn, (k,))[k]
+        pooled = rubin_proportion(num, den, ci=ci, conf_level=conf_level)
+        if k == "f1":
+            pooled.update(conf_low=np.full((G, J), np.nan), conf_high=np.full((G, J), np.nan),
+                          std_error=np.full((G, J), np.nan))
+        flag = _flags(counts["n"][:, None], pooled["denominator"], small_n)
+        flag = np.where(flag_extra[:, None], np.char.add(np.char.add(
+            flag.astype(str), np.where(flag == "", "", ";")), FLAG_UNCOVERED), flag)
+        frames.append(_frame(cmc, k, {
+            **pooled, "conf_level": conf_level,
+            "method": "mi-none" if k == "f1" else f"mi-{ci}", "flag": flag.astype(object)},
+            counts))
+    return frames, cells
+
+
+def _uncovered_levels(d: _Design, spec, levels) -> np.ndarray:
+    """Whether each level of an axis involves a recorded value the table lacks."""
+    parts = [lv.split(":") for lv in levels] if len(spec) > 1 else [[lv] for lv in levels]
+    return np.array([any(p[j] in d.uncovered.get(c, ()) for j, c in enumerate(spec))
+                     for p in parts], dtype=bool)
+
+
+# --------------------------------------------------------------------------- side by side
+
+def compare_naive(cases: pd.DataFrame, by, label_error: pd.DataFrame, *,
+                  metrics: Sequence[str] = ("sensitivity", "specificity"), **kwargs) -> pd.DataFrame:
+    """Naive and error-aware rows of the axes that use an error-prone field, stacked.
+
+    Returns the tidy rows of :func:`stats.subgroup_metrics` (``label_error=None``, kind
+    "naive") and of :func:`error_aware_metrics` (kind "error_aware") for those axes only,
+    with a ``kind`` column, ordered model, axis, level, metric, kind, so a report can put
+    the two intervals side by side. ``kwargs`` go to both (``ci``, ``conf_level``,
+    ``small_n``) or to the error-aware call only (``n_imputations``, ``seed``).
+    """
+    from stats import subgroups as sg
+
+    table = check_label_error(label_error)
+    specs = normalize_by(by)
+    aff = [":".join(specs[i]) for i in _affected(specs, set(table["field"]))]
+    shared = {k: v for k, v in kwargs.items() if k in ("ci", "conf_level", "small_n")}
+    naive = sg.subgroup_metrics(cases, by=by, metrics=metrics, **shared)
+    aware = error_aware_metrics(cases, by=by, label_error=table, metrics=metrics, **kwargs)
+    both = pd.concat([naive.assign(kind="naive"), aware.assign(kind="error_aware")],
+                     ignore_index=True)
+    both = both[both["group_var"].isin(aff)]
+    order = {v: i for i, v in enumerate(aff)}
+    key = pd.DataFrame({
+        "m": both["model"].map({m: i for i, m in enumerate(pd.unique(cases["model"]))}),
+        "a": both["group_var"].map(order),
+        "l": both.groupby("group_var", sort=False)["group_level"].transform(
+            lambda s: s.map({v: i for i, v in enumerate(pd.unique(s))})),
+        "e": both["estimand"].map({k: i for i, k in enumerate(metrics)}),
+        "k": (both["kind"] == "error_aware").astype(int)})
+    return tidy(both.iloc[np.lexsort((key.k, key.e, key.l, key.a, key.m))], group_cols=GROUP_COLS)
+
+
+# --------------------------------------------------------------------------- from review
+
+def misclassification_from_review(evidence: pd.DataFrame, *, fields: Sequence[str] | None = None,
+                                  prefer: Sequence[str] | None = None, prior: float = 0.5,
+                                  tol: float = 1e-10, max_iter: int = 1000) -> pd.DataFrame:
+    """Estimate a label-error table from extractor disagreement and review outcomes.
+
+    Parameters
+    ----------
+    evidence : the metadata evidence table (``case_id, field, value, extractor``; rows with
+        ``extractor == "review"`` are human decisions, taken as the truth).
+    fields : fields to estimate (default: every field).
+    prefer : extractor order of the recorded value when no review exists (default: the
+        extractors in sorted order), as the value a case is analysed with is chosen:
+        a review wins, then the first extractor in ``prefer`` that gave a value.
+    prior : Dirichlet pseudo-count added to every cell of each extractor's confusion
+        matrix and to the prevalences.
+
+    Returns
+    -------
+    DataFrame ``field, recorded_value, true_value, probability`` (the label-error table;
+    every true value a recorded value can have, including probability 0 rows), plus
+    ``n_recorded`` (scans analysed with that recorded value) and ``n_reviewed`` (of
+    them, those settled by review).
+
+    Notes
+    -----
+    Dawid & Skene's (1979) latent-class model: the extractors err independently given the
+    true value, with one confusion matrix each, fitted by EM over the cases with review
+    outcomes as observed true values (review is triggered by the observed values only, so
+    it is ignorable for the likelihood). P(true | recorded) is the mean, over the scans
+    analysed with that recorded value, of each scan's posterior (a one-hot for reviewed
+    scans). With a single extractor, disagreement carries no information on its errors:
+    unreviewed values are taken as correct (give the table yourself). The estimate's
+    own sampling error is not carried into :func:`error_aware_metrics`.
+
+    References
+    ----------
+    Dawid AP, Skene AM (1979) Applied Statistics 28:20-28.
+    """
+    need = ("case_id", "field", "value", "extractor")
+    missing = [c for c in need if c not in evidence.columns]
+    if missing:
+        raise ContractError(MSG_EVIDENCE.format(columns=", ".join(map(repr, missing)),
+                                                present=", ".join(map(repr, evidence.columns))))
+    ev = evidence[list(need)].dropna(subset=["value"]).astype(str)
+    ev = ev[ev["value"].str.strip() != ""].drop_duplicates(["case_id", "field", "extractor"],
+                                                             keep="last")
+    extractors = sorted(set(ev["extractor"]) - {"review"})
+    order = list(prefer) if prefer is not None else extractors
+    bad = [e for e in order if e not in extractors]
+    if bad:
+        raise ContractError(MSG_PREFER.format(bad=", ".join(map(repr, bad)),
+                                              present=", ".join(map(repr, extractors))))
+    order += [e for e in extractors if e not in order]
+    frames = []
+    for field in (fields if fields is not None else sorted(ev["field"].unique())):
+        frames.append(_dawid_skene(ev[ev["field"] == field], field, order, prior, tol, max_iter))
+    cols = [*LABEL_ERROR_COLUMNS, "n_recorded", "n_reviewed"]
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols))[cols]
+
+
+def _dawid_skene(ev: pd.DataFrame, field: str, order: list[str], prior: float, tol: float,
+                 max_iter: int) -> pd.DataFrame:
+    """One field: per distinct pattern of (extractor values, review) the posterior of the
+    true value, then P(true | recorded) averaged over the scans."""
+    wide = ev.pivot(index="case_id", columns="extractor", values="value")
+    cols = [e for e in order if e in wide.columns]
+    levels = sorted(pd.unique(wide.to_numpy().ravel()[pd.notna(wide.to_numpy().ravel())]))
+    K = len(levels)
+    pos = {v: i for i, v in enumerate(levels)}
+    code = wide.apply(lambda s: s.map(pos)).fillna(-1).astype(np.int64)
+    A = code[cols].to_numpy().reshape(len(code), len(cols))
+    truth = code["review"].to_numpy() if "review" in code else np.full(len(code), -1)
+    first = A[np.arange(len(A)), np.argmax(A >= 0, axis=1)] if cols else np.full(len(A), -1)
+    recorded = np.where(truth >= 0, truth, first)
+    keep = recorded >= 0
+    pat, inv, cnt = np.unique(np.column_stack([A, truth])[keep], axis=0, return_inverse=True,
+                              return_counts=True)
+    inv, cnt = inv.ravel(), cnt.astype(float)
+    Ap, tp = pat[:, :-1], pat[:, -1]
+    reviewed = tp >= 0
+    # start: reviewed truth, else the recorded value
+    start = np.where(reviewed, tp, recorded[keep][np.unique(inv, return_index=True)[1]])
+    post = np.eye(K)[start]
+    prev = None
+    for _ in range(max_iter if len(cols) >= 2 else 0):  # one extractor: nothing to compare
+        w = post * cnt[:, None]
+        rho = w.sum(0) + prior
+        rho = rho / rho.sum()
+        log_lik = np.tile(np.log(rho), (len(pat), 1))
+        for j in range(len(cols)):  # one confusion matrix per extractor (few extractors)
+            seen = Ap[:, j] >= 0
+            theta = np.full((K, K), prior)
+            np.add.at(theta.T, Ap[seen, j], w[seen])  # theta[t, v] += w[u, t]
+            theta /= theta.sum(1, keepdims=True)
+            log_lik += np.where(seen[:, None], np.log(theta[:, np.maximum(Ap[:, j], 0)].T), 0)
+        new = np.exp(log_lik - log_lik.max(1, keepdims=True))
+        new /= new.sum(1, keepdims=True)
+        new[reviewed] = np.eye(K)[tp[reviewed]]
+        post = new
+        if prev is not None and np.max(np.abs(post - prev)) < tol:
+            break
+        prev = post
+    rec = recorded[keep]
+    table = np.zeros((K, K))
+    np.add.at(table, rec, post[inv])
+    n_rec = np.bincount(rec, minlength=K).astype(float)
+    n_rev = np.bincount(rec[truth[keep] >= 0], minlength=K)
+    has = n_rec > 0
+    prob = table[has] / n_rec[has, None]
+    r_idx = np.flatnonzero(has)
+    return pd.DataFrame({
+        "field": field,
+        "recorded_value": np.repeat(np.asarray(levels, dtype=object)[r_idx], K),
+        "true_value": np.tile(np.asarray(levels, dtype=object), len(r_idx)),
+        "probability": prob.ravel(),
+        "n_recorded": np.repeat(n_rec[has], K), "n_reviewed": np.repeat(n_rev[has], K).astype(float)})

@@ -1,0 +1,326 @@
+"""stats.label_error: metadata error carried into subgroup intervals (issue 17, item 4).
+
+Checks: no error reproduces the naive Wilson rows exactly; the MI point estimate and
+standard error agree with an independent maximum-likelihood fit (scipy.optimize on the
+observed-data likelihood, delta-method SE from a finite-difference Hessian); a large
+simulated study with known truth; counts conserved over levels; keyed (per-site) tables;
+uncovered values flagged; the review-based table against the simulated truth; bad input.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import optimize
+
+import stats
+from stats import label_error as le
+from stats import subgroups as sg
+from stats.detection import case_matrix, normalize_by, scan_level
+from stats.schema import ContractError, check_tidy
+from stats.simulate import PHASES, RACES, benchx_cohort
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def flip_table(field: str, levels, eps: float) -> pd.DataFrame:
+    """P(true | recorded): stay with 1 - eps, else uniform over the other levels."""
+    K = len(levels)
+    return pd.DataFrame([(field, r, t, 1 - eps if r == t else eps / (K - 1))
+                         for r in levels for t in levels], columns=list(le.LABEL_ERROR_COLUMNS))
+
+
+@pytest.fixture(scope="module")
+def cases() -> pd.DataFrame:
+    return scan_level(benchx_cohort(600, n_models=2, n_sites=6, seed=7).data, threshold=50)
+
+
+@pytest.fixture(scope="module")
+def table() -> pd.DataFrame:
+    return pd.concat([flip_table("phase", PHASES, 0.1), flip_table("race", RACES, 0.05)],
+                     ignore_index=True)
+
+
+# --------------------------------------------------------------------------- properties
+
+def test_no_error_reproduces_naive_wilson(cases):
+    ident = flip_table("phase", PHASES, 0.0)
+    by = ["phase", ("age_group", "phase"), "sex"]
+    aware = le.error_aware_metrics(cases, by=by, label_error=ident, n_imputations=5, seed=1,
+                                   metrics=("sensitivity", "specificity", "ppv", "accuracy"))
+    naive = sg.subgroup_metrics(cases, by=by, metrics=("sensitivity", "specificity", "ppv",
+                                                       "accuracy"))
+    check_tidy(aware)
+    assert len(aware) == len(naive)
+    key = ["estimand", "model", "group_var", "group_level"]
+    assert (aware[key].to_numpy() == naive[key].to_numpy()).all()
+    for col in ("estimate", "conf_low", "conf_high", "n", "n_pos", "numerator", "denominator"):
+        np.testing.assert_allclose(aware[col], naive[col], rtol=1e-12, atol=1e-12)
+    hit = aware["group_var"].isin(["phase", "age_group:phase"])
+    assert set(aware.loc[hit, "method"]) == {"mi-wilson"}
+    assert (aware.loc[hit & aware["estimate"].notna(), "fraction_missing_info"] == 0).all()
+    assert set(aware.loc[~hit, "method"]) == {"wilson"}  # sex, overall: untouched
+    assert aware.loc[~hit, "fraction_missing_info"].isna().all()
+
+
+def test_error_widens_and_counts_are_conserved(cases, table):
+    out = le.error_aware_metrics(cases, by=["phase", "race", ("age_group", "phase")],
+                                 label_error=table, metrics=("sensitivity", "f1", "auc"),
+                                 n_imputations=20, seed=3)
+    naive = sg.subgroup_metrics(cases, by=["phase", "race", ("age_group", "phase")],
+                                metrics=("sensitivity",))
+    check_tidy(out)
+    sens = out[(out.estimand == "sensitivity") & (out.group_var != "overall")]
+    ref = naive[naive.group_var != "overall"]
+    assert (sens.loc[sens.group_var.isin(["phase", "race"]), "fraction_missing_info"] > 0).all()
+    width = (sens.conf_high - sens.conf_low).to_numpy()
+    assert (width > (ref.conf_high - ref.conf_low).to_numpy() - 0.01).mean() > 0.9
+    # imputation moves scans between levels, never in or out of an axis
+    for gv in ("phase", "race", "age_group:phase"):
+        for m in ("model_A", "model_B"):
+            a = sens[(sens.group_var == gv) & (sens.model == m)]
+            b = ref[(ref.group_var == gv) & (ref.model == m)]
+            assert a["n"].sum() == pytest.approx(b["n"].sum())
+            assert a["n_pos"].sum() == pytest.approx(b["n_pos"].sum())
+    assert len(out[(out.group_var == "age_group:phase") & (out.estimand == "auc")]) == 2 * 16
+    f1 = out[(out.estimand == "f1") & (out.group_var == "race")]
+    assert set(f1.method) == {"mi-none"} and f1.conf_low.isna().all() and f1.estimate.notna().all()
+    auc = out[(out.estimand == "auc") & (out.group_var == "race")]
+    assert set(auc.flag) == {le.FLAG_UNSUPPORTED} and auc.estimate.isna().all()
+    assert out[(out.estimand == "auc") & (out.group_var == "overall")].estimate.notna().all()
+
+
+def test_seeded_and_delegated(cases, table):
+    kw = {"by": ["race"], "metrics": ("sensitivity",), "label_error": table}
+    a = le.error_aware_metrics(cases, n_imputations=10, seed=11, **kw)
+    b = le.error_aware_metrics(cases, n_imputations=10, seed=11, **kw)
+    c = le.error_aware_metrics(cases, n_imputations=10, seed=12, **kw)
+    pd.testing.assert_frame_equal(a, b)
+    assert not np.allclose(a.conf_low.fillna(0), c.conf_low.fillna(0))
+    d = stats.subgroup_metrics(cases, seed=11, **kw)  # the delegating keyword (M = 100)
+    e = le.error_aware_metrics(cases, n_imputations=100, seed=11, **kw)
+    pd.testing.assert_frame_equal(d, e)
+
+
+def test_mi_matches_maximum_likelihood():
+    """Independent recomputation: MLE of the observed-data likelihood by BFGS (not EM),
+    delta-method SE from a finite-difference Hessian; proper MI matches both."""
+    rng = np.random.default_rng(5)
+    n, K, eps = 3000, 3, 0.12
+    true = rng.choice(K, n, p=[0.5, 0.3, 0.2])
+    y = rng.random(n) < 0.5
+    pred = rng.random(n) < np.where(y, np.array([0.9, 0.7, 0.5])[true], 0.1)
+    rec = np.where(rng.random(n) < eps, (true + rng.integers(1, K, n)) % K, true)
+    levels = ["a", "b", "c"]
+    prev = np.array([0.5, 0.3, 0.2])
+    conf = np.full((K, K), eps / (K - 1)) + np.eye(K) * (1 - eps - eps / (K - 1))
+    post = prev[:, None] * conf / (prev[:, None] * conf).sum(0)  # P(true | recorded)
+    tab = pd.DataFrame([("f", levels[r], levels[t], post[t, r]) for r in range(K) for t in range(K)],
+                       columns=list(le.LABEL_ERROR_COLUMNS))
+    cases = pd.DataFrame({"case_id": np.arange(n).astype(str), "model": "m", "label": y.astype(int),
+                          "score": pred.astype(float), "pred": pred.astype(int), "site": "s",
+                          "f": np.asarray(levels)[rec]})
+    out = le.error_aware_metrics(cases, by=["f"], label_error=tab, metrics=("sensitivity",),
+                                 n_imputations=300, seed=2)
+    out = out[out.group_var == "f"].set_index("group_level")
+
+    pattern = 2 * y + pred  # 0..3; sensitivity_t = pi_t[3] / (pi_t[2] + pi_t[3])
+    counts = np.zeros((K, 4))
+    np.add.at(counts, (rec, pattern), 1)
+
+    def probs(theta):
+        z = np.column_stack([theta.reshape(K, 3), np.zeros(K)])
+        return np.exp(z - np.logaddexp.reduce(z, axis=1)[:, None])
+
+    def nll(theta):
+        mix = post.T @ probs(theta)  # recorded x pattern: sum_t P(t | r) pi_t(p)
+        return -(counts * np.log(mix)).sum()
+
+    fit = optimize.minimize(nll, np.zeros(3 * K), method="BFGS", options={"gtol": 1e-9})
+    sens = lambda th: probs(th)[:, 3] / probs(th)[:, 2:].sum(1)
+    h = 1e-4
+    E = np.eye(3 * K) * h
+    H = np.array([[(nll(fit.x + E[i] + E[j]) - nll(fit.x + E[i] - E[j])
+                    - nll(fit.x - E[i] + E[j]) + nll(fit.x - E[i] - E[j])) / (4 * h * h)
+                   for j in range(3 * K)] for i in range(3 * K)])
+    J = np.array([(sens(fit.x + E[i]) - sens(fit.x - E[i])) / (2 * h) for i in range(3 * K)]).T
+    se = np.sqrt(np.diag(J @ np.linalg.inv(H) @ J.T))
+    np.testing.assert_allclose(out.loc[levels, "estimate"], sens(fit.x), atol=0.006)
+    np.testing.assert_allclose(out.loc[levels, "std_error"], se, rtol=0.12)
+    naive_se = np.sqrt(out["estimate"] * (1 - out["estimate"]) / out["denominator"])
+    assert (out.loc[levels, "std_error"] > naive_se.loc[levels] * 1.03).all()
+
+
+def test_large_study_recovers_true_sensitivity():
+    """Simulation with known truth (bench design, one large study): the error-aware
+    estimate is near the true-level sensitivity where the naive one is biased."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import label_error_coverage as bench
+    finally:
+        sys.path.remove(str(BENCH))
+    cases = bench.simulate_study(np.random.default_rng(1), 0.10, 40_000)
+    truth = bench.true_sensitivity().set_index(["group_var", "group_level"])["truth"]
+    aware = le.error_aware_metrics(cases, by=["phase"], label_error=bench.label_error_table(0.10),
+                                   metrics=("sensitivity",), n_imputations=20, seed=1)
+    naive = sg.subgroup_metrics(cases, by=["phase"], metrics=("sensitivity",))
+    key = lambda df: df[df.group_var == "phase"].set_index(["group_var", "group_level"])
+    a, nv = key(aware), key(naive)
+    t = truth.reindex(a.index)
+    assert (np.abs(a.estimate - t) < 3 * a.std_error).all()
+    nc = ("phase", "non_contrast")
+    assert nv.estimate[nc] - t[nc] > 0.02  # contaminated by better-detected venous scans
+    assert nv.estimate[nc] - t[nc] > 4 * abs(a.estimate[nc] - t[nc])
+    assert not (nv.conf_low[nc] <= t[nc] <= nv.conf_high[nc])
+    assert a.conf_low[nc] <= t[nc] <= a.conf_high[nc]
+
+
+@pytest.mark.slow
+def test_coverage_small():
+    """Small version of bench/label_error_coverage.py (10% of labels flipped)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import label_error_coverage as bench
+    finally:
+        sys.path.remove(str(BENCH))
+    res = bench.run(0.10, 200, n_imputations=40, seed=3)
+    aware, naive = res[res.kind == "error_aware"], res[res.kind == "naive"]
+    assert 0.925 <= aware["coverage"].mean() <= 0.975
+    assert aware["coverage"].min() >= 0.89
+    assert naive["coverage"].min() < aware["coverage"].min()
+
+
+# --------------------------------------------------------------------------- structure
+
+def test_keyed_table_moves_only_its_rows(cases):
+    sites = sorted(cases["site"].astype(str).unique())
+    rows = [flip_table("phase", PHASES, 0.2 if s == sites[0] else 0.0).assign(site=s)
+            for s in sites]
+    tab = pd.concat(rows, ignore_index=True)
+    specs = normalize_by(["phase"])
+    cm = case_matrix(cases, specs)
+    d = le._design(cm, specs, le.check_label_error(tab))
+    T = le.impute_states(d, 30, np.random.default_rng(0))
+    rec = pd.Categorical(cm.covariates["phase"], categories=d.levels["phase"]).codes
+    at_first = cm.covariates["site"].astype(str).to_numpy() == sites[0]
+    assert (T[:, ~at_first] == rec[~at_first]).all()
+    assert (T[:, at_first] != rec[at_first]).any()
+
+
+def test_uncovered_value_flagged_and_extra_level_kept(cases):
+    tab = flip_table("phase", ["venous", "arterial", "delayed", "portal"], 0.1)
+    out = le.error_aware_metrics(cases, by=["phase"], label_error=tab,
+                                 metrics=("sensitivity",), n_imputations=10, seed=0)
+    ph = out[(out.group_var == "phase") & (out.model == "model_A")].set_index("group_level")
+    assert le.FLAG_UNCOVERED in ph.flag["non_contrast"]  # recorded but not in the table
+    assert le.FLAG_UNCOVERED not in ph.flag["venous"]
+    assert "portal" in ph.index and ph.n["portal"] > 0  # only ever a true value
+    naive = sg.subgroup_metrics(cases, by=["phase"], metrics=("sensitivity",))
+    nc = naive[(naive.group_var == "phase") & (naive.model == "model_A")].set_index("group_level")
+    assert ph.n["non_contrast"] >= nc.n["non_contrast"]  # its scans stay (others may join)
+
+
+def test_missing_recorded_values_stay_missing(cases, table):
+    d = cases.copy()
+    d["phase"] = d["phase"].astype(object)
+    d.loc[d["case_id"].isin(d["case_id"].unique()[:50]), "phase"] = None
+    out = le.error_aware_metrics(d, by=["phase"], label_error=table, metrics=("sensitivity",),
+                                 n_imputations=10, seed=0)
+    n_known = d.drop_duplicates("case_id")["phase"].notna().sum()
+    ph = out[(out.group_var == "phase") & (out.model == "model_A")]
+    assert ph["n"].sum() == pytest.approx(n_known)
+
+
+def test_compare_naive_side_by_side(cases, table):
+    out = le.compare_naive(cases, ["phase", "sex"], table, n_imputations=10, seed=4)
+    check_tidy(out)
+    assert set(out["group_var"]) == {"phase"}
+    assert list(out["kind"].iloc[:2]) == ["naive", "error_aware"]
+    pairs = out.groupby(["estimand", "model", "group_level"])["kind"].agg(tuple)
+    assert (pairs == ("naive", "error_aware")).all()
+    assert set(out.loc[out.kind == "error_aware", "method"]) == {"mi-wilson"}
+
+
+# --------------------------------------------------------------------------- from review
+
+def test_misclassification_from_review_matches_truth():
+    rng = np.random.default_rng(8)
+    n, levels = 6000, np.array(["arterial", "delayed", "venous"])
+    true = rng.choice(3, n, p=[0.3, 0.2, 0.5])
+
+    def extract(err):
+        wrong = rng.random(n) < err
+        return np.where(wrong, (true + rng.integers(1, 3, n)) % 3, true)
+
+    a, b = extract(0.08), extract(0.15)
+    reviewed = a != b
+    ids = np.arange(n).astype(str)
+    ev = pd.concat([
+        pd.DataFrame({"case_id": ids, "field": "phase", "value": levels[a], "extractor": "rules"}),
+        pd.DataFrame({"case_id": ids, "field": "phase", "value": levels[b], "extractor": "clf"}),
+        pd.DataFrame({"case_id": ids[reviewed], "field": "phase", "value": levels[true[reviewed]],
+                      "extractor": "review"})], ignore_index=True)
+    tab = le.misclassification_from_review(ev, prefer=["rules"])
+    le.check_label_error(tab[list(le.LABEL_ERROR_COLUMNS)])
+    recorded = np.where(reviewed, true, a)  # review wins, then the preferred extractor
+    emp = pd.crosstab(levels[recorded], levels[true], normalize="index")
+    est = tab.pivot(index="recorded_value", columns="true_value", values="probability")
+    np.testing.assert_allclose(est.loc[emp.index, emp.columns], emp, atol=0.006)
+    assert (tab.groupby("recorded_value")["n_recorded"].first().sort_index().to_numpy()
+            == np.bincount(recorded, minlength=3)).all()
+    # the agreed-but-wrong scans are the only error left: well below either extractor's rate
+    assert 0 < 1 - np.diag(est.loc[levels, levels]).min() < 0.03
+
+
+def test_misclassification_single_extractor_is_identity():
+    ev = pd.DataFrame({"case_id": ["1", "2", "3"], "field": "sex", "value": ["F", "M", "F"],
+                       "extractor": "rules"})
+    tab = le.misclassification_from_review(ev)
+    est = tab.pivot(index="recorded_value", columns="true_value", values="probability")
+    np.testing.assert_allclose(est.to_numpy(), np.eye(2))
+
+
+# --------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda t: t.drop(columns="probability"), "column(s) 'probability' missing"),
+    (lambda t: t.assign(probability=t.probability * 2), "in [0, 1]"),
+    (lambda t: t.assign(probability=np.where(t.index == 1, 0.0, t.probability)),
+     "sum to 1 over true values"),
+    (lambda t: pd.concat([t, t.iloc[[0]]], ignore_index=True), "repeat field x recorded_value"),
+    (lambda t: t.assign(true_value=np.where(t.index == 2, None, t.true_value)),
+     "column 'true_value' has missing values"),
+    (lambda t: t.assign(scanner_room=1), "key column(s) 'scanner_room'"),
+    (lambda t: t.iloc[:0], "no rows"),
+])
+def test_bad_tables(cases, table, mutate, message):
+    with pytest.raises(ContractError, match=None) as err:
+        le.error_aware_metrics(cases, by=["phase"], label_error=mutate(table), seed=0,
+                               n_imputations=2, metrics=("sensitivity",))
+    assert message in str(err.value)
+
+
+def test_sum_message_names_the_value_rows_and_fix(table):
+    bad = table.copy()
+    bad.loc[1, "probability"] = 0.0  # phase, recorded venous: now sums to 0.9667
+    with pytest.raises(ContractError) as err:
+        le.check_label_error(bad)
+    msg = str(err.value)
+    assert "field 'phase' recorded 'venous' sums to 0.966667" in msg
+    assert "rows 1, 2, 3, 4" in msg and "rescale" in msg
+
+
+def test_bad_arguments(cases, table):
+    with pytest.raises(ValueError, match="cannot carry metadata error"):
+        stats.subgroup_metrics(cases, by=["phase"], ci="bootstrap", bootstrap=10,
+                               label_error=table)
+    with pytest.raises(ValueError, match="n_imputations must be an integer >= 2"):
+        le.error_aware_metrics(cases, by=["phase"], label_error=table, n_imputations=1)
+    with pytest.raises(ContractError, match="no field of the table"):
+        le.error_aware_metrics(cases, by=["sex"], label_error=table)
+    with pytest.raises(ContractError, match="extractor"):
+        le.misclassification_from_review(pd.DataFrame({"case_id": ["1"], "field": ["sex"],
+                                                       "value": ["F"]}))
