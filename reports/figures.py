@@ -7,12 +7,17 @@ they compute nothing beyond layout (ordering, labels).
 """
 from __future__ import annotations
 
+import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 FONT_SIZE = 9
+#: characters XML 1.0 forbids; matplotlib copies label text into SVG comments verbatim,
+#: and typst refuses an SVG holding one (a NUL in a bin label stopped the PDF)
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 PALETTE = ("#1b5e8a", "#d1495b", "#edae49", "#00798c", "#66a182", "#8d96a3", "#5e3c99",
            "#b35806", "#2e4057", "#e377c2")
 
@@ -42,7 +47,10 @@ class ReportFigure:
             fig = self.plot.draw()
             fig.set_size_inches(self.width, self.height)
             fig.savefig(folder / f"{self.name}.png", dpi=150, metadata={"Software": None})
-            fig.savefig(folder / f"{self.name}.svg", metadata={"Date": None})
+            svg = io.BytesIO()
+            fig.savefig(svg, format="svg", metadata={"Date": None})
+        clean = _XML_INVALID.sub("\ufffd", svg.getvalue().decode("utf-8"))
+        (folder / f"{self.name}.svg").write_text(clean, encoding="utf-8")
         plt.close(fig)
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from stats.analysis import Plan, load_plan
 from stats.analysis.inputs import plan_limits
 
-from . import text
+from . import sandbox, text
 from .figures import ReportFigure
 from .sections import Section, build_all
 from .study import load_study
@@ -62,7 +62,7 @@ def _yaml_str(s: str) -> str:
 
 
 def _attr(s: str) -> str:
-    return str(s).replace("\\", "/").replace('"', "'").replace("\n", " ")
+    return text.md_attr(s)
 
 
 def dangling_refs(sections: list[Section], index: dict) -> list[str]:
@@ -89,6 +89,9 @@ def _refs(md: str, target: str, index: dict) -> str:
 
 
 def _blocks(sections: list[Section], target: str, index: dict, numbers: dict) -> list[dict]:
+    """Template blocks: every string escaped for where it goes (``reports.text``), ids and
+    file names checked (``sandbox.check_name``), and each raw block's ``fence`` longer
+    than any backtick run in it."""
     out = []
     for s in sections:
         blocks = []
@@ -96,20 +99,26 @@ def _blocks(sections: list[Section], target: str, index: dict, numbers: dict) ->
             if isinstance(b, str):
                 blocks.append({"kind": "md", "text": _refs(b, target, index)})
             elif isinstance(b, ReportTable):
-                blocks.append({"kind": "table", "id": b.id, "number": numbers[b.id],
-                               "html": b.to_html() if target != "typst" else "",
-                               "typst": b.to_typst() if target != "html" else "",
-                               "caption_md": text.md(b.caption),
-                               "caption_typst": text.typst_str(b.caption), "wide": b.wide})
+                sandbox.check_name("table", b.name)
+                d = {"kind": "table", "id": sandbox.check_name("table id", b.id),
+                     "number": numbers[b.id],
+                     "html": b.to_html() if target != "typst" else "",
+                     "typst": b.to_typst() if target != "html" else "",
+                     "caption_md": text.md(b.caption),
+                     "caption_typst": text.typst_str(b.caption), "wide": b.wide}
+                blocks.append(d | {"fence": text.fence(d["html"], d["typst"], d["caption_typst"])})
             elif isinstance(b, ReportFigure):
-                blocks.append({"kind": "figure", "id": b.id, "number": numbers[b.id],
-                               "name": b.name, "caption_md": text.md(b.caption),
-                               "caption_typst": text.typst_str(b.caption),
-                               "alt_attr": _attr(b.alt), "alt_typst": text.typst_str(b.alt),
-                               "width_pct": min(100, int(round(100 * b.width / 7.5)))})
+                d = {"kind": "figure", "id": sandbox.check_name("figure id", b.id),
+                     "number": numbers[b.id], "name": sandbox.check_name("figure", b.name),
+                     "caption_md": text.md(b.caption),
+                     "caption_typst": text.typst_str(b.caption),
+                     "alt_attr": _attr(b.alt), "alt_typst": text.typst_str(b.alt),
+                     "width_pct": min(100, int(round(100 * b.width / 7.5)))}
+                blocks.append(d | {"fence": text.fence(d["caption_typst"], d["alt_typst"])})
             else:
                 raise TypeError(f"section {s.key}: unknown block {type(b).__name__}")
-        out.append({"id": s.id, "title_md": text.md(s.title), "blocks": blocks})
+        out.append({"id": sandbox.check_name("section id", s.id), "title_md": text.md(s.title),
+                    "blocks": blocks})
     return out
 
 
@@ -151,16 +160,23 @@ def _check_unique(tables, figures) -> None:
 
 
 def _pandoc_html(md: str, folder: Path, build: Path) -> None:
+    """Self-contained HTML: pandoc in ``--sandbox`` (it reads only the style header named
+    on its command line; resource path: the empty build folder), the figures embedded as
+    ``data:`` URIs from ``folder/figures`` by ``sandbox.embed_figures`` (the only images
+    and links allowed), the result checked to refer to nothing outside itself."""
     import pypandoc
 
     header = build / "style.html"
     header.write_text("<style>\n" + _template_text("appendix.css") + "</style>\n", encoding="utf-8")
-    pypandoc.convert_text(
-        md, "html5", format="markdown", outputfile=str(folder / "appendix.html"),
-        extra_args=["--standalone", "--embed-resources", "--toc", "--toc-depth=2",
-                    "--number-sections", f"--include-in-header={header}",
-                    f"--resource-path={folder}", "--metadata=lang:en"],
-        cworkdir=str(folder))
+    ast = sandbox.embed_figures(sandbox.to_ast(md, build), folder)
+    html = pypandoc.convert_text(
+        json.dumps(ast), "html5", format="json",
+        extra_args=[*sandbox.SANDBOX_ARGS, "--standalone", "--wrap=none", "--toc",
+                    "--toc-depth=2", "--number-sections", f"--include-in-header={header}",
+                    f"--resource-path={build}", "--metadata=lang:en"],
+        cworkdir=str(build))
+    sandbox.check_html(html)
+    (folder / "appendix.html").write_text(html, encoding="utf-8")
 
 
 def _pandoc_pdf(md: str, folder: Path, build: Path) -> None:
@@ -168,7 +184,10 @@ def _pandoc_pdf(md: str, folder: Path, build: Path) -> None:
     import typst
 
     typ = pypandoc.convert_text(md, "typst", format="markdown",
-                                extra_args=["--standalone", "--toc"], cworkdir=str(folder))
+                                extra_args=[*sandbox.SANDBOX_ARGS, "--standalone", "--toc",
+                                            "--wrap=none", f"--resource-path={build}"],
+                                cworkdir=str(build))
+    sandbox.check_typst(typ)  # no package import: typst would fetch it from the network
     src = folder / ".appendix.typ"
     src.write_text(typ, encoding="utf-8")
     try:

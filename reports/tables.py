@@ -2,8 +2,11 @@
 its display form (strings, rounded here), rendered late as great-tables HTML and as a
 hand-written typst table. The spec is immutable; renderers never change it.
 
-Escaping: great-tables escapes labels, spanners and notes but not cell values or row-group
-names, so those are HTML-escaped here; typst cells are typst string literals.
+Escaping: great-tables escapes neither cell values nor row-group names, keeps line breaks
+in labels and reads ``{{...}}`` in labels as units markup (unescaped), so every string is
+escaped here (``text.html``: one line, braces as character references) and handed over
+as ready HTML; display columns reach great-tables under positional ids (``c0``, ``c1``,
+...), never as data-derived names. Typst cells are typst string literals.
 """
 from __future__ import annotations
 
@@ -64,18 +67,23 @@ class ReportTable:
     # ------------------------------------------------------------------ HTML (great-tables)
     def to_html(self) -> str:
         from great_tables import GT
+        from great_tables import html as ready
 
-        disp = self.display.astype(str).apply(lambda s: s.map(text.html))
-        gt = GT(disp, groupname_col=self.group_col, id=f"gt-{self.name}") if self.group_col \
+        ids = {c: f"c{i}" for i, c in enumerate(self.display.columns)}
+        disp = self.display.astype(str).apply(lambda s: s.map(text.html)).rename(columns=ids)
+        group = ids.get(self.group_col)
+        gt = GT(disp, groupname_col=group, id=f"gt-{self.name}") if group \
             else GT(disp, id=f"gt-{self.name}")
-        gt = gt.cols_label({c: self.label(c) for c in self.columns})
-        for label, cols in self.spanners:
-            gt = gt.tab_spanner(label=label, columns=list(cols), id=f"sp-{text.slug(label)}")
+        gt = gt.cols_label({ids[c]: ready(text.html(self.label(c))) for c in self.columns})
+        for k, (label, cols) in enumerate(self.spanners):
+            gt = gt.tab_spanner(label=ready(text.html(label)), columns=[ids[c] for c in cols],
+                                id=f"sp-{k}")
         for note in self.notes:
-            gt = gt.tab_source_note(note)
-        left = [c for i, c in enumerate(self.columns) if i == 0 or not _numeric(self.display[c])]
+            gt = gt.tab_source_note(ready(text.html(note)))
+        left = [ids[c] for i, c in enumerate(self.columns)
+                if i == 0 or not _numeric(self.display[c])]
         gt = gt.cols_align("left", columns=left).cols_align(
-            "right", columns=[c for c in self.columns if c not in left]).tab_options(
+            "right", columns=[ids[c] for c in self.columns if ids[c] not in left]).tab_options(
             table_font_size="13px", data_row_padding="2px", source_notes_font_size="11px")
         return gt.as_raw_html()
 

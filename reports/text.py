@@ -1,39 +1,152 @@
 """Formatting and escaping: every number and user string passes through here.
 
-Rounding lives only here (``stats`` never rounds). User strings (site, model and group
-names) may hold ``< & " ' # $ @ * _ [ ]``; each output language gets its own escaper:
-``md`` (Pandoc/Quarto markdown prose), ``html`` (table cells), ``typst_str`` (a typst
-string literal, used for every table cell and caption in typst).
+Rounding lives only here (``stats`` never rounds). User strings (site, model, encoder,
+dataset and group names, bin labels, plan title and notes) are data: they may hold any
+character, and each output language gets its own escaper, so that no value can become
+markup, code, a link or a file reference:
+
+- ``plain``: one line, every control character neutralised (newline, CR, tab, vertical
+  tab, form feed, NEL, U+2028/U+2029 become a space; NUL, ESC, bidi overrides, zero-width
+  and other invisible format characters become a visible escape such as ``\\u202e``).
+  Every escaper below starts with it, so no escaped value can start a line (and so never
+  a fence, a heading or a list) in the document it is placed in.
+- ``md``: Pandoc/Quarto markdown prose (escapes only what markdown treats as special).
+- ``md_attr``: the value of a quoted markdown attribute (``alt="..."``).
+- ``html``: an HTML element or attribute.
+- ``typst_str``: a typst string literal (every table cell, caption and alt text in typst).
 """
 from __future__ import annotations
 
 import html as _html
 import math
 import re
-import string
+import unicodedata
 
 import numpy as np
 
-_MD_SPECIAL = set(string.punctuation)
+#: control characters that stand for a line or column break: shown as a space
+_BREAKS = frozenset("\t\n\v\f\r\x1c\x1d\x1e\x1f\x85\u2028\u2029")
+#: invisible characters shown as a visible escape (controls, format/bidi, surrogates)
+_INVISIBLE = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
+
+
+def _visible(ch: str) -> str:
+    if ch in _BREAKS:
+        return " "
+    if unicodedata.category(ch) not in _INVISIBLE:
+        return ch
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else (
+        f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+
+
+def plain(text) -> str:
+    """``text`` as one line of visible characters.
+
+    Line breaks and other whitespace controls (tab, CR, vertical tab, form feed, NEL,
+    U+2028, U+2029) become a space; other control and format characters (NUL, ESC, bidi
+    overrides such as U+202E, zero-width spaces, BOM, lone surrogates) become a visible
+    escape (``\\x00``, ``\\u202e``), so that two names that differ only in an invisible
+    character are shown differently.
+    """
+    s = str(text)
+    return s if s.isprintable() else "".join(map(_visible, s))
+
+
+#: escaped wherever they occur: inline markup (emphasis, code, links, images, spans,
+#: attributes, shortcodes, raw HTML/TeX, math, citations, cross-references,
+#: super/subscript, strikeout, tables, line blocks, entities, smart quotes), and ``:``
+#: (fenced divs, definition lists, bare URI schemes)
+_MD_ALWAYS = frozenset("\\`*[]{}<$@^~|&'\":")
+#: escaped when first: block markers (headings, block quotes, lists, rules, setext
+#: underlines, title blocks, example lists)
+_MD_FIRST = frozenset("#>+-=%(!")
+#: doubled, these become dashes or an ellipsis (smart punctuation)
+_MD_RUNS = frozenset("-.")
+_MD_LIST_START = re.compile(r"[A-Za-z0-9]{1,9}(?=[.)](\s|$))")
+
+
+def _alnum(ch: str) -> bool:
+    return ch.isascii() and ch.isalnum()
 
 
 def md(text) -> str:
-    """Escape ``text`` for Pandoc markdown prose: backslash before every ASCII punctuation."""
-    s = str(text).replace("\r", " ").replace("\n", " ")
-    return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in s)
+    """Escape ``text`` for Pandoc/Quarto markdown prose, keeping it readable.
+
+    A backslash goes before every character that markdown treats as special where it
+    stands (``_MD_ALWAYS`` anywhere; ``_`` unless between two letters or digits, which
+    Pandoc never reads as emphasis; ``-`` and ``.`` next to another of the same, which
+    smart punctuation would turn into a dash or an ellipsis; a block marker or an
+    ordered-list number as the first character), so ``plan.yaml`` stays ``plan.yaml``.
+    The result is one line (``plain``) and reads as exactly ``text`` wherever it is
+    placed in a paragraph, including at the start of a line
+    (``tests/test_safety_injection.py`` checks this with Pandoc on generated strings).
+    """
+    s = plain(text)
+    n = len(s)
+    out = []
+    for i, ch in enumerate(s):
+        if ch in _MD_ALWAYS:
+            esc = True
+        elif ch == "_":
+            esc = not (0 < i < n - 1 and _alnum(s[i - 1]) and _alnum(s[i + 1]))
+        elif ch in _MD_RUNS:
+            esc = (i > 0 and s[i - 1] == ch) or (i < n - 1 and s[i + 1] == ch)
+        else:
+            esc = False
+        out.append("\\" + ch if esc else ch)
+    if not s:
+        return ""
+    if s[0] == " ":  # a leading space could make the line an indented code block
+        out[0] = "\\ "
+    elif s[0] in _MD_FIRST:
+        out[0] = "\\" + s[0]
+    else:
+        m = _MD_LIST_START.match(s)
+        if m:
+            out[m.end()] = "\\" + s[m.end()]
+    if n > 1 and s[-1] == " ":  # trailing spaces before a newline are a hard line break
+        out[-1] = "\\ "
+    return "".join(out)
+
+
+_ATTR_SPECIAL = frozenset("\\\"&{}")
+
+
+def md_attr(text) -> str:
+    """``text`` for a double-quoted markdown attribute value (``alt="..."``): one line,
+    with ``\\ " & { }`` backslash-escaped (Pandoc reads escapes and entities there; the
+    braces keep a Quarto shortcode from forming)."""
+    return "".join("\\" + ch if ch in _ATTR_SPECIAL else ch for ch in plain(text))
 
 
 def html(text) -> str:
-    """Escape ``text`` for an HTML element or attribute."""
-    return _html.escape(str(text), quote=True)
+    """Escape ``text`` for an HTML element or attribute: one line, ``< > & " '`` and the
+    braces as character references (``{{...}}`` is great-tables' units syntax, and with
+    ``<`` a Quarto shortcode)."""
+    return _html.escape(plain(text), quote=True).replace("{", "&#123;").replace("}", "&#125;")
 
 
 def typst_str(text) -> str:
-    """``text`` as a typst string literal (code mode), quotes included."""
-    s = str(text)
-    s = s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "")
-    s = s.replace("\t", " ")
+    """``text`` as a typst string literal (code mode), quotes included.
+
+    A typst string is never markup or code, whatever it holds (``#image(...)``, ``<l>``,
+    ``@ref``); ``\\`` and ``"`` are escaped, and ``{`` is written ``\\u{7b}`` so that a
+    Quarto shortcode (``{{< ... >}}``) cannot form inside a raw typst block of the .qmd.
+    """
+    s = plain(text).replace("\\", "\\\\").replace('"', '\\"').replace("{", "\\u{7b}")
     return f'"{s}"'
+
+
+_BACKTICKS = re.compile(r"`+")
+
+
+def fence(*contents: str) -> str:
+    """A backtick fence for a raw block holding ``contents``: three backticks, or one more
+    than the longest backtick run inside, so that no line of the content can close it."""
+    longest = max((len(m.group(0)) for c in contents for m in _BACKTICKS.finditer(c)),
+                  default=0)
+    return "`" * max(3, longest + 1)
 
 
 _ID_BAD = re.compile(r"[^a-z0-9]+")
