@@ -28,12 +28,13 @@ def check_paths(paths) -> list[Path]:
 
 
 def extract_paths(paths, *, llm_url: str | None = None, llm_model: str = "local",
-                  advance=None) -> tuple[pd.DataFrame, dict]:
+                  advance=None, dates: str = "refuse", salt: str | None = None) -> tuple[pd.DataFrame, dict]:
     """Evidence table for ``paths`` and a summary dict (``n_rows``, ``llm_rejected``).
 
     A ``.csv`` path is a report-text table (case_id, text); anything else is DICOM (a
     file or a folder searched recursively). With ``llm_url`` the LLM extractor also runs
-    on every report text.
+    on every report text. ``dates`` (``refuse``, ``allow``, ``shift`` with ``salt``): what
+    the table may hold of DICOM dates and times (identifiers; see :mod:`.dicom`).
     """
     rows: list[dict] = []
     dicom: list[Path] = []
@@ -45,7 +46,7 @@ def extract_paths(paths, *, llm_url: str | None = None, llm_model: str = "local"
 
         check_endpoint(llm_url)  # fail fast, before any extraction
     if dicom:
-        rows += extract_dicom(dicom, advance=advance)
+        rows += extract_dicom(dicom, advance=advance, dates=dates, salt=salt)
     rejected = 0
     for p in reports:
         rows += extract_reports(p, advance=advance)
