@@ -59,7 +59,7 @@ def cohort(n_cases: int, n_models: int, seed: int = 1) -> pd.DataFrame:
 def clinrel_run(cases, n_boot, metrics=(*COUNT_METRICS, "auc"), seed=1):
     from stats import subgroup_metrics
 
-    return subgroup_metrics(cases, by=BY, metrics=metrics, ci="bootstrap", bootstrap=n_boot,
+    return subgroup_metrics(cases, by=BY, metrics=metrics, ci="bootstrap", n_boot=n_boot,
                             seed=seed)
 
 

@@ -55,4 +55,5 @@ def neutralise(df: pd.DataFrame) -> pd.DataFrame:
 
 def write_csv(df: pd.DataFrame, path, **kwargs) -> None:
     """``df.to_csv(path, index=False, **kwargs)`` with formula-like text neutralised."""
+    kwargs.setdefault("lineterminator", "\n")  # the same bytes on every platform
     neutralise(df).to_csv(path, index=False, **kwargs)

@@ -249,6 +249,9 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
         t1 = time.perf_counter()
         for t in tables:
             write_csv(t.data, tmp / "tables" / f"{t.name}.csv", lineterminator="\n")
+        (tmp / "results").mkdir()
+        for name, df in study.results.tidy_tables().items():
+            write_csv(df, tmp / "results" / f"{name}.csv", lineterminator="\n")
         with progress("drawing figures", total=len(figures), quiet=quiet) as advance:
             for f in figures:
                 write_csv(f.data, tmp / "tables" / f"fig_{f.name}.csv", lineterminator="\n")

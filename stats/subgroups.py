@@ -23,7 +23,7 @@ from stats.schema import ContractError, tidy
 ALL_METRICS = (*METRICS, "auc")
 MSG_METRIC = "metrics: unknown metric(s) {bad}; choose from {allowed}"
 MSG_CI = "ci must be one of {allowed} or 'bootstrap'; got {ci!r}"
-MSG_BOOT = "ci='bootstrap' needs bootstrap= a number of replicates (e.g. 2000); got {b!r}"
+MSG_BOOT = "ci='bootstrap' needs n_boot= a number of replicates (e.g. 2000); got {b!r}"
 MSG_BINS = ("bins['{col}']: {problem}; give {{'name': ..., 'breaks': [increasing numbers], "
             "'labels': [one fewer than breaks]}}")
 
@@ -77,9 +77,9 @@ def dense_ranks(score: np.ndarray) -> np.ndarray:
 
 def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         "sensitivity", "specificity", "ppv", "npv", "accuracy", "f1", "auc"),
-        ci: str = "wilson", conf_level: float = 0.95, bootstrap: int | None = None,
+        ci: str = "wilson", conf_level: float = 0.95, n_boot: int | None = None,
         seed=None, small_n: int = 10, scheduler=None, strata: str | None = None,
-        boot_method: bs.CIMethod = "percentile", auc_scale: AucScale = "auc",
+        boot_ci: bs.CIMethod = "percentile", auc_scale: AucScale = "auc",
         label_error: pd.DataFrame | None = None) -> pd.DataFrame:
     """Detection metrics with confidence intervals per model x subgroup cell.
 
@@ -92,11 +92,11 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     ci : "wilson" (default), "clopper-pearson" or "jeffreys" for the proportions, or
         "bootstrap" (cluster-bootstrap intervals for every count metric).
     conf_level : float
-    bootstrap : int, optional
+    n_boot : int, optional
         Replicates of the paired cluster bootstrap (``patient_id`` clusters) used for F1
         (and for every count metric when ``ci="bootstrap"``). None: F1 gets no interval
         (method "none").
-    seed, scheduler, strata, boot_method : passed to the bootstrap engine
+    seed, scheduler, strata, boot_ci : passed to the bootstrap engine
         (:mod:`stats.bootstrap`): seed int/Generator, Dask scheduler, strata column,
         "percentile", "bca" or "wilson" (Wilson at the bootstrap's effective sample size,
         for the proportions; F1 then gets the percentile interval).
@@ -136,23 +136,23 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         raise ValueError(MSG_METRIC.format(bad=bad, allowed=ALL_METRICS))
     if ci not in (*PROPORTION_METHODS, "bootstrap"):
         raise ValueError(MSG_CI.format(allowed=PROPORTION_METHODS, ci=ci))
-    if ci == "bootstrap" and not bootstrap:
-        raise ValueError(MSG_BOOT.format(b=bootstrap))
+    if ci == "bootstrap" and not n_boot:
+        raise ValueError(MSG_BOOT.format(b=n_boot))
     if auc_scale not in AUC_SCALES:
         raise ValueError(f"auc_scale must be one of {AUC_SCALES}; got {auc_scale!r}")
-    if boot_method not in bs.CI_METHODS:
-        raise ValueError(f"boot_method must be one of {bs.CI_METHODS}; got {boot_method!r}")
+    if boot_ci not in bs.CI_METHODS:
+        raise ValueError(f"boot_ci must be one of {bs.CI_METHODS}; got {boot_ci!r}")
     if label_error is not None:  # metadata error carried into the intervals
         from stats.label_error import error_aware_metrics
         return error_aware_metrics(cases, by=by, label_error=label_error, metrics=metrics, ci=ci,
                                    conf_level=conf_level, seed=seed, small_n=small_n,
-                                   bootstrap=bootstrap, scheduler=scheduler, strata=strata,
-                                   boot_method=boot_method, auc_scale=auc_scale)
+                                   n_boot=n_boot, scheduler=scheduler, strata=strata,
+                                   boot_ci=boot_ci, auc_scale=auc_scale)
     cm = case_matrix(cases, by)
     counts = cm.cell_counts()
     fr = metric_fractions(counts["tp"], counts["fp"], counts["fn"], counts["tn"])
     count_metrics = [k for k in metrics if k != "auc"]
-    boot_metrics = [k for k in count_metrics if ci == "bootstrap" or (k == "f1" and bootstrap)]
+    boot_metrics = [k for k in count_metrics if ci == "bootstrap" or (k == "f1" and n_boot)]
     frames = []
     for k in count_metrics:
         num, den = fr[k]
@@ -169,9 +169,9 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
             "numerator": num, "denominator": den}, counts))
     if boot_metrics:
         bc = bs.boot_counts(cm, strata=strata)
-        R = bs.replicate_counts(bc, int(bootstrap), seed=seed, scheduler=scheduler)
+        R = bs.replicate_counts(bc, int(n_boot), seed=seed, scheduler=scheduler)
         boot = bs.bootstrap_table(cm, bc, R, metrics=boot_metrics, conf_level=conf_level,
-                                  ci_method=boot_method)
+                                  ci_method=boot_ci)
         for i, k in enumerate(count_metrics):
             if k in boot_metrics:
                 b = boot[boot.estimand == k]

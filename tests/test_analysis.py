@@ -10,18 +10,12 @@ import pytest
 import stats
 from stats.analysis import ANALYSES, Tables, run
 from stats.analysis import detection as AD
+from stats.analysis.plan import Detection
 
 
-class _Det:
-    """The detection fragment of a plan (the attributes the analyses read)."""
-
-    def __init__(self, **kw):
-        base = dict(threshold_value=None, criterion=None, target=None, ci="wilson",
-                    auc_ci="auc", conf_level=0.95, subgroups=(("phase",),), bins=(),
-                    small_n=10, bootstrap_n=0, bootstrap_seed=None, bootstrap_strata=None,
-                    bootstrap_interval="percentile", adjusted=None, failure_map=None)
-        base.update(kw)
-        self.__dict__.update(base)
+def _Det(**kw):
+    """The detection block of a plan (defaults as a plan file would give)."""
+    return Detection(**kw)
 
 
 class _Plan:
@@ -68,19 +62,19 @@ def test_split_without_test_rows_is_refused(cases):
 def test_given_calls_need_a_pred_column(cases):
     c = cases.drop(columns=[x for x in ("pred",) if x in cases.columns])
     with pytest.raises(stats.ContractError, match="no 'pred' column"):
-        run(_Plan(_Det()), Tables(cases=c), only=["calls"])
+        run(_Plan(_Det(given_calls=True)), Tables(cases=c), only=["calls"])
 
 
 def test_results_compute_once_and_record_seeds(cases):
-    det = _Det(threshold_value=50.0, bootstrap_n=20, bootstrap_seed=5)
+    det = _Det(threshold_value=50.0, n_boot=20, seed=5)
     res = run(_Plan(det), Tables(cases=cases, input_rows={"cases": len(cases)}),
               only=["subgroup_metrics"])
     first = res["subgroup_metrics"]
     assert res["subgroup_metrics"] is first
     assert res.decisions["seeds.detection_bootstrap"] == 5
-    assert res.decisions["detection.bootstrap.n"] == 20
+    assert res.decisions["detection.bootstrap.n_boot"] == 20
     direct = stats.subgroup_metrics(res["evaluation"], by=[("phase",)], ci="wilson",
-                                    bootstrap=20, seed=5, strata=None, boot_method="percentile")
+                                    n_boot=20, seed=5, strata=None, boot_ci="percentile")
     pd.testing.assert_frame_equal(first.reset_index(drop=True), direct.reset_index(drop=True))
 
 

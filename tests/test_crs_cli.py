@@ -27,7 +27,7 @@ def study(tmp_path):
 def test_crs_command_writes_tidy_tables(study):
     tmp, runs, ref = study
     out = tmp / "out"
-    res = CliRunner().invoke(app, ["crs", str(runs), "--reference", str(ref), "--bootstrap", "200",
+    res = CliRunner().invoke(app, ["crs", str(runs), "--reference", str(ref), "--n-boot", "200",
                                    "--seed", "1", "--n-weights", "50", "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
     for name in ("axes", "scores", "rank_probabilities", "differences", "leading_tier", "stability"):
@@ -57,7 +57,7 @@ def test_crs_command_writes_paired_regime_differences(tmp_path):
     ref = tmp_path / "ref.yaml"
     ref.write_text("panel: [enc_01, enc_02]\n")
     out = tmp_path / "out"
-    res = CliRunner().invoke(app, ["crs", str(runs), "--reference", str(ref), "--bootstrap", "100",
+    res = CliRunner().invoke(app, ["crs", str(runs), "--reference", str(ref), "--n-boot", "100",
                                    "--n-weights", "0", "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
     rd = pd.read_csv(out / "regime_differences.csv", converters={"flag": str})
@@ -68,7 +68,7 @@ def test_crs_command_writes_paired_regime_differences(tmp_path):
 def test_crs_command_without_bootstrap(study):
     tmp, runs, ref = study
     out = tmp / "plain"
-    res = CliRunner().invoke(app, ["crs", str(runs), "--reference", str(ref), "--bootstrap", "0",
+    res = CliRunner().invoke(app, ["crs", str(runs), "--reference", str(ref), "--n-boot", "0",
                                    "--n-weights", "0", "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in out.iterdir()) == ["axes.csv", "manifest.json", "reference.json",
@@ -76,9 +76,9 @@ def test_crs_command_without_bootstrap(study):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--bootstrap", "1"], "--bootstrap must be 0"),
-    (["--conf-level", "95"], "--conf-level must lie in (0, 1)"),
-    (["--k", "0"], "--k must be >= 1"),
+    (["--n-boot", "1"], "option --n-boot must be a whole number >= 2"),
+    (["--conf-level", "95"], "option --conf-level must be a number in (0, 1)"),
+    (["--k", "0"], "option --k must be a whole number >= 1"),
 ])
 def test_crs_command_bad_options(study, args, words):
     tmp, runs, ref = study

@@ -26,7 +26,7 @@ def cases():
 
 
 def test_cluster_bootstrap_identical(client, cases):
-    kw = dict(by=["phase", ("age_group", "phase")], bootstrap=300, seed=5, ci="bootstrap")
+    kw = dict(by=["phase", ("age_group", "phase")], n_boot=300, seed=5, ci="bootstrap")
     local = stats.subgroup_metrics(cases, **kw)
     remote = stats.subgroup_metrics(cases, scheduler=client, **kw)
     pd.testing.assert_frame_equal(local, remote)

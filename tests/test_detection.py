@@ -141,7 +141,7 @@ def test_cli_subgroups_and_compare(tmp_path, sim):
     runner = CliRunner()
     out = tmp_path / "sub.csv"
     res = runner.invoke(app, ["subgroups", str(src), "--by", "phase", "--by", "age_group",
-                              "--by", "age_group:phase", "--threshold", "50", "--bootstrap", "0",
+                              "--by", "age_group:phase", "--threshold", "50", "--n-boot", "0",
                               "--seed", "1", "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
     table = pd.read_csv(out, keep_default_na=False, na_values=[""])
@@ -160,15 +160,15 @@ def test_cli_subgroups_and_compare(tmp_path, sim):
                                  "--out", str(tmp_path / "y.csv"), "--quiet"])
     assert chosen.exit_code == 0, chosen.output
     small = runner.invoke(app, ["subgroups", str(src), "--by", "phase", "--threshold", "50",
-                                "--ci", "bootstrap", "--bootstrap", "100", "--boot-interval",
-                                "wilson", "--auc-ci", "logit", "--out", str(tmp_path / "w.csv"),
+                                "--ci", "bootstrap", "--n-boot", "100", "--boot-ci",
+                                "wilson", "--auc-scale", "logit", "--out", str(tmp_path / "w.csv"),
                                 "--quiet"])
     assert small.exit_code == 0, small.output
     methods = set(pd.read_csv(tmp_path / "w.csv").method)
     assert {"bootstrap-wilson", "delong-logit"} <= methods
-    for opt, bad_value in (("--boot-interval", "basic"), ("--auc-ci", "probit")):
+    for opt, bad_value in (("--boot-ci", "basic"), ("--auc-scale", "probit")):
         bad = runner.invoke(app, ["subgroups", str(src), "--by", "phase", "--threshold", "50",
-                                  "--bootstrap", "10", opt, bad_value,
+                                  "--n-boot", "10", opt, bad_value,
                                   "--out", str(tmp_path / "z.csv"), "--quiet"])
         assert bad.exit_code == 2 and bad_value in bad.output, bad.output
         assert not (tmp_path / "z.csv").exists()

@@ -36,10 +36,10 @@ def _metrics(df, **kw):
 
 
 def test_same_seed_same_output(cases):
-    a = _metrics(cases, bootstrap=200, seed=7)
-    b = _metrics(cases, bootstrap=200, seed=7)
+    a = _metrics(cases, n_boot=200, seed=7)
+    b = _metrics(cases, n_boot=200, seed=7)
     pd.testing.assert_frame_equal(a, b)
-    c = _metrics(cases, bootstrap=200, seed=8)
+    c = _metrics(cases, n_boot=200, seed=8)
     f1 = c["estimand"] == "f1"
     assert not np.allclose(a.loc[f1, "conf_low"].fillna(0), c.loc[f1, "conf_low"].fillna(0))
 
@@ -80,7 +80,7 @@ def test_renaming_levels_changes_no_estimate(cases, names):
 
 @pytest.mark.parametrize("ci", ["wilson", "clopper-pearson", "jeffreys"])
 def test_intervals_in_unit_interval_and_contain_estimate(cases, ci):
-    out = _metrics(cases, ci=ci, bootstrap=100, seed=1)
+    out = _metrics(cases, ci=ci, n_boot=100, seed=1)
     ok = out["estimate"].notna() & out["conf_low"].notna()
     sub = out[ok]
     assert ((sub["conf_low"] >= 0) & (sub["conf_high"] <= 1)).all()
@@ -152,6 +152,6 @@ def test_one_million_rows():
     sim = simulate.benchx_cohort(500_000, n_models=2, seed=3)
     d = stats.scan_level(sim.data, threshold=50)
     assert len(d) == 1_000_000
-    out = stats.subgroup_metrics(d, by=["phase", ("age_group", "phase")], bootstrap=200, seed=1)
+    out = stats.subgroup_metrics(d, by=["phase", ("age_group", "phase")], n_boot=200, seed=1)
     stats.schema.check_tidy(out)
     assert out["n"].max() == 500_000

@@ -26,11 +26,13 @@ def test_adjust_cli(tmp_path):
                                                                 "non_contrast"]
     assert ((means.conf_low < means.estimate) & (means.estimate < means.conf_high)).all()
     res = runner.invoke(app, ["adjust", str(cases), "--formula", "~ phase + race", "--threshold",
-                              "50", "--method", "fixed", "--model", "model_A", "--out", str(out), "--force",
-                              "--complete-case", "--blocks-out", str(tmp_path / "b.csv"), "--quiet"])
+                              "50", "--method", "glmm", "--model", "model_A", "--out", str(out),
+                              "--force", "--blocks-out", str(tmp_path / "b.csv"), "--quiet"])
     assert res.exit_code == 0, res.output
     terms = pd.read_csv(out)
-    assert set(terms.analysis) == {"unknown_as_level", "complete_case"}
+    # race has an Unknown level: the complete-case GLMM is fitted beside the primary one,
+    # as in the report (the analysis layer decides it; column fit_method names the fit)
+    assert set(terms.fit_method) == {"glmm", "glmm_cc"}
     blocks = pd.read_csv(tmp_path / "b.csv")
     assert {"protocol", "demographics"} <= set(blocks.block.dropna())
     res = runner.invoke(app, ["adjust", str(cases), "--formula", "~ phase", "--out",

@@ -35,7 +35,7 @@ def test_demo_plan_loads_with_relative_paths_and_hash():
     assert plan.cases == (DEMO / "cases.parquet").resolve()
     assert plan.detection.threshold_value == 50 and plan.detection.prespecified_threshold
     assert ("age_group", "phase") in plan.detection.subgroups
-    assert plan.crs.bootstrap_n == 1000 and plan.crs.k == 3
+    assert plan.crs.n_boot == 1000 and plan.crs.k == 3
     assert len(plan.sha256) == 64
     assert [b.name for b in plan.detection.bins] == ["age_group", "size_group"]
 
@@ -50,9 +50,9 @@ def test_unknown_key_is_rejected_with_a_suggestion(plan_dir):
 @pytest.mark.parametrize("path, value, pattern", [
     (("detection", "ci"), "wald", r"key 'detection\.ci' must be one of wilson, clopper-pearson, jeffreys"),
     (("detection", "conf_level"), 95, r"detection\.conf_level.*write e\.g\. 0\.95"),
-    (("detection", "auc_ci"), "probit", r"detection\.auc_ci' must be one of auc, logit"),
-    (("detection", "bootstrap", "interval"), "basic",
-     r"detection\.bootstrap\.interval' must be one of percentile, bca, wilson"),
+    (("detection", "auc_scale"), "probit", r"detection\.auc_scale' must be one of auc, logit"),
+    (("detection", "bootstrap", "boot_ci"), "basic",
+     r"detection\.bootstrap\.boot_ci' must be one of percentile, bca, wilson"),
     (("detection", "threshold"), {"criterion": "target_specificity"}, r"detection\.threshold\.target' is missing"),
     (("detection", "threshold"), {"value": 50, "criterion": "youden"}, r"both 'value' and 'criterion'"),
     (("detection", "bins", "age", "breaks"), [0, 60, 40], r"strictly increasing"),

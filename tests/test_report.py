@@ -216,7 +216,7 @@ def test_a_plan_may_leave_out_the_detection_half(tmp_path):
     raw.pop("detection")
     raw["inputs"].pop("cases")
     raw["inputs"].pop("probe_predictions", None)
-    raw["crs"]["bootstrap"]["n"] = 200
+    raw["crs"]["bootstrap"]["n_boot"] = 200
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -498,16 +498,16 @@ def test_a_failing_section_is_named_or_with_strict_stops_everything(tmp_path, mo
 
 
 def test_small_cell_interval_options_reach_tables_and_methods(tmp_path):
-    """detection.auc_ci: logit and detection.bootstrap.interval: wilson flow into the
+    """detection.auc_scale: logit and detection.bootstrap.boot_ci: wilson flow into the
     metrics (method column), the methods text and the overall table's notes."""
     for name in ("cases.parquet", "runs.parquet", "reference.yaml"):
         shutil.copy(DEMO / name, tmp_path / name)
     raw = yaml.safe_load((DEMO / "plan.yaml").read_text())
     raw["inputs"].pop("probe_predictions", None)
-    raw["detection"]["auc_ci"] = "logit"
+    raw["detection"]["auc_scale"] = "logit"
     raw["detection"]["ci"] = "wilson"
-    raw["detection"]["bootstrap"]["interval"] = "wilson"
-    raw["detection"]["bootstrap"]["n"] = 200
+    raw["detection"]["bootstrap"]["boot_ci"] = "wilson"
+    raw["detection"]["bootstrap"]["n_boot"] = 200
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -150,7 +150,7 @@ def _latin1(t: Path, name: str) -> str:
     return name
 
 
-CRS = ["crs", "runs.csv", "--reference", "ref.yaml", "--bootstrap", "0", "--n-weights", "0"]
+CRS = ["crs", "runs.csv", "--reference", "ref.yaml", "--n-boot", "0", "--n-weights", "0"]
 SUB = ["subgroups", "cases.csv", "--threshold", "50"]
 ADJ = ["adjust", "cases.csv", "--formula", "detected ~ phase", "--threshold", "50"]
 LEGACY = {"clinrel_report": 1, "tables": [{"csv": "tables/t.csv"}], "figures": []}
@@ -207,7 +207,7 @@ REFUSED = [
     ("crs-out-user-folder-force", lambda t: [*CRS, "--out", str(_mine(t)), "--force"], FOREIGN),
     ("crs-out-demo-holding-runs",
      lambda t: ["crs", str(_demo_then(t, lambda d: None) / "runs.parquet"), "--reference",
-                str(t / "d" / "reference.yaml"), "--bootstrap", "0", "--n-weights", "0",
+                str(t / "d" / "reference.yaml"), "--n-boot", "0", "--n-weights", "0",
                 "--out", str(t / "d"), "--force"], HOLDS),
     # ---- file outputs: never an input, an existing file only with --force, never a folder
     ("subgroups-out-is-input", lambda t: [*SUB, "--out", "cases.csv"], IS_INPUT),
@@ -429,7 +429,8 @@ def test_cli_csv_has_no_formula_and_keeps_numbers(tmp_path, tables):
     text = out.read_text()
     assert "'=HYPERLINK" in text and "'@SUM(1)" in text and "'-2+3" in text
     got = pd.read_csv(out, float_precision="round_trip")
-    api = stats.subgroup_metrics(stats.scan_level(stats.read_cases(cases), threshold=50), by=["site"])
+    called = stats.scan_level(stats.read_cases(cases), threshold=50)
+    api = stats.subgroup_metrics(called[called["split"] == "test"], by=["site"])  # test split
     np.testing.assert_array_equal(got["estimate"].to_numpy(), api["estimate"].to_numpy())
 
 
@@ -456,7 +457,7 @@ def test_report_and_crs_tables_have_no_formula(tmp_path, tables):
     runs.to_csv(tmp_path / "runs.csv", index=False)
     (tmp_path / "ref.yaml").write_text(yaml.safe_dump({"panel": ["=1+1", "enc_02"]}))
     r = runner.invoke(app, ["crs", str(tmp_path / "runs.csv"), "--reference", str(tmp_path / "ref.yaml"),
-                            "--bootstrap", "0", "--n-weights", "0", "--out", str(tmp_path / "c")])
+                            "--n-boot", "0", "--n-weights", "0", "--out", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output
     assert _unsafe_cells(tmp_path / "c" / "scores.csv") == []
     assert "'=1+1" in (tmp_path / "c" / "axes.csv").read_text()

@@ -83,13 +83,13 @@ PLAN_VALUES = [
      ["detection.threshold.value", "finite", "inf"]),
     ("threshold-minus-inf", ("detection", "threshold"), {"value": -math.inf},
      ["detection.threshold.value", "finite"]),
-    ("boot-n-zero", ("detection", "bootstrap", "n"), 0, ["detection.bootstrap.n", ">= 2", "got 0"]),
-    ("boot-n-negative", ("detection", "bootstrap", "n"), -5, ["detection.bootstrap.n", "got -5"]),
-    ("boot-n-one", ("detection", "bootstrap", "n"), 1, ["detection.bootstrap.n", ">= 2"]),
-    ("boot-n-float", ("detection", "bootstrap", "n"), 2.5, ["detection.bootstrap.n", ">= 2", "2.5"]),
-    ("boot-n-true", ("detection", "bootstrap", "n"), True, ["detection.bootstrap.n", ">= 2", "True"]),
-    ("crs-n-zero", ("crs", "bootstrap", "n"), 0, ["crs.bootstrap.n", ">= 2"]),
-    ("crs-n-negative", ("crs", "bootstrap", "n"), -1, ["crs.bootstrap.n", "got -1"]),
+    ("boot-n-zero", ("detection", "bootstrap", "n_boot"), 0, ["detection.bootstrap.n_boot", ">= 2", "got 0"]),
+    ("boot-n-negative", ("detection", "bootstrap", "n_boot"), -5, ["detection.bootstrap.n_boot", "got -5"]),
+    ("boot-n-one", ("detection", "bootstrap", "n_boot"), 1, ["detection.bootstrap.n_boot", ">= 2"]),
+    ("boot-n-float", ("detection", "bootstrap", "n_boot"), 2.5, ["detection.bootstrap.n_boot", ">= 2", "2.5"]),
+    ("boot-n-true", ("detection", "bootstrap", "n_boot"), True, ["detection.bootstrap.n_boot", ">= 2", "True"]),
+    ("crs-n-one", ("crs", "bootstrap", "n_boot"), 1, ["crs.bootstrap.n_boot", ">= 2"]),
+    ("crs-n-negative", ("crs", "bootstrap", "n_boot"), -1, ["crs.bootstrap.n_boot", "got -1"]),
     ("small-n-zero", ("detection", "small_n"), 0, ["detection.small_n", ">= 1"]),
     ("small-n-negative", ("detection", "small_n"), -3, ["detection.small_n", "got -3"]),
     ("k-zero", ("crs", "k"), 0, ["crs.k", ">= 1"]),
@@ -125,10 +125,10 @@ PLAN_VALUES = [
      ["detection.adjusted.formula", "__import__"]),
     ("block-term-code", ("detection", "adjusted", "blocks", "tumour"), ["open('/etc/passwd')"],
      ["detection.adjusted.blocks.tumour[0]", "open"]),
-    ("boot-n-1e12", ("detection", "bootstrap", "n"), 10 ** 12,
-     ["detection.bootstrap.n", "estimated memory", "max_memory_gb", "CLINREL_MAX_MEMORY_GB"]),
-    ("crs-n-1e12", ("crs", "bootstrap", "n"), 10 ** 12,
-     ["crs.bootstrap.n", "estimated memory", "max_memory_gb"]),
+    ("boot-n-1e12", ("detection", "bootstrap", "n_boot"), 10 ** 12,
+     ["detection.bootstrap.n_boot", "estimated memory", "max_memory_gb", "CLINREL_MAX_MEMORY_GB"]),
+    ("crs-n-1e12", ("crs", "bootstrap", "n_boot"), 10 ** 12,
+     ["crs.bootstrap.n_boot", "estimated memory", "max_memory_gb"]),
     # guards: refused before this issue as well; kept so that the suite lists every value
     # a plan must refuse (target and level outside (0, 1), NaN included; a strata number)
     ("target-7", ("detection", "threshold"), {"criterion": "target_specificity", "target": 7},
@@ -152,7 +152,7 @@ def test_plan_value_is_refused_naming_file_and_key(tmp_path, case_id, path, valu
 
 
 def test_plan_limits_raise_the_cap_and_are_recorded(tmp_path):
-    raw = put(demo_raw(), ("detection", "bootstrap", "n"), 10 ** 9)  # about 144 GB at least
+    raw = put(demo_raw(), ("detection", "bootstrap", "n_boot"), 10 ** 9)  # about 144 GB at least
     with pytest.raises(PlanError, match="max_memory_gb"):
         load_plan(write_plan(tmp_path, raw))
     raw["limits"] = {"max_memory_gb": 500, "max_hours": 1e6}
@@ -249,7 +249,7 @@ def test_absurd_bootstrap_sizes_are_refused_in_well_under_a_second():
     ref = {"panel": ["enc_01", "enc_02"]}
     checks = [
         lambda: stats.cluster_bootstrap(cases, by=["phase"], n_boot=10 ** 12, seed=1),
-        lambda: stats.subgroup_metrics(cases, by=["phase"], bootstrap=10 ** 12, seed=1),
+        lambda: stats.subgroup_metrics(cases, by=["phase"], n_boot=10 ** 12, seed=1),
         lambda: stats.crs_bootstrap(runs, ref, n_boot=10 ** 12, seed=1),
         lambda: stats.ece_ci(cases["label"], cases["score"] / cases["score"].max(),
                              n_boot=10 ** 12, seed=1),
@@ -290,11 +290,11 @@ def test_bootstrap_memory_is_blocked_and_the_estimate_bounds_the_peak():
 
 
 def test_study_checks_the_bootstrap_with_the_data_sizes(tmp_path):
-    raw = small_study(tmp_path, bootstrap={"n": 200_000, "seed": 1})
+    raw = small_study(tmp_path, bootstrap={"n_boot": 200_000, "seed": 1})
     raw["limits"] = {"max_memory_gb": 0.05}
     plan = load_plan(write_plan(tmp_path, raw))  # the data-free lower bound fits
     msg = message(load_tables, plan, exc=PlanError)
-    assert "key 'detection.bootstrap.n'" in msg and "clusters x 2 models" in msg
+    assert "key 'detection.bootstrap.n_boot'" in msg and "clusters x 2 models" in msg
     assert "limits.max_memory_gb in" in msg
 
 
@@ -432,7 +432,7 @@ STUDY_BAD = [
     ("all-validation-split", lambda t: small_study(
         t, stats.simulate.benchx_cohort(120, n_models=2, seed=4).data.assign(split="validation")),
      ["no 'test' rows", "validation", "split: test"]),
-    ("unknown-strata", lambda t: small_study(t, bootstrap={"n": 100, "strata": "hospital"}),
+    ("unknown-strata", lambda t: small_study(t, bootstrap={"n_boot": 100, "strata": "hospital"}),
      ["detection.bootstrap.strata", "'hospital'"]),
     ("unknown-group", lambda t: small_study(
         t, adjusted={"formula": "detected ~ phase", "group": "hospital"}),
@@ -460,7 +460,7 @@ def _crs_plan(folder: Path, reference: bytes) -> Path:
         shutil.copy(DEMO / name, folder / name)
     (folder / "reference.yaml").write_bytes(reference)
     raw = {"version": 1, "inputs": {"runs": "runs.parquet", "reference": "reference.yaml"},
-           "crs": {"bootstrap": {"n": 50, "seed": 1}}}
+           "crs": {"bootstrap": {"n_boot": 50, "seed": 1}}}
     return write_plan(folder, raw)
 
 
@@ -485,7 +485,7 @@ def test_unreachable_scheduler_is_named_quickly(tmp_path, monkeypatch):
     assert time.perf_counter() - t0 < 10
     assert "key 'scheduler'" in msg and "tcp://127.0.0.1:9" in msg and "cannot connect" in msg
     cases = _cohort(60)
-    msg = message(stats.subgroup_metrics, cases, by=["phase"], bootstrap=20, seed=1,
+    msg = message(stats.subgroup_metrics, cases, by=["phase"], n_boot=20, seed=1,
                   scheduler="not an address")
     assert "scheduler 'not an address': cannot connect" in msg
 
@@ -509,7 +509,7 @@ def cases_csv(tmp_path_factory):
 @pytest.mark.parametrize("args, words", [
     (["--threshold", "nan"], ["threshold must be a finite number"]),
     (["--threshold", "inf"], ["threshold must be a finite number"]),
-    (["--criterion", "target_specificity", "--target-specificity", "7"], ["strictly between 0 and 1"]),
+    (["--criterion", "target_specificity", "--target-specificity", "7"], ["--target-specificity", "(0, 1)", "got 7"]),
     (["--threshold", "-inf"], ["threshold must be a finite number"]),
 ], ids=["threshold-nan", "threshold-inf", "target-7", "threshold-minus-inf"])
 def test_cli_refuses_values_with_exit_2_and_no_traceback(tmp_path, cases_csv, args, words):

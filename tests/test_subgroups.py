@@ -67,17 +67,17 @@ def test_empty_and_small_cells(cases):
 
 def test_f1_bootstrap_and_ci_bootstrap(cases):
     out = sg.subgroup_metrics(cases, by=["phase"], metrics=("sensitivity", "f1"),
-                              bootstrap=200, seed=4)
+                              n_boot=200, seed=4)
     f1 = out[out.estimand == "f1"]
     assert (f1.method == "bootstrap-percentile").all()
     ok = f1[f1.n > 0]
     assert (ok.conf_low <= ok.estimate).all() and (ok.estimate <= ok.conf_high).all()
     assert (out[out.estimand == "sensitivity"].method == "wilson").all()
     allb = sg.subgroup_metrics(cases, by=["phase"], metrics=("sensitivity",), ci="bootstrap",
-                               bootstrap=200, seed=4)
+                               n_boot=200, seed=4)
     assert (allb.method == "bootstrap-percentile").all()
     wil = sg.subgroup_metrics(cases, by=["phase"], metrics=("sensitivity", "f1", "auc"),
-                              ci="bootstrap", bootstrap=200, seed=4, boot_method="wilson",
+                              ci="bootstrap", n_boot=200, seed=4, boot_ci="wilson",
                               auc_scale="logit")
     assert set(wil.method) == {"bootstrap-wilson", "bootstrap-percentile", "delong-logit"}
     assert (wil[wil.estimand == "f1"].method == "bootstrap-percentile").all()
@@ -90,7 +90,7 @@ def test_f1_bootstrap_and_ci_bootstrap(cases):
     with pytest.raises(ValueError, match="auc_scale"):
         sg.subgroup_metrics(cases, by=["phase"], auc_scale="probit")
     with pytest.raises(ValueError, match="boot_method"):
-        sg.subgroup_metrics(cases, by=["phase"], bootstrap=10, boot_method="basic")
+        sg.subgroup_metrics(cases, by=["phase"], n_boot=10, boot_ci="basic")
     with pytest.raises(ValueError, match="needs bootstrap"):
         sg.subgroup_metrics(cases, by=["phase"], ci="bootstrap")
     with pytest.raises(ValueError, match="unknown metric"):

@@ -9,7 +9,7 @@ import typer
 
 from clinrel._csvsafe import write_csv
 
-from ._common import ForceOpt, InputError, atomic_dir, check_out_dir, check_seed, guarded, progress
+from ._common import ForceOpt, atomic_dir, check_out_dir, check_seed, guarded
 
 #: files written into --out (every one a tidy table except reference.json and the
 #: manifest.json that marks the folder as clinrel's; regime_differences.csv only when the
@@ -19,64 +19,34 @@ OUTPUTS = ("axes.csv", "scores.csv", "rank_probabilities.csv", "differences.csv"
            "manifest.json")
 
 
-def _check_options(bootstrap: int, conf_level: float, k: int, n_weights: int, seed: int) -> None:
-    check_seed(seed)
-    if bootstrap < 0 or bootstrap == 1:
-        raise InputError(f"--bootstrap must be 0 (no bootstrap) or >= 2 replicates; got {bootstrap}")
-    if not 0.0 < conf_level < 1.0:
-        raise InputError(f"--conf-level must lie in (0, 1), e.g. 0.95; got {conf_level}")
-    if k < 1:
-        raise InputError(f"--k must be >= 1; got {k}")
-    if n_weights < 0:
-        raise InputError(f"--n-weights must be >= 0 (0 skips the stability analysis); got {n_weights}")
-
-
-def run_crs(runs_path: Path, reference_path: Path, out: Path, *, bootstrap: int = 10_000,
+def run_crs(runs_path: Path, reference_path: Path, out: Path, *, n_boot: int = 10_000,
             seed: int = 1, k: int = 3, conf_level: float = 0.95, n_weights: int = 1000,
             scheduler: str | None = None, quiet: bool = False,
             force: bool = False) -> list[str]:
-    """Compute every CRS table and write them atomically into ``out``; return the file names.
+    """Run the CRS analysis (``stats.analysis``, as the report does) and write its tables
+    atomically into ``out``; return the file names.
 
     ``out`` must be new, empty, or (with ``force``) an earlier clinrel output holding no
     input; the inputs are validated first."""
-    import stats
-    from stats.crs import read_reference
+    from .detection import run_command
 
-    _check_options(bootstrap, conf_level, k, n_weights, seed)
-    runs = stats.read_runs(runs_path)
-    ref = read_reference(reference_path, encoders=runs["encoder"].unique())
+    check_seed(seed)
     inputs = [runs_path, reference_path]
-    check_out_dir(out, force=force, inputs=inputs)
-    steps = 2 + (bootstrap > 0) + (n_weights > 0)
+    block = {"bootstrap": {"n_boot": n_boot, "seed": seed}, "k": k, "conf_level": conf_level,
+             "n_weights": n_weights}
+    res = run_command("CRS", inputs={"runs": runs_path, "reference": reference_path}, crs=block,
+                      scheduler=scheduler, only=["crs"], quiet=quiet)
+    check_out_dir(out, force=force, inputs=inputs)  # after the inputs: a bad input is named first
+    tables = res["crs"]
+    ref = res.tables.reference
     written = []
-    with progress("CRS", total=steps, quiet=quiet) as advance, \
-            atomic_dir(out, force=force, inputs=inputs, command="crs") as tmp:
-        def put(df, name):
-            write_csv(df, tmp / name)
-            written.append(name)
-
-        put(stats.crs_axes(runs), "axes.csv")
-        advance()
-        if bootstrap > 0:
-            res = stats.crs_bootstrap(runs, ref, n_boot=bootstrap, seed=seed, conf_level=conf_level,
-                                      scheduler=scheduler)
-            put(res.scores(), "scores.csv")
-            put(res.rank_probabilities(k), "rank_probabilities.csv")
-            put(res.differences(), "differences.csv")
-            put(res.leading_tier(), "leading_tier.csv")
-            if {"frozen", "adapted"} <= set(res.replicates):
-                put(res.regime_differences("adapted", "frozen"), "regime_differences.csv")
-            advance()
-        else:
-            put(stats.crs_scores(runs, ref), "scores.csv")
-        advance()
-        if n_weights > 0:
-            put(stats.ranking_stability(runs, ref, n_weights=n_weights, seed=seed, k=k,
-                                        conf_level=conf_level), "stability.csv")
-            advance()
+    with atomic_dir(out, force=force, inputs=inputs, command="crs") as tmp:
+        for name, df in tables.items():
+            write_csv(df, tmp / f"{name}.csv")
+            written.append(f"{name}.csv")
         meta = {"reference": ref.to_dict(), "reference_hash": ref.hash,
                 "reference_source": str(reference_path), "runs": str(runs_path),
-                "bootstrap": bootstrap, "seed": seed, "k": k, "conf_level": conf_level,
+                "n_boot": n_boot, "seed": seed, "k": k, "conf_level": conf_level,
                 "n_weights": n_weights}
         (tmp / "reference.json").write_text(json.dumps(meta, indent=2) + "\n")
         written += ["reference.json", "manifest.json"]
@@ -93,7 +63,7 @@ def register(app: typer.Typer) -> None:
                                                      "weights, version.")],
         out: Annotated[Path, typer.Option(help="Output folder: new, empty, or an earlier clinrel "
                                                "output (with --force).")] = Path("crs"),
-        bootstrap: Annotated[int, typer.Option(help="Paired-seed bootstrap replicates (0: none).")] = 10_000,
+        n_boot: Annotated[int, typer.Option(help="Paired-seed bootstrap replicates (0: none).")] = 10_000,
         seed: Annotated[int, typer.Option(help="Random seed (bootstrap and Dirichlet weights).")] = 1,
         k: Annotated[int, typer.Option(help="Top-k for rank probabilities and overlap.")] = 3,
         conf_level: Annotated[float, typer.Option(help="Confidence level of the intervals.")] = 0.95,
@@ -107,7 +77,7 @@ def register(app: typer.Typer) -> None:
         """Clinical Reliability Score: axes, reference-anchored scores with paired-seed
         bootstrap CIs, rank probabilities, pairwise differences, leading tier and ranking
         stability, written as tidy CSVs into OUT."""
-        names = run_crs(runs, reference, out, bootstrap=bootstrap, seed=seed, k=k,
+        names = run_crs(runs, reference, out, n_boot=n_boot, seed=seed, k=k,
                         conf_level=conf_level, n_weights=n_weights, scheduler=scheduler, quiet=quiet,
                         force=force)
         if not quiet:

@@ -8,52 +8,89 @@ import typer
 
 from ._common import ForceOpt, InputError, check_out_files, check_seed, guarded, progress, write_table
 
-CRITERIA = ("youden", "target_specificity")
 
-
-def _called(cases, threshold, criterion, target_specificity):
-    """Scan-level calls: --threshold (prespecified), else the existing ``pred`` column,
-    else a threshold chosen on the validation split (then only test rows are analysed)."""
-    import stats
-
+def threshold_block(threshold, criterion, target_specificity) -> dict:
+    """The plan's ``detection.threshold`` block from the options: --threshold
+    (prespecified), else --criterion (chosen on the validation split), else the table's own
+    ``pred`` column."""
     if threshold is not None:
-        return stats.scan_level(cases, threshold=threshold)
-    if "pred" in cases.columns and criterion is None:
-        return cases
-    crit = criterion or "youden"
-    if crit not in CRITERIA:
-        raise InputError(f"--criterion must be one of {', '.join(CRITERIA)}; got {crit!r}")
-    called = stats.scan_level(cases, criterion=crit, target_specificity=target_specificity)
-    test = called[called["split"] == "test"]
-    if test.empty:
-        raise InputError("no rows with split == 'test' to evaluate the validation-chosen "
-                         "threshold on; give --threshold or add a test split")
-    return test.reset_index(drop=True)
+        return {"value": threshold}
+    if criterion is not None:
+        block = {"criterion": criterion}
+        if target_specificity is not None:
+            block["target"] = target_specificity
+        return block
+    return {"given": True}
 
 
-def _by(values: list[str] | None) -> list:
-    return [tuple(v.split(":")) if ":" in v else v for v in (values or [])]
+def by_axes(values: list[str] | None) -> list:
+    """``--by a --by b:c`` as plan axes: ``["a", ["b", "c"]]``."""
+    return [v.split(":") if ":" in v else v for v in (values or [])]
 
 
-def _run(label, cases, out, threshold, criterion, target_specificity, quiet, compute,
-         force=False) -> None:
-    """Read, check --out, call, compute (bad options become exit 2), write atomically,
-    report."""
-    import stats
+#: plan keys as the commands' options name them (a command's plan error names the option)
+OPTION_OF_KEY = {
+    "detection.threshold.value": "--threshold", "detection.threshold.criterion": "--criterion",
+    "detection.threshold.target": "--target-specificity", "detection.ci": "--ci",
+    "detection.auc_scale": "--auc-scale", "detection.conf_level": "--conf-level",
+    "detection.small_n": "--small-n", "detection.subgroups": "--by",
+    "detection.compare_by": "--by", "detection.bootstrap.n_boot": "--n-boot",
+    "detection.bootstrap.seed": "--seed", "detection.bootstrap.boot_ci": "--boot-ci",
+    "detection.adjusted.formula": "--formula", "detection.adjusted.group": "--group",
+    "detection.adjusted.nagq": "--nagq", "detection.adjusted.levels": "--levels",
+    "detection.adjusted.model": "--model", "detection.adjusted.means": "--means",
+    "crs.bootstrap.n_boot": "--n-boot", "crs.bootstrap.seed": "--seed", "crs.k": "--k",
+    "crs.conf_level": "--conf-level", "crs.n_weights": "--n-weights", "scheduler": "--scheduler",
+}
 
-    with progress(label, total=2, quiet=quiet) as advance:
-        raw = stats.read_cases(cases)
-        check_out_files([("--out", out)], force=force, inputs=[cases])
-        df = _called(raw, threshold, criterion, target_specificity)
+
+def _as_options(message: str, source: str) -> str:
+    """A plan message about ``source`` (the command's own plan) in the options' words."""
+    import re
+
+    if not message.startswith(source):
+        return message
+    body = message[len(source):].lstrip(": ")
+
+    def option(m):
+        key = m.group(1)
+        if key == "detection":  # a message about the axes the command named
+            return "option --by"
+        base = next((k for k in sorted(OPTION_OF_KEY, key=len, reverse=True)
+                     if key == k or key.startswith(k + ".") or key.startswith(k + "[")), None)
+        return f"option {OPTION_OF_KEY[base]}" if base else m.group(0)
+
+    return re.sub(r"key '([^']+)'", option, body)
+
+
+def run_command(label: str, *, inputs: dict, detection: dict | None = None,
+                crs: dict | None = None, scheduler=None, only: list[str], quiet: bool):
+    """Build the plan of a command, load and check its inputs, and run the analyses
+    ``only`` through :func:`stats.analysis.run` (the report runs the same code)."""
+    from stats.analysis import PlanError, load_tables, run
+    from stats.analysis.inputs import plan_limits
+    from stats.analysis.plan import plan_for_command
+
+    from stats.analysis.plan import COMMAND_LINE
+
+    try:
+        plan = plan_for_command(inputs=inputs, detection=detection, crs=crs,
+                                scheduler=scheduler)
+        with plan_limits(plan):
+            tables = load_tables(plan)
+    except PlanError as exc:
+        message = _as_options(str(exc), str(Path.cwd() / COMMAND_LINE))
+        first = next(str(p) for p in inputs.values() if p is not None)
+        raise InputError(message if message.startswith(first) else f"{first}: {message}") \
+            from None
+    with progress(label, total=1, quiet=quiet) as advance, plan_limits(plan):
+        results = run(plan, tables, only=only, errors="raise")
         advance()
-        try:
-            table = compute(df)
-        except ValueError as exc:
-            if isinstance(exc, stats.ContractError):
-                raise
-            raise InputError(str(exc)) from exc
-        advance()
-    write_table(table, out, force=force, inputs=[cases])
+    return results
+
+
+def _write(table, out, *, force, inputs, quiet) -> None:
+    write_table(table, out, force=force, inputs=inputs)
     if not quiet:
         typer.echo(f"{len(table)} rows written to {out}")
 
@@ -77,13 +114,14 @@ def register(app: typer.Typer) -> None:
     def subgroups(
         cases: CasesArg, out: OutOpt, by: ByOpt = None, threshold: ThresholdOpt = None,
         criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
-        ci: Annotated[str, typer.Option(help="wilson, clopper-pearson, jeffreys or bootstrap.")] = "wilson",
-        bootstrap: Annotated[int, typer.Option(
-            help="Cluster-bootstrap replicates for F1 (all metrics with --ci bootstrap); 0: none.")] = 0,
-        boot_interval: Annotated[str, typer.Option(
+        ci: Annotated[str, typer.Option(help="Proportion intervals: wilson, clopper-pearson or "
+                                             "jeffreys.")] = "wilson",
+        n_boot: Annotated[int, typer.Option(
+            help="Cluster-bootstrap replicates (F1 intervals); 0: none.")] = 0,
+        boot_ci: Annotated[str, typer.Option(
             help="Bootstrap interval: percentile, bca, or wilson (Wilson at the bootstrap's "
                  "effective sample size; best coverage in small cells).")] = "percentile",
-        auc_ci: Annotated[str, typer.Option(
+        auc_scale: Annotated[str, typer.Option(
             help="AUC interval scale: auc (as pROC) or logit (better in small cells).")] = "auc",
         seed: Annotated[Optional[int], typer.Option(help="Bootstrap seed.")] = None,
         conf_level: Annotated[float, typer.Option()] = 0.95,
@@ -92,16 +130,21 @@ def register(app: typer.Typer) -> None:
         force: ForceOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
-        """Sensitivity, specificity, PPV, NPV, accuracy, F1 and AUC per model x subgroup."""
-        import stats
+        """Sensitivity, specificity, PPV, NPV, accuracy, F1 and AUC per model x subgroup.
 
+        The rows analysed are the report's: the test split when the table has a split
+        column, every row otherwise."""
         check_seed(seed)
-        _run("subgroup metrics", cases, out, threshold, criterion, target_specificity, quiet,
-             lambda df: stats.subgroup_metrics(df, by=_by(by), ci=ci, conf_level=conf_level,
-                                               bootstrap=bootstrap or None, seed=seed,
-                                               boot_method=boot_interval, auc_scale=auc_ci,
-                                               small_n=small_n, scheduler=scheduler),
-             force=force)
+        check_out_files([("--out", out)], force=force, inputs=[cases])
+        det = {"threshold": threshold_block(threshold, criterion, target_specificity),
+               "ci": ci, "auc_scale": auc_scale, "conf_level": conf_level,
+               "subgroups": by_axes(by), "small_n": small_n}
+        if n_boot:
+            det["bootstrap"] = {"n_boot": n_boot, "boot_ci": boot_ci,
+                                **({"seed": seed} if seed is not None else {})}
+        res = run_command("subgroup metrics", inputs={"cases": cases}, detection=det,
+                          scheduler=scheduler, only=["subgroup_metrics"], quiet=quiet)
+        _write(res["subgroup_metrics"], out, force=force, inputs=[cases], quiet=quiet)
 
     @app.command()
     @guarded
@@ -112,9 +155,11 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOpt = False,
     ) -> None:
         """Every pair of models: sensitivity/specificity differences (Newcombe, exact
-        McNemar) and AUC differences (paired DeLong), Holm and BH adjusted."""
-        import stats
-
-        _run("model comparisons", cases, out, threshold, criterion, target_specificity, quiet,
-             lambda df: stats.compare_models(df, by=_by(by), conf_level=conf_level),
-             force=force)
+        McNemar) and AUC differences (paired DeLong), Holm and BH adjusted; overall and per
+        --by axis, on the report's rows."""
+        check_out_files([("--out", out)], force=force, inputs=[cases])
+        det = {"threshold": threshold_block(threshold, criterion, target_specificity),
+               "conf_level": conf_level, "compare_by": by_axes(by), "subgroups": []}
+        res = run_command("model comparisons", inputs={"cases": cases}, detection=det,
+                          only=["comparisons"], quiet=quiet)
+        _write(res["comparisons"], out, force=force, inputs=[cases], quiet=quiet)

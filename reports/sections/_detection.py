@@ -6,9 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from stats.detection import PROPORTIONS  # noqa: F401  (one list, in stats)
+
 from ..study import level_order
 
-PROPORTIONS = ("sensitivity", "specificity", "ppv", "npv", "accuracy")
+#: how each proportion interval is named in the text
+CI_NAMES = {"wilson": "Wilson score", "clopper-pearson": "Clopper-Pearson exact",
+            "jeffreys": "Jeffreys", "bootstrap": "paired cluster-bootstrap"}
 
 
 def calls(study) -> pd.DataFrame:
@@ -86,9 +90,7 @@ def sort_cells(df: pd.DataFrame, study, axis: tuple[str, ...]) -> pd.DataFrame:
 
 
 def methods_note(det) -> str:
-    names = {"wilson": "Wilson score", "clopper-pearson": "Clopper-Pearson exact",
-             "jeffreys": "Jeffreys"}
-    return (f"Intervals: {names.get(det.ci, det.ci)} {int(round(det.conf_level * 100))}% "
+    return (f"Intervals: {CI_NAMES[det.ci]} {int(round(det.conf_level * 100))}% "
             f"confidence intervals. Sensitivity = TP / reference positives; specificity = "
             f"TN / reference negatives.")
 

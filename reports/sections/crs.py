@@ -102,8 +102,8 @@ def build(study) -> Section:
                 "worst_axis": "Worst axis", "crs": "CRS [CI]", "rank": "Rank [CI]",
                 "p1": "P(rank 1)", "pk": f"P(top {crs.k})", "tier": "Leading tier"},
         spanners=(("Components", ["dominance", "similarity", "worst_axis"]),),
-        notes=(f"{crs.bootstrap_n} paired-seed bootstrap replicates (seed "
-               f"{crs.bootstrap_seed}); anchors held fixed. CRS = weighted sum of dominance, "
+        notes=(f"{crs.n_boot} paired-seed bootstrap replicates (seed "
+               f"{crs.seed}); anchors held fixed. CRS = weighted sum of dominance, "
                f"similarity and worst axis (weights in the reference file). Leading tier: "
                f"the best encoder and every encoder whose CRS difference from it has a "
                f"bootstrap CI containing 0.",))

@@ -6,13 +6,12 @@ from __future__ import annotations
 from .. import text
 from ..manifest import package_versions
 from . import Section
+from ._detection import CI_NAMES
 
 KEY = "methods"
 TITLE = "Methods"
 HALF = "any"
 
-CI_NAMES = {"wilson": "Wilson score", "clopper-pearson": "Clopper-Pearson exact",
-            "jeffreys": "Jeffreys"}
 BOOT_NAMES = {
     "percentile": "percentile intervals",
     "bca": "bias-corrected and accelerated (BCa) intervals, acceleration from the "
@@ -58,7 +57,7 @@ def _detection(study) -> list[str]:
                    f"(data-driven).{thr}")
     conf = int(round(det.conf_level * 100))
     auc = ("DeLong's variance with a Wald interval on the AUC scale (as pROC)"
-           if det.auc_ci == "auc" else
+           if det.auc_scale == "auc" else
            "DeLong's variance with a Wald interval on the logit scale, back-transformed "
            "(better coverage in small cells than the AUC scale)")
     out.append(f"Proportions (sensitivity, specificity, PPV, NPV) carry {CI_NAMES[det.ci]} "
@@ -69,12 +68,12 @@ def _detection(study) -> list[str]:
     if det.bins:
         out.append("Bins (left-closed intervals): " + md("; ".join(
             f"{b.column} \u2192 {b.name} ({', '.join(b.labels)})" for b in det.bins)) + ".")
-    if det.bootstrap_n:
-        strata = f", stratified by {md(det.bootstrap_strata)}" if det.bootstrap_strata else ""
+    if det.n_boot:
+        strata = f", stratified by {md(det.strata)}" if det.strata else ""
         out.append(f"Statistics without a closed-form interval use a cluster bootstrap "
                    f"(patients resampled with replacement{strata}; one index shared by all "
-                   f"models and subgroups) with {det.bootstrap_n} replicates and seed "
-                   f"{det.bootstrap_seed}; {BOOT_NAMES[det.bootstrap_interval]}.")
+                   f"models and subgroups) with {det.n_boot} replicates and seed "
+                   f"{det.seed}; {BOOT_NAMES[det.boot_ci]}.")
     if det.adjusted:
         a = det.adjusted
         methods = "; ".join(ADJ_NAMES[m].format(g=md(a["group"])) for m in a["methods"])
@@ -105,8 +104,8 @@ def _crs(study) -> list[str]:
            f"reference hash {ref_hash[:16]}, the hash recorded with every score in the CSV "
            f"files), and "
            f"CRS = weighted dominance + similarity + worst axis."]
-    out.append(f"Uncertainty: paired-seed bootstrap with {crs.bootstrap_n} replicates (seed "
-               f"{crs.bootstrap_seed}), anchors held fixed; rank probabilities use top "
+    out.append(f"Uncertainty: paired-seed bootstrap with {crs.n_boot} replicates (seed "
+               f"{crs.seed}), anchors held fixed; rank probabilities use top "
                f"k = {crs.k}.")
     return out
 

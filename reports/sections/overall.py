@@ -42,10 +42,10 @@ def build(study) -> Section:
     notes = [D.methods_note(det) + " PPV and NPV depend on the prevalence of the evaluation set."]
     if "auc" in est:
         notes.append("AUC of the continuous score with DeLong's variance (Wald interval on the "
-                     + ("AUC scale, as pROC)." if det.auc_ci == "auc" else
+                     + ("AUC scale, as pROC)." if det.auc_scale == "auc" else
                         "logit scale, back-transformed)."))
     if "f1" in est:
-        kind = "BCa" if det.bootstrap_interval == "bca" else "percentile"
+        kind = "BCa" if det.boot_ci == "bca" else "percentile"
         notes.append(f"F1: cluster-bootstrap {kind} interval (patients resampled).")
     table = ReportTable(name="overall_metrics", caption="Overall accuracy per model on the "
                         "evaluation set, estimate [95% CI].".replace(

@@ -49,6 +49,46 @@ def complete_case_rows(ev: pd.DataFrame, formula: str) -> pd.DataFrame | None:
     return ev[known]
 
 
+MSG_LEVELS = ("{file}: key 'detection.adjusted.levels.{column}' lists {levels}, but the column "
+              "also holds {extra}; list every level (reference first)")
+MSG_LEVELS_COLUMN = ("{file}: key 'detection.adjusted.levels.{column}' names a column the cases "
+                     "table lacks; fix the name")
+
+
+def _fit_kw(results) -> dict:
+    """The fitting options every adjusted fit shares, from the plan."""
+    det = results.plan.detection
+    adj = det.adjusted
+    return dict(group=adj["group"], population=adj.get("population", "positives"),
+                nagq=adj.get("nagq", 1), model=adj.get("model"),
+                bias_reduced=adj.get("bias_reduced"), conf_level=det.conf_level,
+                scheduler=results.scheduler)
+
+
+@analysis("adjusted_rows", wanted=_wants)
+def adjusted_rows(results) -> pd.DataFrame:
+    """The evaluation rows with the plan's factor levels applied (reference level first:
+    ``detection.adjusted.levels``); every other factor keeps its own order."""
+    from ..schema import ContractError
+
+    ev = results["evaluation"]
+    levels = results.plan.detection.adjusted.get("levels") or {}
+    if not levels:
+        return ev
+    ev = ev.copy()
+    file = getattr(results.plan, "path", "plan")
+    for col, lv in levels.items():
+        if col not in ev.columns:
+            raise ContractError(MSG_LEVELS_COLUMN.format(file=file, column=col))
+        extra = sorted(set(ev[col].dropna().astype(str)) - set(lv))
+        if extra:
+            raise ContractError(MSG_LEVELS.format(file=file, column=col, levels=lv,
+                                                  extra=extra[:5]))
+        ev[col] = pd.Categorical(ev[col].astype(str), categories=lv)
+    results.decide("adjusted.levels", {c: list(v) for c, v in levels.items()})
+    return ev
+
+
 @analysis("adjusted_fits", wanted=_wants)
 def adjusted_fits(results) -> dict:
     """``{method: Fit}`` for every planned method that converged to a fit (plus
@@ -57,13 +97,13 @@ def adjusted_fits(results) -> dict:
 
     det = results.plan.detection
     adj = det.adjusted
-    ev = results["evaluation"]
-    formula, group = adj["formula"], adj["group"]
+    ev = results["adjusted_rows"]
+    formula = adj["formula"]
+    kw = _fit_kw(results)
     fits, failed = {}, {}
     for m in adj["methods"]:
         try:
-            fits[m] = fit_adjusted(ev, formula, group=group, method=m, population="positives",
-                                   conf_level=det.conf_level, scheduler=results.scheduler)
+            fits[m] = fit_adjusted(ev, formula, method=m, **kw)
         except ValueError as exc:
             from ..schema import ContractError
 
@@ -76,9 +116,8 @@ def adjusted_fits(results) -> dict:
     results.decide("adjusted.complete_case", cc is not None and "glmm" in fits)
     if cc is not None and "glmm" in fits:
         try:
-            fits["glmm_cc"] = fit_complete_case(
-                ev, formula, column="race", drop=(UNKNOWN,), group=group, method="glmm",
-                population="positives", conf_level=det.conf_level, scheduler=results.scheduler)
+            fits["glmm_cc"] = fit_complete_case(ev, formula, column="race", drop=(UNKNOWN,),
+                                                method="glmm", **kw)
         except Exception as exc:
             failed["glmm_cc"] = f"{type(exc).__name__}: {exc}"
     results.decide("adjusted.fitted", list(fits))
@@ -118,9 +157,10 @@ def adjusted_blocks(results) -> pd.DataFrame:
     adj = results.plan.detection.adjusted
     ml = block_method(results.plan)
     results.decide("adjusted.block_method", ml)
-    return block_tests(results["evaluation"], adj["formula"], adj["blocks"] or None,
-                       group=adj["group"], method=ml, population="positives",
-                       scheduler=results.scheduler)
+    kw = _fit_kw(results)
+    kw.pop("conf_level")
+    return block_tests(results["adjusted_rows"], adj["formula"], adj["blocks"] or None,
+                       method=ml, **kw)
 
 
 def means_fit_method(fits: dict) -> str:
@@ -137,7 +177,9 @@ def adjusted_vs_crude(results) -> pd.DataFrame:
     ev = results["evaluation"]
     formula = results.plan.detection.adjusted["formula"]
     crude_all = results["subgroup_metrics"]
-    crude_all = crude_all[crude_all["estimand"] == "sensitivity"]
+    estimand = ("sensitivity" if results.plan.detection.adjusted.get("population", "positives")
+                == "positives" else "specificity")
+    crude_all = crude_all[crude_all["estimand"] == estimand]
     parts = []
     for var in formula_columns(formula, ev.columns):
         if pd.api.types.is_numeric_dtype(ev[var]) and not isinstance(ev[var].dtype,
@@ -155,6 +197,21 @@ def adjusted_vs_crude(results) -> pd.DataFrame:
     cmp = cmp[cmp["estimate"].notna()].reset_index(drop=True)
     return cmp[["model", "variable", "group_level", "kind", "estimate", "conf_low",
                 "conf_high", "n", "method", "flag"]]
+
+
+def _wants_means(plan, tables) -> bool:
+    return _wants(plan, tables) and bool(plan.detection.adjusted.get("means"))
+
+
+@analysis("adjusted_means", wanted=_wants_means)
+def adjusted_means(results) -> pd.DataFrame:
+    """Adjusted means (``Fit.marginal_means``, kind ``detection.adjusted.means_kind``) by each
+    factor in ``detection.adjusted.means``, from every fit; ``fit_method`` names the fit."""
+    adj = results.plan.detection.adjusted
+    fits = results["adjusted_fits"]
+    parts = [fit.marginal_means(var, kind=adj.get("means_kind", "emmeans")).assign(fit_method=m)
+             for m, fit in fits.items() for var in adj["means"]]
+    return pd.concat(parts, ignore_index=True)
 
 
 @analysis("adjusted_random_effects", wanted=_wants)

@@ -53,15 +53,15 @@ def groups(plan, tables) -> list[tuple]:
 
 
 def boot_settings(plan) -> tuple[int, int]:
-    """(replicates, seed) of the ECE bootstrap intervals, from the plan or the defaults."""
+    """(replicates, seed) of the ECE bootstrap intervals: ``calibration.bootstrap`` of the
+    plan; without a seed there, the detection bootstrap's, else ``DEFAULT_SEED``."""
     cal = getattr(plan, "calibration", None)
-    n = getattr(cal, "bootstrap_n", None) if cal is not None else None
-    seed = getattr(cal, "bootstrap_seed", None) if cal is not None else None
+    n = DEFAULT_BOOT if cal is None else cal.n_boot
+    seed = None if cal is None else cal.seed
     if seed is None:
         det = getattr(plan, "detection", None)
-        seed = det.bootstrap_seed if det is not None and det.bootstrap_seed is not None \
-            else DEFAULT_SEED
-    return (DEFAULT_BOOT if n is None else int(n)), int(seed)
+        seed = det.seed if det is not None and det.seed is not None else DEFAULT_SEED
+    return int(n), int(seed)
 
 
 def wants_probabilities(plan, tables) -> bool:
@@ -75,7 +75,7 @@ def calibration(results) -> dict[str, pd.DataFrame]:
     from ..calibration import ece, ece_ci, reliability_table, temperature_scale
 
     n_boot, seed = boot_settings(results.plan)
-    results.decide("calibration.bootstrap.n", n_boot)
+    results.decide("calibration.bootstrap.n_boot", n_boot)
     results.decide("seeds.calibration_bootstrap", seed)
     summary, rel = [], []
     for source, unit, cal, test in groups(results.plan, results.tables):

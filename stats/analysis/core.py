@@ -20,6 +20,9 @@ from typing import Any
 
 import pandas as pd
 
+#: analyses whose tables have one row per input row (inputs with calls, not results)
+ROW_LEVEL = ("calls", "evaluation")
+
 #: name -> Analysis, in registration order (the order :func:`run` computes them)
 ANALYSES: dict[str, "Analysis"] = {}
 
@@ -121,6 +124,22 @@ class Results:
 
     def computed(self) -> dict[str, Any]:
         return dict(self._store)
+
+    def tidy_tables(self) -> dict[str, pd.DataFrame]:
+        """Every computed table by name (a dict-valued analysis gives ``name_key``), except
+        the row-level ones (``ROW_LEVEL``: one row per input row, not results). These are
+        what ``clinrel report`` writes under ``results/`` and what the commands write: the
+        same settings give the same bytes."""
+        out: dict[str, pd.DataFrame] = {}
+        for name, value in self._store.items():
+            if name in ROW_LEVEL:
+                continue
+            if isinstance(value, pd.DataFrame):
+                out[name] = value
+            elif isinstance(value, dict):
+                out.update({f"{name}_{k}": v for k, v in value.items()
+                            if isinstance(v, pd.DataFrame)})
+        return out
 
 
 def wanted(plan, tables) -> list[str]:

@@ -11,10 +11,6 @@ import pandas as pd
 
 from .core import analysis
 
-#: Dirichlet(1,1,1) weight draws of the stability analysis
-DEFAULT_WEIGHT_DRAWS = 1000
-
-
 def _wants(plan, tables) -> bool:
     return (getattr(plan, "crs", None) is not None and tables.runs is not None
             and tables.reference is not None)
@@ -22,9 +18,8 @@ def _wants(plan, tables) -> bool:
 
 def settings(plan) -> dict:
     crs = plan.crs
-    return {"n_boot": crs.bootstrap_n, "seed": crs.bootstrap_seed, "k": crs.k,
-            "conf_level": getattr(crs, "conf_level", 0.95),
-            "n_weights": getattr(crs, "n_weights", DEFAULT_WEIGHT_DRAWS)}
+    return {"n_boot": crs.n_boot, "seed": crs.seed, "k": crs.k,
+            "conf_level": crs.conf_level, "n_weights": crs.n_weights}
 
 
 @analysis("crs", wanted=_wants)
@@ -37,7 +32,7 @@ def crs(results) -> dict[str, pd.DataFrame]:
 
     s = settings(results.plan)
     runs, ref = results.tables.runs, results.tables.reference
-    results.decide("crs.bootstrap.n", s["n_boot"])
+    results.decide("crs.bootstrap.n_boot", s["n_boot"])
     results.decide("seeds.crs_bootstrap", s["seed"])
     results.decide("crs.reference_hash", getattr(ref, "hash", None))
     out = {"axes": crs_axes(runs)}

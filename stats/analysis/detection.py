@@ -53,8 +53,9 @@ def calls(results) -> pd.DataFrame:
     cases = results.tables.cases
     if det.threshold_value is not None:
         df = scan_level(cases, threshold=det.threshold_value)
-    elif det.criterion is not None:
-        df = scan_level(cases, criterion=det.criterion, target_specificity=det.target)
+    elif not det.given_calls:
+        df = scan_level(cases, criterion=det.criterion or "youden",
+                        target_specificity=det.target)
     else:
         if "pred" not in cases.columns:
             raise ContractError(MSG_NO_PRED.format(file=_source(results)))
@@ -76,7 +77,7 @@ def row_flow(results) -> pd.DataFrame:
             raise ContractError(MSG_NO_TEST.format(file=_source(results), counts=counts))
     else:
         split = pd.Series("all", index=df.index)
-    reason_val = REASON_VAL_DEV if det.threshold_value is not None or det.criterion is None \
+    reason_val = REASON_VAL_DEV if det.threshold_value is not None or det.given_calls \
         else REASON_VAL_CHOSEN
     disposition = pd.Series("excluded", index=df.index)
     reason = pd.Series(REASON_OTHER, index=df.index)
@@ -124,6 +125,16 @@ def evaluation(results) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
+def closed_form_ci(results) -> str:
+    """The proportion interval of the tables that have no bootstrap (sweep, failure map):
+    the plan's ``ci``, or Wilson when the plan puts the subgroup table on the bootstrap."""
+    ci = results.plan.detection.ci
+    if ci == "bootstrap":
+        results.decide("detection.closed_form_ci", "wilson")
+        return "wilson"
+    return ci
+
+
 def axes(plan) -> list[tuple[str, ...]]:
     """The subgroup axes of the plan (the failure map's intersection appended)."""
     det = plan.detection
@@ -140,13 +151,13 @@ def subgroup_metrics(results) -> pd.DataFrame:
 
     det = results.plan.detection
     kw = {}
-    if det.bootstrap_n:
-        kw = {"bootstrap": det.bootstrap_n, "seed": det.bootstrap_seed,
-              "strata": det.bootstrap_strata, "boot_method": det.bootstrap_interval}
-        results.decide("seeds.detection_bootstrap", det.bootstrap_seed)
-        results.decide("detection.bootstrap.n", det.bootstrap_n)
+    if det.n_boot:
+        kw = {"n_boot": det.n_boot, "seed": det.seed,
+              "strata": det.strata, "boot_ci": det.boot_ci}
+        results.decide("seeds.detection_bootstrap", det.seed)
+        results.decide("detection.bootstrap.n_boot", det.n_boot)
     return compute(results["evaluation"], by=axes(results.plan), ci=det.ci,
-                   conf_level=det.conf_level, auc_scale=det.auc_ci, small_n=det.small_n,
+                   conf_level=det.conf_level, auc_scale=det.auc_scale, small_n=det.small_n,
                    scheduler=results.scheduler, **kw)
 
 
@@ -164,9 +175,8 @@ def comparisons(results) -> pd.DataFrame:
     from ..compare import compare_models
 
     det = results.plan.detection
-    by = getattr(det, "compare_by", None)
-    return compare_models(results["evaluation"], by=by, conf_level=det.conf_level,
-                          small_n=det.small_n)
+    return compare_models(results["evaluation"], by=list(det.compare_by) or None,
+                          conf_level=det.conf_level, small_n=det.small_n)
 
 
 #: thresholds in the sweep: quantiles of the evaluation scores (plus the operating ones)
@@ -189,7 +199,7 @@ def threshold_sweep(results) -> pd.DataFrame:
     grid = np.unique(np.round(np.quantile(score, np.linspace(0.05, 0.95, SWEEP_POINTS)), 6))
     grid = np.unique(np.concatenate([grid, list(chosen.values())]))
     results.decide("detection.threshold_grid", [float(g) for g in grid])
-    out = compute(ev, grid, chosen=chosen, ci=det.ci, conf_level=det.conf_level)
+    out = compute(ev, grid, chosen=chosen, ci=closed_form_ci(results), conf_level=det.conf_level)
     out.attrs["grid"] = grid
     return out
 
@@ -205,7 +215,8 @@ def failure_map(results) -> pd.DataFrame:
 
     det = results.plan.detection
     rows, cols = det.failure_map
-    return compute(results["evaluation"], rows, cols, metric="sensitivity", ci=det.ci,
+    return compute(results["evaluation"], rows, cols, metric="sensitivity",
+                   ci=closed_form_ci(results),
                    conf_level=det.conf_level, small_n=det.small_n)
 
 

@@ -167,8 +167,8 @@ def _check_axes(cases: pd.DataFrame, plan: Plan) -> None:
                         f"{', '.join(map(str, cases.columns[:20]))}); fix the names or add "
                         "a bin that creates them")
     named = []
-    if det.bootstrap_n and det.bootstrap_strata is not None:
-        named.append(("detection.bootstrap.strata", det.bootstrap_strata,
+    if det.n_boot and det.strata is not None:
+        named.append(("detection.bootstrap.strata", det.strata,
                       "name a column such as site, or leave strata out"))
     if det.adjusted is not None:
         named.append(("detection.adjusted.group", det.adjusted["group"],
@@ -204,16 +204,16 @@ def _check_plan_against_data(plan: Plan, study: Tables) -> None:
 
     c = _Checker(str(plan.path))
     det, crs = plan.detection, plan.crs
-    if det is not None and det.bootstrap_n and study.cases is not None:
+    if det is not None and det.n_boot and study.cases is not None:
         rows = study.cases
         if "split" in rows.columns:
             rows = rows[rows["split"] == "test"]
         axes = list(det.subgroups) + ([tuple(det.failure_map)] if det.failure_map else [])
         cells = 1 + sum(_n_levels(rows, axis) for axis in axes)
         work = limits.cluster_bootstrap_work(
-            det.bootstrap_n, rows["patient_id"].nunique(), cells, rows["model"].nunique(),
-            setting="detection.bootstrap.n", what="the bootstrap")
-        _from_stats(c, "detection.bootstrap.n", limits.check, work)
+            det.n_boot, rows["patient_id"].nunique(), cells, rows["model"].nunique(),
+            setting="detection.bootstrap.n_boot", what="the bootstrap")
+        _from_stats(c, "detection.bootstrap.n_boot", limits.check, work)
     if crs is not None and study.runs is not None:
         regimes = []
         for _, part in study.runs.groupby("regime", sort=True):
@@ -221,9 +221,9 @@ def _check_plan_against_data(plan: Plan, study: Tables) -> None:
             regimes.append((part["encoder"].nunique(), list(by_ds["seed"].nunique()),
                             list(by_ds[["label_fraction", "condition", "severity"]]
                                  .apply(lambda d: len(d.drop_duplicates())))))
-        work = limits.crs_bootstrap_work(crs.bootstrap_n, regimes, setting="crs.bootstrap.n",
+        work = limits.crs_bootstrap_work(crs.n_boot, regimes, setting="crs.bootstrap.n_boot",
                                          what="the CRS bootstrap")
-        _from_stats(c, "crs.bootstrap.n", limits.check, work)
+        _from_stats(c, "crs.bootstrap.n_boot", limits.check, work)
     if plan.scheduler is not None:
         from stats._parallel import connect
 

@@ -32,7 +32,8 @@ from stats.bootstrap import CI_METHODS as BOOT_INTERVALS
 from stats.schema import ContractError
 from stats.intervals import AUC_SCALES, PROPORTION_METHODS
 
-CI_METHODS = PROPORTION_METHODS
+#: proportion intervals; "bootstrap" puts every count metric on the cluster bootstrap
+CI_METHODS = (*PROPORTION_METHODS, "bootstrap")
 CRITERIA = ("youden", "target_specificity")
 ADJUST_METHODS = ("glmm", "gee", "fixed")
 BLOCKS = ("site", "protocol", "demographics", "tumour")
@@ -74,15 +75,19 @@ class Detection:
     criterion: str | None = None
     target: float | None = None
     ci: str = "wilson"
-    auc_ci: str = "auc"
+    auc_scale: str = "auc"
     conf_level: float = 0.95
     subgroups: tuple[tuple[str, ...], ...] = (("phase",),)
     bins: tuple[Bin, ...] = ()
     small_n: int = 10
-    bootstrap_n: int = 0
-    bootstrap_seed: int | None = None
-    bootstrap_strata: str | None = None
-    bootstrap_interval: str = "percentile"
+    n_boot: int = 0
+    seed: int | None = None
+    strata: str | None = None
+    boot_ci: str = "percentile"
+    #: calls come from the table's own ``pred`` column (no threshold applied)
+    given_calls: bool = False
+    #: axes of the paired model comparisons besides overall (the report: overall only)
+    compare_by: tuple[tuple[str, ...], ...] = ()
     adjusted: dict[str, Any] | None = None
     failure_map: tuple[str, str] | None = None
 
@@ -93,9 +98,17 @@ class Detection:
 
 @dataclass(frozen=True)
 class Crs:
-    bootstrap_n: int = 1000
-    bootstrap_seed: int | None = None
+    n_boot: int = 10_000
+    seed: int | None = None
     k: int = 3
+    n_weights: int = 1000
+    conf_level: float = 0.95
+
+
+@dataclass(frozen=True)
+class Calibration:
+    n_boot: int = 1000
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +132,7 @@ class Plan:
     detection: Detection | None
     crs: Crs | None
     privacy: Privacy = field(default_factory=Privacy)
+    calibration: Calibration = field(default_factory=Calibration)
     prespecified: tuple[str, ...] = ()
     exploratory: tuple[str, ...] = ()
     raw: dict = field(default_factory=dict, repr=False)
@@ -138,10 +152,10 @@ class Plan:
     @property
     def seeds(self) -> dict[str, int | None]:
         out: dict[str, int | None] = {}
-        if self.detection is not None and self.detection.bootstrap_n:
-            out["detection_bootstrap"] = self.detection.bootstrap_seed
+        if self.detection is not None and self.detection.n_boot:
+            out["detection_bootstrap"] = self.detection.seed
         if self.crs is not None:
-            out["crs_bootstrap"] = self.crs.bootstrap_seed
+            out["crs_bootstrap"] = self.crs.seed
         return out
 
 
@@ -194,22 +208,35 @@ class _Checker:
 def _closest_hint(key: str, allowed) -> str:
     import difflib
 
+    if RENAMED.get(key) in allowed:
+        return f"the key is now called '{RENAMED[key]}' (one name per option; README glossary)"
     close = difflib.get_close_matches(key, list(allowed), n=1)
     return f"did you mean '{close[0]}'?" if close else "remove it or fix its spelling"
 
 
+#: keys renamed when the vocabulary was unified (the plan error says the new name)
+RENAMED = {"n": "n_boot", "interval": "boot_ci", "auc_ci": "auc_scale"}
+
+
 TOP_KEYS = {"version": "", "title": "", "inputs": "", "detection": "", "crs": "", "privacy": "",
-            "prespecified": "", "exploratory": "", "scheduler": "", "limits": ""}
+            "prespecified": "", "exploratory": "", "scheduler": "", "limits": "",
+            "calibration": ""}
 INPUT_KEYS = {"cases": "", "runs": "", "reference": "", "metadata": "", "probe_predictions": ""}
-DETECTION_KEYS = {"threshold": "", "ci": "", "auc_ci": "", "conf_level": "", "subgroups": "", "bins": "",
+DETECTION_KEYS = {"threshold": "", "ci": "", "auc_scale": "", "compare_by": "", "conf_level": "", "subgroups": "", "bins": "",
                   "small_n": "", "bootstrap": "", "adjusted": "", "failure_map": ""}
-THRESHOLD_KEYS = {"value": "", "criterion": "", "target": ""}
+THRESHOLD_KEYS = {"value": "", "criterion": "", "target": "", "given": ""}
 BIN_KEYS = {"name": "", "breaks": "", "labels": ""}
-BOOT_KEYS = {"n": "", "seed": "", "strata": "", "interval": ""}
-ADJ_KEYS = {"formula": "", "methods": "", "group": "", "blocks": ""}
+BOOT_KEYS = {"n_boot": "", "seed": "", "strata": "", "boot_ci": ""}
+ADJ_KEYS = {"formula": "", "methods": "", "group": "", "blocks": "", "population": "",
+            "nagq": "", "levels": "", "model": "", "bias_reduced": "", "means": "",
+            "means_kind": ""}
+MEANS_KINDS = ("emmeans", "standardized")
 FMAP_KEYS = {"rows": "", "cols": ""}
-CRS_KEYS = {"bootstrap": "", "k": ""}
-CRS_BOOT_KEYS = {"n": "", "seed": ""}
+CRS_KEYS = {"bootstrap": "", "k": "", "n_weights": "", "conf_level": ""}
+CRS_BOOT_KEYS = {"n_boot": "", "seed": ""}
+CAL_KEYS = {"bootstrap": ""}
+CAL_BOOT_KEYS = {"n_boot": "", "seed": ""}
+POPULATIONS = ("positives", "negatives")
 PRIVACY_KEYS = {"allow_identifiers": "", "pseudonymize_ids": "", "salt": ""}
 
 
@@ -274,11 +301,33 @@ def _path(c: _Checker, base: Path, value, key: str) -> Path | None:
     return p
 
 
+def _axes(c: _Checker, value, key: str) -> list[tuple[str, ...]]:
+    """Subgroup axes: column names, or lists of 2+ names for intersections."""
+    out = []
+    for i, s in enumerate(c.typed(value, key, list, "a list of column names or [a, b] pairs")):
+        if isinstance(s, str):
+            out.append((s,))
+        elif isinstance(s, list) and len(s) >= 2 and all(isinstance(x, str) for x in s):
+            out.append(tuple(s))
+        else:
+            raise PlanError(MSG_TYPE.format(file=c.file, key=f"{key}[{i}]",
+                                            expected="a column name or a list of 2+ names",
+                                            got=s, hint="write e.g. phase or [age_group, phase]"))
+    return out
+
+
 def _detection(c: _Checker, d: dict) -> Detection:
     c.keys(d, DETECTION_KEYS, "detection")
     thr = c.keys(d.get("threshold") or {}, THRESHOLD_KEYS, "detection.threshold")
     value = criterion = target = None
-    if "value" in thr:
+    given = bool(c.typed(thr.get("given", False), "detection.threshold.given", bool,
+                         "true (use the table's pred column) or false"))
+    if given:
+        if len(thr) > 1:
+            raise PlanError(f"{c.file}: key 'detection.threshold.given' uses the table's own "
+                            "pred column, so 'value', 'criterion' and 'target' do not apply; "
+                            "remove them or 'given'")
+    elif "value" in thr:
         value = _finite(c, thr["value"], "detection.threshold.value", "a finite number",
                         "write the prespecified threshold, e.g. value: 50")
         if "criterion" in thr:
@@ -296,24 +345,15 @@ def _detection(c: _Checker, d: dict) -> Detection:
                                                 expected="a number in (0, 1)", got=target,
                                                 hint="write a proportion, e.g. 0.9"))
     ci = c.choice(d.get("ci", "wilson"), "detection.ci", CI_METHODS)
-    auc_ci = c.choice(d.get("auc_ci", "auc"), "detection.auc_ci", AUC_SCALES)
+    auc_scale = c.choice(d.get("auc_scale", "auc"), "detection.auc_scale", AUC_SCALES)
     conf = float(c.typed(d.get("conf_level", 0.95), "detection.conf_level", (int, float),
                          "a number in (0, 1)"))
     if not 0 < conf < 1:
         raise PlanError(MSG_TYPE.format(file=c.file, key="detection.conf_level",
                                         expected="a number in (0, 1)", got=conf,
                                         hint="write e.g. 0.95, not 95"))
-    subgroups = []
-    for i, s in enumerate(c.typed(d.get("subgroups", ["phase"]), "detection.subgroups", list,
-                                  "a list of column names or [a, b] pairs")):
-        if isinstance(s, str):
-            subgroups.append((s,))
-        elif isinstance(s, list) and len(s) >= 2 and all(isinstance(x, str) for x in s):
-            subgroups.append(tuple(s))
-        else:
-            raise PlanError(MSG_TYPE.format(file=c.file, key=f"detection.subgroups[{i}]",
-                                            expected="a column name or a list of 2+ names",
-                                            got=s, hint="write e.g. phase or [age_group, phase]"))
+    subgroups = _axes(c, d.get("subgroups", ["phase"]), "detection.subgroups")
+    compare_by = _axes(c, d.get("compare_by", []), "detection.compare_by")
     bins = []
     raw_bins = c.typed(d.get("bins") or {}, "detection.bins", dict,
                        "a mapping column -> {name, breaks, labels}")
@@ -357,10 +397,10 @@ def _detection(c: _Checker, d: dict) -> Detection:
                      "not flagged small_n", "write e.g. small_n: 10")
     boot = c.keys(d.get("bootstrap") or {}, BOOT_KEYS, "detection.bootstrap")
     bn = 0
-    if "n" in boot:
-        bn = _count(c, boot["n"], "detection.bootstrap.n", 2, "bootstrap replicates",
+    if "n_boot" in boot:
+        bn = _count(c, boot["n_boot"], "detection.bootstrap.n_boot", 2, "bootstrap replicates",
                     "write e.g. n: 2000, or leave the bootstrap block out for no bootstrap")
-    interval = c.choice(boot.get("interval", "percentile"), "detection.bootstrap.interval",
+    interval = c.choice(boot.get("boot_ci", "percentile"), "detection.bootstrap.boot_ci",
                         BOOT_INTERVALS)
     strata = boot.get("strata")
     if strata is not None:
@@ -388,8 +428,38 @@ def _detection(c: _Checker, d: dict) -> Detection:
                 c.typed(term, key, str, "a model term, e.g. np.log(tumor_size_mm)")
                 _check_formula(c, f"detected ~ {term}", key)
         group = c.typed(a.get("group", "site"), "detection.adjusted.group", str, "a column name")
+        population = c.choice(a.get("population", "positives"), "detection.adjusted.population",
+                              POPULATIONS)
+        nagq = _count(c, a.get("nagq", 1), "detection.adjusted.nagq", 1,
+                      "quadrature points (1 = Laplace)", "write e.g. nagq: 1")
+        levels = c.typed(a.get("levels") or {}, "detection.adjusted.levels", dict,
+                         "a mapping column -> [reference level, other levels...]")
+        for col, lv in levels.items():
+            c.typed(lv, f"detection.adjusted.levels.{col}", list,
+                    "a list of levels, reference first")
+        model = a.get("model")
+        if model is not None:
+            c.typed(model, "detection.adjusted.model", str, "a model name, or 'pooled'")
+        bias_reduced = a.get("bias_reduced")
+        if bias_reduced is not None:
+            c.typed(bias_reduced, "detection.adjusted.bias_reduced", bool,
+                    "true, false, or leave it out (Mancl-DeRouen below 20 groups)")
+        means = a.get("means") or []
+        means = [means] if isinstance(means, str) else means
+        for i, m in enumerate(c.typed(means, "detection.adjusted.means", list, "a list of factors")):
+            c.typed(m, f"detection.adjusted.means[{i}]", str, "a factor of the model")
+        means_kind = c.choice(a.get("means_kind", "emmeans"), "detection.adjusted.means_kind",
+                              MEANS_KINDS)
         adjusted = {"formula": formula, "methods": list(methods), "group": group,
-                    "blocks": {b: list(t) for b, t in blocks.items()}}
+                    "blocks": {b: list(t) for b, t in blocks.items()},
+                    "population": population, "nagq": nagq,
+                    "levels": {str(k): [str(x) for x in v] for k, v in levels.items()},
+                    "model": model, "bias_reduced": bias_reduced, "means": list(means),
+                    "means_kind": means_kind}
+    if ci == "bootstrap" and not bn:
+        raise PlanError(f"{c.file}: key 'detection.ci' is bootstrap, which needs "
+                        "'detection.bootstrap.n_boot' (e.g. 2000 replicates); add it or choose "
+                        "wilson, clopper-pearson or jeffreys")
     fmap = None
     if d.get("failure_map") is not None:
         f = c.keys(d["failure_map"], FMAP_KEYS, "detection.failure_map")
@@ -397,12 +467,13 @@ def _detection(c: _Checker, d: dict) -> Detection:
                         "detection.failure_map.rows", str, "a column name"),
                 c.typed(c.required(f, "cols", "detection.failure_map", "name a column, e.g. phase"),
                         "detection.failure_map.cols", str, "a column name"))
-    return Detection(threshold_value=value, criterion=criterion, target=target, ci=ci,
-                     auc_ci=auc_ci, bootstrap_interval=interval, conf_level=conf,
-                     subgroups=tuple(subgroups), bins=tuple(bins),
-                     small_n=small_n, bootstrap_n=bn,
-                     bootstrap_seed=_seed(c, boot.get("seed"), "detection.bootstrap.seed"),
-                     bootstrap_strata=strata, adjusted=adjusted, failure_map=fmap)
+    return Detection(threshold_value=value, criterion=None if given else criterion,
+                     target=target, ci=ci, auc_scale=auc_scale, boot_ci=interval,
+                     conf_level=conf, subgroups=tuple(subgroups), bins=tuple(bins),
+                     small_n=small_n, n_boot=bn,
+                     seed=_seed(c, boot.get("seed"), "detection.bootstrap.seed"),
+                     strata=strata, adjusted=adjusted, failure_map=fmap, given_calls=given,
+                     compare_by=tuple(compare_by))
 
 
 def _num(x: float) -> str:
@@ -437,14 +508,35 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
                             "name the reference panel file (see clinrel/demo_data/reference.yaml)")
         cr = c.keys(raw["crs"], CRS_KEYS, "crs")
         boot = c.keys(cr.get("bootstrap") or {}, CRS_BOOT_KEYS, "crs.bootstrap")
-        crs = Crs(bootstrap_n=_count(c, boot.get("n", 1000), "crs.bootstrap.n", 2,
-                                     "paired-seed bootstrap replicates", "write e.g. n: 1000"),
-                  bootstrap_seed=_seed(c, boot.get("seed"), "crs.bootstrap.seed"),
+        conf_crs = float(c.typed(cr.get("conf_level", 0.95), "crs.conf_level", (int, float),
+                                 "a number in (0, 1)"))
+        if not 0 < conf_crs < 1:
+            raise PlanError(MSG_TYPE.format(file=c.file, key="crs.conf_level",
+                                            expected="a number in (0, 1)", got=conf_crs,
+                                            hint="write e.g. 0.95, not 95"))
+        n_boot = boot.get("n_boot", Crs.n_boot)
+        if n_boot != 0 or isinstance(n_boot, bool):  # 0: point scores, no bootstrap
+            n_boot = _count(c, n_boot, "crs.bootstrap.n_boot", 2,
+                            "paired-seed bootstrap replicates (or 0 for none)",
+                            "write e.g. n_boot: 10000")
+        crs = Crs(n_boot=n_boot,
+                  seed=_seed(c, boot.get("seed"), "crs.bootstrap.seed"),
+                  n_weights=_count(c, cr.get("n_weights", Crs.n_weights), "crs.n_weights", 0,
+                                   "Dirichlet weight draws (0 skips the stability analysis)",
+                                   "write e.g. n_weights: 1000"),
+                  conf_level=conf_crs,
                   k=_count(c, cr.get("k", 3), "crs.k", 1, "the k of P(rank <= k)",
                            "write e.g. k: 3"))
     if det is None and crs is None:
         raise PlanError(f"{path}: the plan has neither a 'detection' nor a 'crs' block; "
                         "add at least one (see clinrel/demo_data/plan.yaml)")
+    cal = c.keys(raw.get("calibration") or {}, CAL_KEYS, "calibration")
+    cal_boot = c.keys(cal.get("bootstrap") or {}, CAL_BOOT_KEYS, "calibration.bootstrap")
+    calibration = Calibration(
+        n_boot=_count(c, cal_boot.get("n_boot", Calibration.n_boot),
+                      "calibration.bootstrap.n_boot", 2, "ECE bootstrap replicates",
+                      "write e.g. n_boot: 1000"),
+        seed=_seed(c, cal_boot.get("seed"), "calibration.bootstrap.seed"))
     limits = _limits(c, raw.get("limits"), det, crs)
     pv = c.keys(raw.get("privacy") or {}, PRIVACY_KEYS, "privacy")
     privacy = Privacy(
@@ -459,7 +551,7 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
     return Plan(path=path, sha256=sha256, version=version, title=title, cases=paths["cases"],
                 runs=paths["runs"], reference=paths["reference"], metadata=paths["metadata"],
                 probe_predictions=paths["probe_predictions"], detection=det, crs=crs,
-                privacy=privacy, prespecified=_notes(c, raw.get("prespecified"), "prespecified"),
+                privacy=privacy, calibration=calibration, prespecified=_notes(c, raw.get("prespecified"), "prespecified"),
                 exploratory=_notes(c, raw.get("exploratory"), "exploratory"), raw=raw,
                 scheduler=_scheduler(c, raw.get("scheduler")), limits=limits)
 
@@ -493,12 +585,12 @@ def _limits(c: _Checker, raw, det: Detection | None, crs: Crs | None) -> dict:
     caps = _from_stats(c, "limits", limits.parse_limits, raw, file=c.file)
     floor = "a lower bound, before the data are read"
     works = []
-    if det is not None and det.bootstrap_n:
-        works.append(("detection.bootstrap.n", limits.cluster_bootstrap_work(
-            det.bootstrap_n, 1, 1, 1, setting="detection.bootstrap.n", what="the bootstrap")))
+    if det is not None and det.n_boot:
+        works.append(("detection.bootstrap.n_boot", limits.cluster_bootstrap_work(
+            det.n_boot, 1, 1, 1, setting="detection.bootstrap.n_boot", what="the bootstrap")))
     if crs is not None:
-        works.append(("crs.bootstrap.n", limits.crs_bootstrap_work(
-            crs.bootstrap_n, [(1, [1], [1])], setting="crs.bootstrap.n",
+        works.append(("crs.bootstrap.n_boot", limits.crs_bootstrap_work(
+            crs.n_boot, [(1, [1], [1])], setting="crs.bootstrap.n_boot",
             what="the CRS bootstrap")))
     with limits.using(caps, c.file):
         for key, work in works:
@@ -540,3 +632,28 @@ def load_plan(path) -> Plan:
         raise PlanError(f"{path}: a plan must be a YAML mapping of keys (version, title, inputs, "
                         "detection, crs, ...); see clinrel/demo_data/plan.yaml")
     return plan_from_dict(raw, path=path.resolve(), sha256=hashlib.sha256(data).hexdigest())
+
+
+#: the name a plan built from command-line options carries in its messages
+COMMAND_LINE = "<command line>"
+
+
+def plan_for_command(*, inputs: dict, detection: dict | None = None, crs: dict | None = None,
+                     scheduler: str | None = None) -> Plan:
+    """A plan built from a command's options (the CLI's way into :func:`stats.analysis.run`).
+
+    ``inputs`` maps input names to paths; ``detection`` and ``crs`` are plan blocks with the
+    plan's own keys, so a command and a plan file with the same settings give the same
+    Plan, the same analysis and the same tables. Identifier columns are allowed: a command
+    writes tidy tables only.
+    """
+    raw: dict = {"inputs": {k: str(Path(v).absolute()) for k, v in inputs.items()
+                            if v is not None},
+                 "privacy": {"allow_identifiers": True}}
+    if detection is not None:
+        raw["detection"] = detection
+    if crs is not None:
+        raw["crs"] = crs
+    if scheduler is not None:
+        raw["scheduler"] = scheduler
+    return plan_from_dict(raw, path=Path.cwd() / COMMAND_LINE)
