@@ -40,7 +40,13 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from stats.detection import GROUP_COLS, OVERALL, case_matrix, scan_level
+from stats.detection import (
+    GROUP_COLS,
+    OVERALL,
+    case_matrix,
+    confusion_counts,
+    scan_level,
+)
 from stats.intervals import _z, proportion_ci
 from stats.schema import ContractError, tidy
 
@@ -131,28 +137,35 @@ def kish_cluster_size(cell, cluster, n_cells: int, weights=None) -> np.ndarray:
 
 
 def icc_anova(y, cluster, cell) -> np.ndarray:
-    """One-way ANOVA intra-cluster correlation of ``y`` (rows x models) around its cell
-    means (so differences between cells are not read as patient correlation), truncated
-    to [0, 1]; 0 where no cluster has two rows.
+    """Intra-cluster correlation of ``y`` (rows x models) for clusters nested in cells:
+    one-way ANOVA of the deviations from the cell means (so differences between cells are
+    not read as patient correlation), truncated to [0, 1]; 0 where no cluster has two rows.
 
-    ``icc = (MSB - MSW) / (MSB + (m0 - 1) MSW)``, ``m0 = (N - sum m_i^2 / N) / (k - 1)``
-    over the ``k`` clusters of ``N`` rows (Donner 1986)."""
+    Clusters are the (cell, cluster) pairs (a patient's scans in one cell). With ``k`` of
+    them in ``G`` cells and ``N`` rows, ``SSB = sum_i m_i rbar_i^2``,
+    ``SSW = sum r^2 - SSB``, ``MSB = SSB / (k - G)``, ``MSW = SSW / (N - k)``,
+    ``m0 = (N - sum_c sum_{i in c} m_i^2 / N_c) / (k - G)`` and
+    ``icc = (MSB - MSW) / (MSB + (m0 - 1) MSW)`` (the unbalanced nested ANOVA estimator;
+    with one cell, Donner 1986's)."""
     y = np.asarray(y, dtype=float)
     y = y[:, None] if y.ndim == 1 else y
-    cluster = pd.factorize(np.asarray(cluster))[0]
-    cell = np.asarray(cell, dtype=np.int64)
-    N, k = len(y), int(cluster.max(initial=-1)) + 1
-    if N == 0 or k >= N or k < 2:
+    cell = pd.factorize(np.asarray(cell))[0]
+    clu = pd.factorize(np.asarray(cluster))[0]
+    pair = pd.factorize(cell * (int(clu.max(initial=0)) + 1) + clu)[0]
+    N, k, G = len(y), int(pair.max(initial=-1)) + 1, int(cell.max(initial=-1)) + 1
+    if N == 0 or k >= N or k - G < 1:
         return np.zeros(y.shape[1])
-    n_c = np.bincount(cell)
-    mean_c = np.stack([np.bincount(cell, weights=col) for col in y.T], axis=1)
-    r = y - (mean_c / np.maximum(n_c, 1)[:, None])[cell]
-    m = np.bincount(cluster, minlength=k).astype(float)
-    sums = np.stack([np.bincount(cluster, weights=col, minlength=k) for col in r.T], axis=1)
-    grand = r.sum(axis=0) / N
-    msb = ((sums / m[:, None] - grand) ** 2 * m[:, None]).sum(axis=0) / (k - 1)
-    msw = ((r * r).sum(axis=0) - (sums ** 2 / m[:, None]).sum(axis=0)) / (N - k)
-    m0 = (N - (m ** 2).sum() / N) / (k - 1)
+    n_c = np.bincount(cell, minlength=G).astype(float)
+    cell_sum = np.stack([np.bincount(cell, weights=col, minlength=G) for col in y.T], axis=1)
+    r = y - (cell_sum / n_c[:, None])[cell]
+    m = np.bincount(pair, minlength=k).astype(float)
+    pair_cell = np.zeros(k, dtype=np.int64)
+    pair_cell[pair] = cell
+    sums = np.stack([np.bincount(pair, weights=col, minlength=k) for col in r.T], axis=1)
+    ssb = (sums ** 2 / m[:, None]).sum(axis=0)
+    msb = ssb / (k - G)
+    msw = ((r * r).sum(axis=0) - ssb) / (N - k)
+    m0 = (N - (np.bincount(pair_cell, weights=m * m, minlength=G) / n_c).sum()) / (k - G)
     with np.errstate(divide="ignore", invalid="ignore"):
         icc = (msb - msw) / (msb + (m0 - 1.0) * msw)
     return np.clip(np.nan_to_num(icc, nan=0.0), 0.0, 1.0)
@@ -330,21 +343,18 @@ def precision_table(cases: pd.DataFrame | None = None, *, by=None,
 def _rows_from_cases(cases, by, *, cluster, threshold, icc, scans_per_patient) -> pd.DataFrame:
     if threshold is not None:
         cases = scan_level(cases, threshold=threshold)
-    cm = case_matrix(cases, by)
-    c = cm.cell_counts()
-    G, M = cm.n_cells, len(cm.models)
-    rows = pd.DataFrame({
-        "model": np.repeat(np.array(cm.models, dtype=object), G),
-        "group_var": np.tile(cm.cells["group_var"].to_numpy(), M),
-        "group_level": np.tile(cm.cells["group_level"].to_numpy(), M),
-        "n": np.tile(c["n"], M), "n_pos": np.tile(c["n_pos"], M),
-        "n_neg": np.tile(c["n_neg"], M),
-        "tp": c["tp"].T.ravel(), "tn": c["tn"].T.ravel(), "share": np.tile(c["n"] / c["n"][0], M)})
+    rows = confusion_counts(cases, by).drop(columns=["fp", "fn"]).astype(
+        {k: "float64" for k in ("n", "n_pos", "n_neg", "tp", "tn")})
+    first = rows.groupby("model", sort=False)["n"].transform("first")   # overall row first
+    rows["share"] = rows["n"] / first
     with np.errstate(divide="ignore", invalid="ignore"):
-        rows["_observed_expected_sensitivity"] = np.repeat(c["tp"][0] / c["n_pos"][0], G)
-        rows["_observed_expected_specificity"] = np.repeat(c["tn"][0] / c["n_neg"][0], G)
-        rows["_observed_prevalence"] = np.tile(c["n_pos"] / c["n"], M)
+        overall = rows.groupby("model", sort=False)[["tp", "n_pos", "tn", "n_neg"]].transform("first")
+        rows["_observed_expected_sensitivity"] = overall["tp"] / overall["n_pos"]
+        rows["_observed_expected_specificity"] = overall["tn"] / overall["n_neg"]
+        rows["_observed_prevalence"] = rows["n_pos"] / rows["n"]
     if icc is not None and scans_per_patient is None:
+        cm = case_matrix(cases, by)
+        G, M = cm.n_cells, len(cm.models)
         col = cluster or ("patient_id" if "patient_id" in cm.covariates else "case_id")
         if col not in cm.covariates:
             raise ContractError(MSG_CLUSTER.format(cluster=col, present=", ".join(

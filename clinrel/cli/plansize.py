@@ -37,6 +37,7 @@ MSG_SHARES = ("subgroups of '{axis}' have shares summing to {total:.3g} (> 1); a
               "subgroup's fraction of all scans; fix the shares")
 MSG_DUPLICATE = "subgroup {axis}={level} is given twice; give each subgroup once"
 MSG_NOTHING = "nothing to plan: give --sensitivity and --specificity (or a --plan file)"
+MSG_METHODS = "methods: {bad} not among {allowed}; choose wilson and/or clopper-pearson"
 
 REQUIRED = (("expected_sensitivity", "--sensitivity", "expected sensitivity", "0.9"),
             ("expected_specificity", "--specificity", "expected specificity", "0.95"),
@@ -96,6 +97,14 @@ def read_plan(path: Path) -> dict[str, Any]:
     if isinstance(methods, str):
         data = {**data, "methods": [methods]}
     return data
+
+
+def _check_methods(methods) -> None:
+    from stats.precision import PLAN_METHODS
+
+    bad = [m for m in (methods if isinstance(methods, list) else [methods]) if m not in PLAN_METHODS]
+    if bad or not methods:
+        raise InputError(MSG_METHODS.format(bad=bad or methods, allowed=", ".join(PLAN_METHODS)))
 
 
 def _subgroup_frame(subgroups: list[dict[str, Any]]):
@@ -203,6 +212,8 @@ def register(app: typer.Typer) -> None:
             if values.get(key) is None:
                 raise InputError(MSG_REQUIRED.format(what=what, option=option, key=key,
                                                      example=example))
+        if "methods" in values:
+            _check_methods(values["methods"])
         check_out_files([("--out", out)], force=force, inputs=[plan] if plan else [])
         subgroups = values.pop("subgroups", None) or []
         sg = _subgroup_frame(subgroups) if subgroups else None
