@@ -16,7 +16,9 @@ __clinrel__ = True  # marker: proves this is clinrel's ``stats``, not another pa
 
 # contracts
 from ._rng import as_generator
-from .schema import ESTIMATE_COLUMNS, GLOSSARY, ContractError, read_cases, read_runs
+from .schema import (ESTIMATE_COLUMNS, GLOSSARY, ContractError, read_cases,
+                     read_probe_predictions, read_runs)
+from .formula import FormulaError, ParsedFormula, parse_formula
 
 # intervals and tests
 from .intervals import auc_ci, delong_test, mcnemar_exact, newcombe_diff_ci, proportion_ci
@@ -27,6 +29,10 @@ from .subgroups import add_bins, failure_map, subgroup_metrics, subgroup_vs_rest
 from .cohort_table import describe
 from .bootstrap import cluster_bootstrap
 from .compare import compare_models
+from .heterogeneity import heterogeneity_test
+from .agreement import extractor_agreement
+from .pooled import pooled_subgroup_metrics
+from .precision import precision_table
 
 # adjusted models
 from .models import block_tests, fit_adjusted, fit_complete_case, likelihood_ratio_test
@@ -43,12 +49,14 @@ from . import adjust, simulate  # noqa: E402  (isort: after the names they do no
 
 __all__ = [
     # contracts
-    "ContractError", "ESTIMATE_COLUMNS", "GLOSSARY", "as_generator", "read_cases", "read_runs",
+    "ContractError", "ESTIMATE_COLUMNS", "GLOSSARY", "as_generator", "read_cases",
+    "read_probe_predictions", "read_runs", "FormulaError", "ParsedFormula", "parse_formula",
     # intervals and tests
     "auc_ci", "delong_test", "mcnemar_exact", "newcombe_diff_ci", "proportion_ci",
     # detection
     "METRICS", "PROPORTIONS", "add_bins", "cluster_bootstrap", "compare_models",
-    "confusion_counts", "describe", "failure_map", "scan_level", "subgroup_metrics",
+    "confusion_counts", "describe", "extractor_agreement", "failure_map", "heterogeneity_test",
+    "pooled_subgroup_metrics", "precision_table", "scan_level", "subgroup_metrics",
     "subgroup_vs_rest", "threshold_sweep",
     # adjusted models
     "block_tests", "fit_adjusted", "fit_complete_case", "likelihood_ratio_test",

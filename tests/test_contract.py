@@ -36,6 +36,12 @@ EXEMPT = {
     "fit_adjusted": "returns a Fit; its .tidy(), .random_effects(), .marginal_means() are checked",
     "temperature_scale": "returns a TemperatureFit; its .tidy() is checked",
     "crs_bootstrap": "returns a result; .scores(), .rank_probabilities(), .differences() are checked",
+    "read_probe_predictions": "validated input table (input contract, tested in test_safety_values)",
+    "FormulaError": "exception class",
+    "ParsedFormula": "parsed formula (grammar), tested in test_safety_formula",
+    "parse_formula": "returns a ParsedFormula, tested in test_safety_formula",
+    "extractor_agreement": "agreement per field x extractor pair (metadata provenance table, "
+                           "not a model estimate); tested in test_agreement",
 }
 
 
@@ -96,6 +102,10 @@ def _outputs(cases, runs, reference):
         "rank_agreement": stats.rank_agreement(pd.Series([3.0, 2, 1], index=list("abc")),
                                                pd.Series([1.0, 2, 3], index=list("abc"))),
         "ranking_stability": stats.ranking_stability(runs, reference, n_weights=20, seed=1),
+        "heterogeneity_test": stats.heterogeneity_test(cases, by="phase"),
+        "pooled_subgroup_metrics": stats.pooled_subgroup_metrics(cases, ["phase",
+                                                                         ("age_group", "phase")]),
+        "precision_table": stats.precision_table(cases, by=["phase"]),
     }
 
 

@@ -89,9 +89,9 @@ def test_f1_bootstrap_and_ci_bootstrap(cases):
                          & (auc.estimate < auc.conf_high) & (auc.conf_high < 1)).all()
     with pytest.raises(ValueError, match="auc_scale"):
         sg.subgroup_metrics(cases, by=["phase"], auc_scale="probit")
-    with pytest.raises(ValueError, match="boot_method"):
+    with pytest.raises(ValueError, match="boot_ci"):
         sg.subgroup_metrics(cases, by=["phase"], n_boot=10, boot_ci="basic")
-    with pytest.raises(ValueError, match="needs bootstrap"):
+    with pytest.raises(ValueError, match="needs n_boot"):
         sg.subgroup_metrics(cases, by=["phase"], ci="bootstrap")
     with pytest.raises(ValueError, match="unknown metric"):
         sg.subgroup_metrics(cases, by=["phase"], metrics=("kappa",))

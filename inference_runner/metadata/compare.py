@@ -18,53 +18,31 @@ case x field: a review wins, then the preferred extractor order.
 """
 from __future__ import annotations
 
-from itertools import combinations
-
 import numpy as np
 import pandas as pd
+
+from stats.agreement import AGREEMENT_COLUMNS  # noqa: F401  (one definition, in stats)
 
 from . import EVIDENCE_COLUMNS
 
 MSG_REVIEW_COLUMNS = ("{source}: the review table needs columns case_id, field, reviewed_value "
                       "(missing {missing}); start from the review CSV that extraction wrote")
-AGREEMENT_COLUMNS = ("field", "extractor_a", "extractor_b", "n_a", "n_b", "n_both", "n_agree",
-                     "agreement", "kappa", "n_disagree")
 REVIEW_COLUMNS = ("case_id", "field", "extractor_a", "value_a", "evidence_a", "source_a",
                   "extractor_b", "value_b", "evidence_b", "source_b", "reviewed_value")
 
 
-def _first(evidence: pd.DataFrame) -> pd.DataFrame:
-    """One row per case x field x extractor (the first)."""
-    return evidence.drop_duplicates(["case_id", "field", "extractor"])
-
-
 def _pairs(evidence: pd.DataFrame):
-    ev = _first(evidence[evidence["extractor"] != "review"])
-    for field, g in ev.groupby("field", sort=True):
-        for a, b in combinations(sorted(g["extractor"].unique()), 2):
-            wa = g[g["extractor"] == a].set_index("case_id")
-            wb = g[g["extractor"] == b].set_index("case_id")
-            yield field, a, b, wa, wb
+    from stats.agreement import extractor_pairs
+
+    return extractor_pairs(evidence)
 
 
 def agreement(evidence: pd.DataFrame) -> pd.DataFrame:
-    """Agreement and Cohen's kappa per field x extractor pair (see module docstring)."""
-    from sklearn.metrics import cohen_kappa_score
+    """Agreement (Wilson CI) and Cohen's kappa per field x extractor pair: the statistic
+    lives in ``stats`` (:func:`stats.extractor_agreement`); the runner only calls it."""
+    from stats.agreement import extractor_agreement
 
-    rows = []
-    for field, a, b, wa, wb in _pairs(evidence):
-        both = wa.index.intersection(wb.index)
-        va = wa.loc[both, "value"].astype(str).to_numpy()
-        vb = wb.loc[both, "value"].astype(str).to_numpy()
-        agree = int((va == vb).sum())
-        kappa = np.nan
-        if len(both) >= 2 and len(set(va) | set(vb)) >= 2:
-            kappa = float(cohen_kappa_score(va, vb))
-        rows.append({"field": field, "extractor_a": a, "extractor_b": b, "n_a": len(wa),
-                     "n_b": len(wb), "n_both": len(both), "n_agree": agree,
-                     "agreement": agree / len(both) if len(both) else np.nan, "kappa": kappa,
-                     "n_disagree": len(both) - agree})
-    return pd.DataFrame(rows, columns=list(AGREEMENT_COLUMNS))
+    return extractor_agreement(evidence)
 
 
 def disagreements(evidence: pd.DataFrame) -> pd.DataFrame:
