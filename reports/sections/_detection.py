@@ -31,6 +31,15 @@ def axes(study) -> list[tuple[str, ...]]:
     return plan_axes(study.plan)
 
 
+def role(study, axis) -> str:
+    """"prespecified" or "exploratory" (``Results['roles']``)."""
+    return study.results["roles"]["axis:" + ":".join(axis)]
+
+
+def analysis_role(study, key: str) -> str:
+    return study.results["roles"][key]
+
+
 def axis_name(axis: tuple[str, ...]) -> str:
     return ":".join(axis)
 

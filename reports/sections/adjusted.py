@@ -17,6 +17,16 @@ TITLE = "Confounding-adjusted models"
 HALF = "detection"
 METHOD_LABEL = {"glmm": "GLMM", "gee": "GEE", "fixed": "Fixed site",
                 "glmm_cc": "GLMM, known race"}
+#: fewer clusters than this: a plain sandwich p-value is not shown (its test over-rejects)
+FEW_CLUSTERS = 20
+
+
+def _naive_few(r) -> bool:
+    """A GEE row with the plain sandwich from fewer than FEW_CLUSTERS clusters."""
+    return (r["fit_method"] == "gee" and r["method"] != "gee-md-t"
+            and pd.notna(r["n_clusters"]) and r["n_clusters"] < FEW_CLUSTERS)
+
+
 def applies(study) -> bool:
     return bool(study.plan.detection and study.plan.detection.adjusted)
 
@@ -35,47 +45,60 @@ def build(study) -> Section:
               for m, why in res.decisions["adjusted.failed"].items()]
     for m, why in res.decisions["adjusted.failed"].items():
         study.note(f"adjusted models: the {m} fit failed: {why}")
-    # ---- odds ratios
-    fixed = terms[(terms["effect"] == "fixed") & (terms["estimand"] != "Intercept")]
+    # ---- odds ratios (readable rows: Results['adjusted_table'])
+    tab = res["adjusted_table"]
     models = list(pd.unique(ev["model"]))
-    term_order = list(dict.fromkeys(fixed["estimand"]))
+    key = ["model", "label"]
+    order = tab.drop_duplicates(key)[key]
     rows = []
     for mdl in models:
-        for term in term_order:
-            row = {"model": str(mdl), "term": term}
+        for label in order.loc[order["model"] == mdl, "label"]:
+            row = {"model": str(mdl), "term": label}
             for m in fits:
-                r = fixed[(fixed["model"] == mdl) & (fixed["estimand"] == term) &
-                          (fixed["fit_method"] == m)]
-                if len(r):
-                    r = r.iloc[0]
-                    row[f"or_{m}"] = text.ci(r["odds_ratio"], r["or_conf_low"], r["or_conf_high"])
-                    row[f"p_{m}"] = text.pvalue(r["p_value"])
-                    row[f"flag_{m}"] = r["flag"]
-                else:
+                r = tab[(tab["model"] == mdl) & (tab["label"] == label) & (tab["fit_method"] == m)]
+                if not len(r):
                     row[f"or_{m}"] = row[f"p_{m}"] = text.DASH
-                    row[f"flag_{m}"] = ""
+                    continue
+                r = r.iloc[0]
+                mark = " \u00a7" if r["term_flag"] else ""
+                if r["is_reference"]:
+                    row[f"or_{m}"], row[f"p_{m}"] = "1 (reference)", ""
+                else:
+                    row[f"or_{m}"] = text.ci(r["odds_ratio"], r["or_conf_low"],
+                                             r["or_conf_high"]) + mark
+                    row[f"p_{m}"] = (text.DASH if _naive_few(r) else text.pvalue(r["p_value"]))
             rows.append(row)
     disp = pd.DataFrame(rows)
-    flags: set[str] = set()
-    for m in fits:
-        for f in disp.pop(f"flag_{m}"):
-            flags.update(x for x in str(f).split(";") if x)
-    flags = sorted(flags)
-    notes = [f"Model: {formula} among reference positives (outcome: detected at the operating "
-             f"threshold); odds ratios with Wald {int(round(det.conf_level * 100))}% CIs. "
+    fit_flags = sorted({f for x in tab["fit_flag"] for f in str(x).split(";") if f})
+    term_flags = sorted({f.split(":")[0] for x in tab["term_flag"] for f in str(x).split(";") if f})
+    population = adj.get("population", "positives")
+    outcome = ("detected at the operating threshold, among reference positives"
+               if population == "positives" else
+               "correctly called negative, among reference negatives")
+    gee_label = next((r for r in terms.loc[terms["fit_method"] == "gee", "method"]), "")
+    gee_text = (f"exchangeable within {group}, Mancl-DeRouen bias-corrected sandwich SE with a "
+                f"t reference (fewer than 20 {group}s)" if gee_label == "gee-md-t" else
+                f"exchangeable within {group}, robust sandwich SE")
+    notes = [f"Model: {formula} (outcome: {outcome}); odds ratios with Wald "
+             f"{int(round(det.conf_level * 100))}% CIs; each factor's reference level is its "
+             f"first row; log-transformed sizes are per doubling. "
              + "; ".join(f"{METHOD_LABEL[m]}: {stats_method}" for m, stats_method in
                          (("glmm", f"random intercept per {group}, Laplace ML"),
-                          ("gee", f"exchangeable within {group}, robust SE"),
+                          ("gee", gee_text),
                           ("fixed", f"{group} fixed, cluster-robust SE"),
                           ("glmm_cc", f"the GLMM refitted on cases with known race "
                                       f"(complete case)")) if m in fits) + "."]
-    if flags:
-        notes.append("Fit warnings: " + ", ".join(flags) + "; see tables/adjusted_odds_ratios.csv "
-                     "(flag column) and the text below. Estimates of flagged fits need care.")
+    if term_flags:
+        notes.append("\u00a7 a term-specific warning (" + ", ".join(term_flags) + "): the "
+                     "estimate is not reliable; tables/adjusted_odds_ratios.csv has the flag.")
+    if fit_flags:
+        notes.append("Fit warnings: " + ", ".join(fit_flags) + " (see the variance table and "
+                     "the text below).")
+    terms = tab
     or_table = ReportTable(
         name="adjusted_odds_ratios", caption="Adjusted odds ratios of detection (sensitivity) "
         "per model and estimation method.", data=terms, display=disp, group_col="model",
-        labels={"term": "Term", **{f"or_{m}": "OR [CI]" for m in fits},
+        labels={"term": "Variable: level vs reference", **{f"or_{m}": "OR [CI]" for m in fits},
                 **{f"p_{m}": "p" for m in fits}},
         spanners=tuple((METHOD_LABEL[m], [f"or_{m}", f"p_{m}"]) for m in fits),
         notes=tuple(notes))

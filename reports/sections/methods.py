@@ -65,6 +65,21 @@ def _detection(study) -> list[str]:
                f"fewer than {det.small_n} reference positives are flagged as small.")
     axes = text.human_list(" \u00d7 ".join(a) for a in det.subgroups)
     out.append(f"Prespecified subgroup axes: {md(axes)}.")
+    if det.exploratory_subgroups:
+        exp = text.human_list(" \u00d7 ".join(a) for a in det.exploratory_subgroups)
+        out.append(f"Exploratory subgroup axes (labelled so in every table): {md(exp)}.")
+    res = study.results
+    cluster = res.decisions.get("detection.cluster")
+    if cluster:
+        out.append(f"Scans are clustered within {md(cluster)} (some have several scans): the "
+                   f"tests of equal sensitivity and specificity across levels use the Rao-Scott "
+                   f"correction for that clustering, and the cluster bootstrap resamples whole "
+                   f"{md(cluster)} clusters.")
+    else:
+        out.append("Each patient contributes one scan per model, so scans are treated as "
+                   "independent.")
+    if "multiplicity" in res.decisions:
+        out.append("Multiplicity: " + res.decisions["multiplicity"])
     if det.bins:
         out.append("Bins (left-closed intervals): " + md("; ".join(
             f"{b.column} \u2192 {b.name} ({', '.join(b.labels)})" for b in det.bins)) + ".")

@@ -40,28 +40,60 @@ def axis_table(study, axis: tuple[str, ...]) -> ReportTable:
                             high="specificity_conf_high"),
         "spec_n": [text.frac(a, b) for a, b in zip(tn, w["n_neg"])]})
     label = D.axis_label(axis)
+    role = D.role(study, axis)
     return ReportTable(
         name=f"subgroup_{text.slug(name.replace(':', '_x_'))}",
         caption=f"Sensitivity and specificity by {label}, per model, estimate "
-                f"[{int(round(det.conf_level * 100))}% CI].",
+                f"[{int(round(det.conf_level * 100))}% CI]. {role.capitalize()}.",
         data=D.with_counts(study, data), display=disp, group_col="model",
         labels={"level": label[:1].upper() + label[1:], "n": "n", "sens": "Sensitivity",
                 "sens_n": "TP/P", "spec": "Specificity", "spec_n": "TN/N"},
         spanners=(("Reference positive", ["sens", "sens_n"]),
                   ("Reference negative", ["spec", "spec_n"])),
-        notes=(D.methods_note(det),
+        notes=(D.methods_note(det), heterogeneity_note(study, axis),
                f"\u2020 fewer than {det.small_n} reference positives in the cell (small n); "
                "\u2014 not estimable (no cases)."))
+
+
+def heterogeneity_note(study, axis: tuple[str, ...]) -> str:
+    """One line per estimand: the test of equal sensitivity (specificity) across the
+    levels, per model, with Holm's p for prespecified axes (``Results['heterogeneity']``)."""
+    h = study.results["heterogeneity"]
+    h = h[h["group_var"] == D.axis_name(axis)]
+    parts = []
+    for est, g in h.groupby("estimand", sort=False):
+        cells = []
+        for r in g.itertuples():
+            if pd.isna(r.statistic):
+                cells.append(f"{r.model} not testable")
+                continue
+            adj = "" if pd.isna(r.p_adjusted) else f", Holm p {text.pvalue(r.p_adjusted)}"
+            cells.append(f"{r.model} \u03c7\u00b2({text.count(r.df)}) = {text.num(r.statistic)}, "
+                         f"p {text.pvalue(r.p_value)}{adj}")
+        parts.append(f"equal {est} across levels: " + "; ".join(cells))
+    method = h["method"].iloc[0] if len(h) else ""
+    how = ("Rao-Scott corrected Pearson chi-square (scans clustered within patients)"
+           if method == "rao-scott-chisq" else "Pearson chi-square without continuity correction")
+    return f"Tests ({how}): " + ". ".join(parts) + "." if parts else ""
 
 
 def build(study) -> Section:
     det = study.plan.detection
     sec = Section(KEY, TITLE)
-    tables = [axis_table(study, axis) for axis in det.subgroups]
-    refs = ", ".join(f"@{t.id}" for t in tables)
-    sec.add(f"Subgroup axes were prespecified in the plan: "
-            f"{text.md(text.human_list(D.axis_label(a) for a in det.subgroups))} ({refs}). "
-            f"Every level is shown, empty cells included, with its counts.")
+    pre = list(det.subgroups)
+    exp = [a for a in det.exploratory_subgroups if a not in pre]
+    tables = [axis_table(study, axis) for axis in pre + exp]
+    refs = ", ".join(f"@{t.id}" for t in tables[:len(pre)])
+    md = (f"Subgroup axes prespecified in the plan: "
+          f"{text.md(text.human_list(D.axis_label(a) for a in pre))} ({refs}). ")
+    if exp:
+        md += (f"Exploratory axes (not in the prespecified family, tests unadjusted): "
+               f"{text.md(text.human_list(D.axis_label(a) for a in exp))} "
+               f"({', '.join(f'@{t.id}' for t in tables[len(pre):])}). ")
+    md += ("Every level is shown, empty cells included, with its counts; under each table a "
+           "test of equal sensitivity and specificity across its levels, with Holm's "
+           "adjustment over the prespecified axes.")
+    sec.add(md)
     for t in tables:
         sec.add(t)
     return sec

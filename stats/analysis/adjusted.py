@@ -9,6 +9,8 @@ uses; whether the site random-intercept SD is at the boundary (singular fit).
 """
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from .core import analysis
@@ -231,3 +233,78 @@ def adjusted_random_effects(results) -> pd.DataFrame:
     if singular:
         return re.iloc[0:0][cols]
     return re[cols]
+
+
+#: flags that concern one term (shown on its row); every other flag concerns the whole fit
+TERM_FLAGS = ("separation", "empty_level", "aliased", "not_estimable")
+_FACTOR_TERM = re.compile(r"^(?:C\((?P<c>[A-Za-z_][A-Za-z0-9_]*)[^\[]*\)|Q\(\"(?P<q>[^\"]+)\"\)|"
+                          r"(?P<v>[A-Za-z_][A-Za-z0-9_.]*))\[T\.(?P<level>.+)\]$")
+_LOG_TERM = re.compile(r"^(?:np\.)?log\((?P<v>[A-Za-z_][A-Za-z0-9_]*)\)$")
+_LOG2_TERM = re.compile(r"^(?:np\.)?log2\((?P<v>[A-Za-z_][A-Za-z0-9_]*)\)$")
+
+
+def _levels(rows: pd.DataFrame, var: str) -> list[str]:
+    col = rows[var]
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return [str(v) for v in col.cat.categories]
+    return sorted(str(v) for v in col.dropna().unique())
+
+
+@analysis("adjusted_table", wanted=_wants)
+def adjusted_table(results) -> pd.DataFrame:
+    """The odds ratios as a reader uses them: one row per model x fit x variable level,
+    the reference level of every factor as its own row (OR 1), a human label
+    ("phase: delayed vs arterial"), log terms per doubling (OR^ln 2; ``unit``), only
+    term-specific flags on a term (``term_flag``; the fit's flags are in ``fit_flag``).
+
+    The reference of a factor is its first level (the plan's ``detection.adjusted.levels``
+    sets it; otherwise the sorted first level, as R and patsy do)."""
+    import math
+
+    import numpy as np
+
+    terms = results["adjusted_terms"]
+    rows = results["adjusted_rows"]
+    fixed = terms[(terms["effect"] == "fixed") & (terms["estimand"] != "Intercept")]
+    out = []
+    seen_ref: set = set()
+    for r in fixed.itertuples(index=False):  # display rows: one per term (few), not per case
+        flags = [f for f in str(r.flag or "").split(";") if f and f != "nan"]
+        term_flag = ";".join(f for f in flags if f.startswith(TERM_FLAGS))
+        fit_flag = ";".join(f for f in flags if not f.startswith(TERM_FLAGS))
+        base = dict(model=r.model, fit_method=r.fit_method, term=r.estimand,
+                    p_value=r.p_value, n=r.n, method=r.method, term_flag=term_flag,
+                    fit_flag=fit_flag, is_reference=False,
+                    n_clusters=getattr(r, "n_clusters", float("nan")))
+        m = _FACTOR_TERM.match(r.estimand)
+        if m and (m.group("c") or m.group("q") or m.group("v")) in rows.columns:
+            var = m.group("c") or m.group("q") or m.group("v")
+            levels = _levels(rows, var)
+            ref = levels[0] if levels else ""
+            key = (r.model, r.fit_method, var)
+            if key not in seen_ref:
+                seen_ref.add(key)
+                out.append(dict(base, term=f"{var}[reference]", variable=var, level=ref,
+                                reference=ref, label=f"{var.replace('_', ' ')}: {ref}",
+                                unit="reference", odds_ratio=1.0, or_conf_low=np.nan,
+                                or_conf_high=np.nan, p_value=np.nan, term_flag="",
+                                is_reference=True))
+            level = m.group("level")
+            out.append(dict(base, variable=var, level=level, reference=ref,
+                            label=f"{var.replace('_', ' ')}: {level} vs {ref}", unit="vs reference",
+                            odds_ratio=r.odds_ratio, or_conf_low=r.or_conf_low,
+                            or_conf_high=r.or_conf_high))
+            continue
+        scale, unit, var = 1.0, "per unit", r.estimand
+        lm, l2 = _LOG_TERM.match(r.estimand), _LOG2_TERM.match(r.estimand)
+        if lm:  # natural log: per doubling of the variable
+            scale, unit, var = math.log(2.0), "per doubling", lm.group("v")
+        elif l2:
+            unit, var = "per doubling", l2.group("v")
+        out.append(dict(base, variable=var, level="", reference="",
+                        label=f"{var.replace('_', ' ')} ({unit})", unit=unit,
+                        odds_ratio=float(np.exp(scale * np.log(r.odds_ratio))),
+                        or_conf_low=float(np.exp(scale * np.log(r.or_conf_low))),
+                        or_conf_high=float(np.exp(scale * np.log(r.or_conf_high)))))
+    results.decide("adjusted.log_terms", "per doubling (OR^ln 2)")
+    return pd.DataFrame(out)

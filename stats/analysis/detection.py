@@ -136,12 +136,90 @@ def closed_form_ci(results) -> str:
 
 
 def axes(plan) -> list[tuple[str, ...]]:
-    """The subgroup axes of the plan (the failure map's intersection appended)."""
+    """The subgroup axes of the plan: prespecified, then exploratory, then the failure
+    map's intersection when it is neither."""
     det = plan.detection
-    out = list(det.subgroups)
+    out = list(det.subgroups) + [a for a in det.exploratory_subgroups if a not in det.subgroups]
     if det.failure_map and tuple(det.failure_map) not in out:
         out.append(tuple(det.failure_map))
     return out
+
+
+PRESPECIFIED, EXPLORATORY = "prespecified", "exploratory"
+
+
+def axis_role(plan, axis) -> str:
+    """An axis is prespecified when the plan lists it under ``detection.subgroups``;
+    every other axis (``exploratory_subgroups``, a failure map off the list) is exploratory."""
+    return PRESPECIFIED if tuple(axis) in set(plan.detection.subgroups) else EXPLORATORY
+
+
+@analysis("roles", wanted=_wants_detection)
+def roles(results) -> dict:
+    """Prespecified or exploratory, for every axis and analysis the report shows (STARD
+    12a/17): subgroup axes as the plan lists them; the threshold as the plan fixes it; the
+    threshold sweep always exploratory; the failure map as its axis; adjusted models and
+    model comparisons prespecified (their settings are in the plan)."""
+    plan = results.plan
+    det = plan.detection
+    out = {"axis:" + ":".join(a): axis_role(plan, a) for a in axes(plan)}
+    out["threshold"] = PRESPECIFIED if det.threshold_value is not None or det.given_calls \
+        else EXPLORATORY
+    out["threshold_sweep"] = EXPLORATORY
+    out["comparisons"] = PRESPECIFIED
+    if det.failure_map:
+        out["failure_map"] = axis_role(plan, det.failure_map)
+    if det.adjusted:
+        out["adjusted"] = PRESPECIFIED
+    results.decide("roles", dict(out))
+    return out
+
+
+#: the multiplicity rule, stated in the methods text
+MULTIPLICITY = ("Holm within each family of prespecified tests (per model and estimand: the "
+                "heterogeneity tests across the prespecified axes; the subgroup-versus-rest tests "
+                "of each axis); exploratory tests are shown unadjusted and labelled exploratory; "
+                "confidence intervals are not adjusted for multiplicity.")
+
+
+@analysis("heterogeneity", wanted=_wants_detection)
+def heterogeneity(results) -> pd.DataFrame:
+    """Per axis, model and estimand: a test of equal sensitivity (specificity) across the
+    levels (``stats.heterogeneity_test``; Rao-Scott when scans cluster within patients), with
+    Holm's adjustment over the prespecified axes (``p_adjusted``) and the axis's ``role``."""
+    from ..heterogeneity import heterogeneity_test
+    from ..subgroups import adjust_p
+
+    plan = results.plan
+    ev = results["evaluation"]
+    cluster = results["cluster"]
+    parts = [heterogeneity_test(ev, by=axes(plan), estimand=e, cluster=cluster)
+             for e in ("sensitivity", "specificity")]
+    out = pd.concat(parts, ignore_index=True)
+    role = {":".join(a): axis_role(plan, a) for a in axes(plan)}
+    out["role"] = out["group_var"].map(role)
+    pre = out[out["role"] == PRESPECIFIED].copy()
+    adjusted = adjust_p(pre, ["model", "estimand"])  # Holm per family (and BH beside it)
+    out["p_adjusted"] = adjusted["p_adjusted"].reindex(out.index)
+    out["p_adjusted_bh"] = adjusted["p_adjusted_bh"].reindex(out.index)
+    results.decide("multiplicity", MULTIPLICITY)
+    return out
+
+
+@analysis("cluster", wanted=_wants_detection)
+def cluster(results):
+    """The cluster of the intervals and tests: ``detection.cluster`` of the plan; by default
+    ``patient_id`` when a patient has more than one scan among the evaluated rows of a model,
+    else None (scans independent)."""
+    det = results.plan.detection
+    ev = results["evaluation"]
+    chosen = getattr(det, "cluster", "auto")
+    if chosen == "auto":
+        repeats = "patient_id" in ev.columns and bool(
+            ev.duplicated(["model", "patient_id"]).any())
+        chosen = "patient_id" if repeats else None
+    results.decide("detection.cluster", chosen)
+    return chosen
 
 
 @analysis("subgroup_metrics", wanted=_wants_detection)

@@ -88,6 +88,11 @@ class Detection:
     given_calls: bool = False
     #: axes of the paired model comparisons besides overall (the report: overall only)
     compare_by: tuple[tuple[str, ...], ...] = ()
+    #: subgroup axes analysed as exploratory (labelled so, outside the multiplicity family)
+    exploratory_subgroups: tuple[tuple[str, ...], ...] = ()
+    #: cluster of the intervals and tests: "auto" (patient_id when a patient has several
+    #: scans), a column name, or None (scans independent)
+    cluster: str | None = "auto"
     adjusted: dict[str, Any] | None = None
     failure_map: tuple[str, str] | None = None
 
@@ -108,6 +113,22 @@ class Crs:
 @dataclass(frozen=True)
 class Calibration:
     n_boot: int = 1000
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class MetadataOptions:
+    """The plan's ``metadata`` block: how extraction error reaches the subgroup intervals.
+
+    ``label_error``: None (naive intervals only), ``"estimate"`` (a label-error table
+    estimated from the evidence: ``stats.label_error.misclassification_from_review``) or
+    the Path of a given table (``field, recorded_value, true_value, probability``);
+    ``prefer``: extractor order of the recorded value where no review exists;
+    ``n_imputations`` and ``seed`` of the multiple imputation."""
+
+    label_error: str | Path | None = None
+    prefer: tuple[str, ...] = ()
+    n_imputations: int = 50
     seed: int | None = None
 
 
@@ -133,6 +154,8 @@ class Plan:
     crs: Crs | None
     privacy: Privacy = field(default_factory=Privacy)
     calibration: Calibration = field(default_factory=Calibration)
+    #: the ``metadata`` block (None: no error-aware intervals)
+    metadata_options: MetadataOptions | None = None
     prespecified: tuple[str, ...] = ()
     exploratory: tuple[str, ...] = ()
     raw: dict = field(default_factory=dict, repr=False)
@@ -156,6 +179,8 @@ class Plan:
             out["detection_bootstrap"] = self.detection.seed
         if self.crs is not None:
             out["crs_bootstrap"] = self.crs.seed
+        if self.metadata_options is not None and self.metadata_options.label_error is not None:
+            out["label_error_imputation"] = self.metadata_options.seed
         return out
 
 
@@ -220,9 +245,10 @@ RENAMED = {"n": "n_boot", "interval": "boot_ci", "auc_ci": "auc_scale"}
 
 TOP_KEYS = {"version": "", "title": "", "inputs": "", "detection": "", "crs": "", "privacy": "",
             "prespecified": "", "exploratory": "", "scheduler": "", "limits": "",
-            "calibration": ""}
+            "calibration": "", "metadata": ""}
 INPUT_KEYS = {"cases": "", "runs": "", "reference": "", "metadata": "", "probe_predictions": ""}
-DETECTION_KEYS = {"threshold": "", "ci": "", "auc_scale": "", "compare_by": "", "conf_level": "", "subgroups": "", "bins": "",
+DETECTION_KEYS = {"threshold": "", "ci": "", "auc_scale": "", "compare_by": "",
+                  "exploratory_subgroups": "", "cluster": "", "conf_level": "", "subgroups": "", "bins": "",
                   "small_n": "", "bootstrap": "", "adjusted": "", "failure_map": ""}
 THRESHOLD_KEYS = {"value": "", "criterion": "", "target": "", "given": ""}
 BIN_KEYS = {"name": "", "breaks": "", "labels": ""}
@@ -238,6 +264,7 @@ CAL_KEYS = {"bootstrap": ""}
 CAL_BOOT_KEYS = {"n_boot": "", "seed": ""}
 POPULATIONS = ("positives", "negatives")
 PRIVACY_KEYS = {"allow_identifiers": "", "pseudonymize_ids": "", "salt": ""}
+METADATA_KEYS = {"label_error": "", "prefer": "", "n_imputations": "", "seed": ""}
 
 
 def _notes(c: _Checker, value, key: str) -> tuple[str, ...]:
@@ -316,6 +343,14 @@ def _axes(c: _Checker, value, key: str) -> list[tuple[str, ...]]:
     return out
 
 
+def _cluster(c: _Checker, value):
+    """``detection.cluster``: auto, a column name, or none."""
+    if value is None or value == "none":
+        return None
+    return c.typed(value, "detection.cluster", str,
+                   "auto, a column name such as patient_id, or none", "write e.g. cluster: auto")
+
+
 def _detection(c: _Checker, d: dict) -> Detection:
     c.keys(d, DETECTION_KEYS, "detection")
     thr = c.keys(d.get("threshold") or {}, THRESHOLD_KEYS, "detection.threshold")
@@ -354,6 +389,13 @@ def _detection(c: _Checker, d: dict) -> Detection:
                                         hint="write e.g. 0.95, not 95"))
     subgroups = _axes(c, d.get("subgroups", ["phase"]), "detection.subgroups")
     compare_by = _axes(c, d.get("compare_by", []), "detection.compare_by")
+    exploratory_axes = _axes(c, d.get("exploratory_subgroups", []),
+                             "detection.exploratory_subgroups")
+    twice = sorted(set(subgroups) & set(exploratory_axes))
+    if twice:
+        raise PlanError(f"{c.file}: key 'detection.exploratory_subgroups' repeats "
+                        f"{', '.join(':'.join(a) for a in twice)} from 'detection.subgroups'; an "
+                        "axis is either prespecified (subgroups) or exploratory, not both")
     bins = []
     raw_bins = c.typed(d.get("bins") or {}, "detection.bins", dict,
                        "a mapping column -> {name, breaks, labels}")
@@ -473,7 +515,9 @@ def _detection(c: _Checker, d: dict) -> Detection:
                      small_n=small_n, n_boot=bn,
                      seed=_seed(c, boot.get("seed"), "detection.bootstrap.seed"),
                      strata=strata, adjusted=adjusted, failure_map=fmap, given_calls=given,
-                     compare_by=tuple(compare_by))
+                     compare_by=tuple(compare_by),
+                     exploratory_subgroups=tuple(exploratory_axes),
+                     cluster=_cluster(c, d.get("cluster", "auto")))
 
 
 def _num(x: float) -> str:
@@ -538,6 +582,7 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
                       "write e.g. n_boot: 1000"),
         seed=_seed(c, cal_boot.get("seed"), "calibration.bootstrap.seed"))
     limits = _limits(c, raw.get("limits"), det, crs)
+    md_options = _metadata_options(c, raw.get("metadata"), base, paths, det)
     pv = c.keys(raw.get("privacy") or {}, PRIVACY_KEYS, "privacy")
     privacy = Privacy(
         allow_identifiers=bool(c.typed(pv.get("allow_identifiers", False),
@@ -551,9 +596,39 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
     return Plan(path=path, sha256=sha256, version=version, title=title, cases=paths["cases"],
                 runs=paths["runs"], reference=paths["reference"], metadata=paths["metadata"],
                 probe_predictions=paths["probe_predictions"], detection=det, crs=crs,
-                privacy=privacy, calibration=calibration, prespecified=_notes(c, raw.get("prespecified"), "prespecified"),
+                privacy=privacy, calibration=calibration, metadata_options=md_options,
+                prespecified=_notes(c, raw.get("prespecified"), "prespecified"),
                 exploratory=_notes(c, raw.get("exploratory"), "exploratory"), raw=raw,
                 scheduler=_scheduler(c, raw.get("scheduler")), limits=limits)
+
+
+def _metadata_options(c: _Checker, raw, base: Path, paths: dict,
+                      det: Detection | None) -> MetadataOptions | None:
+    """The ``metadata`` block (:class:`MetadataOptions`); ``label_error`` needs the
+    detection half, and ``estimate`` needs ``inputs.metadata``."""
+    if raw is None:
+        return None
+    m = c.keys(raw, METADATA_KEYS, "metadata")
+    value = m.get("label_error")
+    if value is not None and det is None:
+        raise PlanError(f"{c.file}: key 'metadata.label_error' widens the subgroup intervals of "
+                        "the 'detection' block, which the plan lacks; add it or drop the key")
+    if value == "estimate":
+        if paths["metadata"] is None:
+            raise PlanError(f"{c.file}: key 'metadata.label_error' is 'estimate', which reads "
+                            "the metadata evidence table; name it under 'inputs.metadata' or give "
+                            "a label-error table's path")
+    elif value is not None:
+        value = _path(c, base, value, "metadata.label_error")
+    prefer = m.get("prefer") or []
+    c.typed(prefer, "metadata.prefer", list, "a list of extractor names",
+            "write e.g. prefer: [dicom_rules, text_rules]")
+    return MetadataOptions(
+        label_error=value, prefer=tuple(str(e) for e in prefer),
+        n_imputations=_count(c, m.get("n_imputations", MetadataOptions.n_imputations),
+                             "metadata.n_imputations", 2, "imputations of the true subgroup",
+                             "write e.g. n_imputations: 50"),
+        seed=_seed(c, m.get("seed"), "metadata.seed"))
 
 
 def _bin_name(c: _Checker, name: str, key: str, earlier: list[Bin]) -> None:
