@@ -104,3 +104,67 @@ def test_bad_input_is_raised_not_recorded(cases):
 
 def test_every_analysis_has_a_docstring():
     assert all(a.doc for a in ANALYSES.values()), [n for n, a in ANALYSES.items() if not a.doc]
+
+
+def test_roles_and_heterogeneity_family(cases):
+    from statsmodels.stats.multitest import multipletests
+
+    det = _Det(threshold_value=50.0, subgroups=(("phase",), ("sex",)),
+               exploratory_subgroups=(("age_group",),), failure_map=("age_group", "phase"))
+    res = run(_Plan(det), Tables(cases=cases, input_rows={"cases": len(cases)}),
+              only=["heterogeneity", "roles"])
+    roles = res["roles"]
+    assert roles["axis:phase"] == roles["axis:sex"] == "prespecified"
+    assert roles["axis:age_group"] == roles["failure_map"] == "exploratory"
+    assert roles["threshold"] == "prespecified" and roles["threshold_sweep"] == "exploratory"
+    h = res["heterogeneity"]
+    assert h.loc[h["group_var"] == "age_group", "p_adjusted"].isna().all()  # exploratory
+    for (m, e), g in h[h["role"] == "prespecified"].groupby(["model", "estimand"]):
+        want = multipletests(g["p_value"], method="holm")[1]
+        np.testing.assert_allclose(g["p_adjusted"], want, rtol=1e-12)
+    assert "Holm" in res.decisions["multiplicity"]
+
+
+def test_cluster_is_patient_id_only_when_scans_repeat(cases):
+    det = _Det(threshold_value=50.0)
+    one = cases.drop_duplicates(["model", "patient_id"])
+    res = run(_Plan(det), Tables(cases=one, input_rows={"cases": len(one)}), only=["cluster"])
+    assert res["cluster"] is None
+    rep = cases.copy()
+    rep.loc[rep.index[:40], "patient_id"] = rep["patient_id"].iloc[0]
+    rep = rep[~rep.duplicated(["model", "case_id"])]
+    res = run(_Plan(det), Tables(cases=rep, input_rows={"cases": len(rep)}), only=["cluster"])
+    assert res["cluster"] == "patient_id"
+    assert run(_Plan(_Det(threshold_value=50.0, cluster=None)), Tables(cases=rep),
+               only=["cluster"])["cluster"] is None
+
+
+def test_adjusted_table_reference_rows_and_per_doubling(cases):
+    adjusted = {"formula": "detected ~ phase + np.log(tumor_size_mm)", "methods": ["glmm"],
+                "group": "site", "blocks": {}, "population": "positives", "nagq": 1,
+                "levels": {"phase": ["venous", "arterial", "delayed", "non_contrast"]},
+                "model": None, "bias_reduced": None, "means": [], "means_kind": "emmeans"}
+    det = _Det(threshold_value=50.0, adjusted=adjusted)
+    res = run(_Plan(det), Tables(cases=cases, input_rows={"cases": len(cases)}),
+              only=["adjusted_table"])
+    tab, terms = res["adjusted_table"], res["adjusted_terms"]
+    m = tab["model"].iloc[0]
+    t = tab[tab["model"] == m]
+    ref = t[t["is_reference"]]
+    assert list(ref["label"]) == ["phase: venous"] and (ref["odds_ratio"] == 1).all()
+    assert "phase: arterial vs venous" in set(t["label"])
+    size = t[t["variable"] == "tumor_size_mm"].iloc[0]
+    raw = terms[(terms["model"] == m) & (terms["estimand"] == "np.log(tumor_size_mm)")].iloc[0]
+    assert size["unit"] == "per doubling"
+    assert size["odds_ratio"] == pytest.approx(raw["odds_ratio"] ** np.log(2), rel=1e-12)
+    assert size["or_conf_low"] == pytest.approx(raw["or_conf_low"] ** np.log(2), rel=1e-12)
+
+
+def test_axis_cannot_be_both_prespecified_and_exploratory(tmp_path):
+    from stats.analysis import PlanError, plan_from_dict
+
+    (tmp_path / "c.csv").write_text("x\n")
+    raw = {"inputs": {"cases": "c.csv"},
+           "detection": {"subgroups": ["phase"], "exploratory_subgroups": ["phase"]}}
+    with pytest.raises(PlanError, match="either prespecified"):
+        plan_from_dict(raw, path=tmp_path / "plan.yaml")
