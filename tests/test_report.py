@@ -179,6 +179,33 @@ def test_numbers_shown_are_traceable_to_the_csv(demo):
     assert checked > 500
 
 
+def test_each_subgroup_cell_is_its_own_csv_row(demo):
+    """Cell by cell (not 'some CSV value'): every displayed "estimate [low, high]" and n/N of a
+    subgroup table is the formatting of the CSV row of that model, level and estimand."""
+    from reports import text
+
+    out, result = demo
+    checked = 0
+    for t in result.tables:
+        if not t.name.startswith("subgroup_"):
+            continue
+        csv = pd.read_csv(out / "tables" / f"{t.name}.csv", keep_default_na=False,
+                          na_values=[""])
+        csv["group_level"] = csv["group_level"].astype(str)
+        idx = csv.set_index(["model", "group_level", "estimand"])
+        for r in t.display.itertuples(index=False):
+            level = str(r.level).replace(" \u2020", "").replace(" \u00d7 ", ":")
+            for est, shown, shown_n, num in (("sensitivity", r.sens, r.sens_n, "tp"),
+                                              ("specificity", r.spec, r.spec_n, "tn")):
+                row = idx.loc[(r.model, level, est)]
+                assert shown == text.ci(row["estimate"], row["conf_low"], row["conf_high"]), \
+                    (t.name, r.model, level, est)
+                den = row["n_pos"] if est == "sensitivity" else row["n_neg"]
+                assert shown_n == text.frac(row[num], den), (t.name, r.model, level, est)
+                checked += 1
+    assert checked > 100
+
+
 def test_figure_tables_hold_the_plotted_estimates(demo):
     out, result = demo
     for f in result.figures:
