@@ -8,30 +8,35 @@ STAMP := $(VENV)/.clinrel-installed
 REPORT_DIR ?= build/report
 JOBS ?= 2
 
-.PHONY: install report test test-all bench browser demo-data clean help
+.PHONY: install report test test-all bench browser system-deps demo-data clean help
 
 help:
 	@echo "make report    install if needed, render the demo study into $(REPORT_DIR)/"
 	@echo "make test      install if needed, run the test suite (slow tests excluded)"
 	@echo "make test-all  the whole suite, coverage studies and fuzzing included"
 	@echo "make bench     benchmarks at BenchX and CRS-Bench scale -> bench/results.json"
+	@echo "make system-deps  (asked for explicitly) apt-get install chromium poppler-utils"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[runner,test]'
 	@touch $(STAMP)
 
 install: $(STAMP) browser
 
-# Headless Chromium (browser test) and poppler (PDF pages) come from Debian's packages.
+# Headless Chromium (browser test) and poppler (PDF pages) are system packages: make never
+# installs them; it prints the command (the browser test is skipped without them).
 browser:
 	@if command -v chromium >/dev/null 2>&1 && command -v pdftoppm >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "installing chromium and poppler-utils (Debian packages)"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium poppler-utils >/dev/null) \
-	    || echo "warning: could not install chromium; the browser test will be skipped"; \
-	else echo "note: chromium not found and not root; the browser test will be skipped"; fi
+	else echo "note: chromium or pdftoppm not found; the browser test will be skipped."; \
+	  echo "      To run it, install them yourself, e.g. on Debian/Ubuntu:"; \
+	  echo "      sudo apt-get install chromium poppler-utils   (or: make system-deps)"; fi
+
+# Only when asked for by name: installs the browser test's system packages with apt-get.
+system-deps:
+	@echo "running: apt-get update && apt-get install -y chromium poppler-utils"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium poppler-utils
 
 report: install
 	$(VENV)/bin/clinrel report --demo --strict --force --out $(REPORT_DIR)

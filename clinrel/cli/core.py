@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from ._common import ForceOpt, InputError, atomic_dir, check_out_files, check_seed, guarded, write_table
+from ._extras import require_runner
 
 DEMO_FILES = ("cases.parquet", "runs.parquet", "probe_predictions.parquet", "run_manifest.json",
               "plan.yaml", "reference.yaml")
@@ -53,13 +54,17 @@ def register(app: typer.Typer) -> None:
     def demo(
         out: Annotated[Path, typer.Option(help="Folder to write the demo study into: new, empty, "
                                                "or an earlier clinrel demo (with --force).")] = Path("clinrel-demo"),
-        regenerate: Annotated[bool, typer.Option(help="Re-run the networks that made the demo (minutes).")] = False,
+        regenerate: Annotated[bool, typer.Option(
+            help="Re-run the networks that made the demo (minutes; needs the runner extra: "
+                 "pip install 'clinrel[runner]').")] = False,
         seed: Annotated[int, typer.Option(help="Seed for --regenerate.")] = 0,
         force: ForceOpt = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
     ) -> None:
         """Write the embedded demo study (cases, runs, plan, reference) to OUT."""
         check_seed(seed)
+        if regenerate:
+            require_runner("clinrel demo --regenerate")
         src = demo_data_dir()
         with atomic_dir(out, force=force, inputs=[src], command="demo") as tmp:
             for name in DEMO_FILES:

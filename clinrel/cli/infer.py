@@ -1,5 +1,6 @@
 """``clinrel infer segment`` and ``clinrel infer probe``: the MONAI runner (torch loads
-only when a command runs)."""
+only when a command runs; without the ``runner`` extra both exit 2 saying how to install
+it)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ._common import guarded, progress
+from ._extras import require_runner
 
 
 def register(app: typer.Typer) -> None:
@@ -22,6 +24,7 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
     ) -> None:
         """Sliding-window segmentation of every case -> cases.parquet + run_manifest.json."""
+        require_runner("clinrel infer segment")
         from inference_runner.config import load_segment_config, parse_shard
         from inference_runner.segment import read_case_list, run_segment
 
@@ -42,6 +45,7 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
     ) -> None:
         """Frozen-encoder logistic probes -> runs.parquet + probe_predictions.parquet."""
+        require_runner("clinrel infer probe")
         from inference_runner.config import load_probe_config
         from inference_runner.probe import run_from_config
 

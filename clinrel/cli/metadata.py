@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from ._common import ForceOpt, InputError, check_out_files, guarded, progress, write_table
+from ._extras import require_runner
 
 
 def register(app: typer.Typer) -> None:
@@ -30,6 +31,8 @@ def register(app: typer.Typer) -> None:
         from inference_runner.metadata.text import read_text_csv
 
         inputs = [*check_paths(paths), reviewed]
+        if any(not (p.is_file() and p.suffix.lower() in (".csv", ".tsv")) for p in paths):
+            require_runner("clinrel metadata extract of DICOM files", ("pydicom",))
         check_out_files([("--out", out)], force=force, inputs=inputs)  # a file, so it has a stem
         stem = out.with_suffix("")
         review = review or Path(f"{stem}_review.csv")
