@@ -89,9 +89,12 @@ INVISIBLE_HINT = ("(ids written as code points, e.g. '\\ufeff' a byte-order mark
 
 # --------------------------------------------------------------------------- contracts
 
-CASES_REQUIRED = ("case_id", "model", "label", "score", "site")
-CASES_OPTIONAL = ("patient_id", "pred", "split", "age", "sex", "race", "phase", "scanner",
+CASES_REQUIRED = ("case_id", "model", "label", "score")
+CASES_OPTIONAL = ("site", "patient_id", "pred", "split", "age", "sex", "race", "phase", "scanner",
                   "tumor_size_mm", "tumor_location")
+#: the one site of a table without a ``site`` column (a single-site study); read_cases adds
+#: it and marks the table with ``attrs["implicit_site"] = True`` so outputs can state it
+IMPLICIT_SITE = "single_site"
 CASES_NUMERIC = ("label", "score", "pred", "age", "tumor_size_mm")
 SPLITS = ("validation", "test")
 
@@ -436,7 +439,8 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
     ----------
     path_or_df : str, Path or DataFrame
         A CSV/TSV/parquet file or a DataFrame with at least ``case_id, model, label,
-        score, site``.
+        score``. Without a ``site`` column the study is single-site: every row gets the
+        site ``IMPLICIT_SITE`` (``"single_site"``) and ``attrs["implicit_site"]`` is True.
     extra_numeric : sequence of str
         Further columns that must be numeric (e.g. a user's continuous subgroup axis).
 
@@ -445,17 +449,40 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
     DataFrame
         A copy with ``label`` (and ``pred`` when given) as int64 0/1, numeric columns as
         float64, ``patient_id`` filled from ``case_id`` when absent, ``split`` in lower
-        case, and ``case_id``, ``model``, ``site``, ``patient_id`` as str.
+        case, and ``case_id``, ``model``, ``site``, ``patient_id`` as str; ``attrs`` holds
+        ``implicit_site`` (True when the table had no ``site`` column).
 
     Raises
     ------
     ContractError
-        When the file cannot be read or the table breaks the contract of DESIGN.md; the
-        message names the file, the column, up to five rows (1-based) and the fix.
+        When the file cannot be read or the table breaks the contract
+        (docs/contracts.md); the message names the file, the column, up to five rows
+        (1-based) and the fix.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> raw = pd.DataFrame({"case_id": ["c1", "c2", "c3"], "model": "unet",
+    ...                     "label": [1, 0, 1], "score": [120.0, 3.0, 0.0]})
+    >>> cases = read_cases(raw)
+    >>> print(cases[["case_id", "label", "site", "patient_id"]].to_string(index=False))
+    case_id  label        site patient_id
+         c1      1 single_site         c1
+         c2      0 single_site         c2
+         c3      1 single_site         c3
+    >>> cases.attrs["implicit_site"]
+    True
+    >>> read_cases(raw.assign(label=[1, 2, 1]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    stats.schema.ContractError: <cases DataFrame>: column 'label' must be 0/1; row 2 has 2.0; ...
     """
     df, source = read_table(path_or_df, table="cases")
     _require_columns(df, CASES_REQUIRED, source=source, table="cases")
     _require_nonempty(df, source=source, table="cases", unit="model x case")
+    implicit_site = "site" not in df.columns
+    if implicit_site:  # a single-site study: one site, stated (attrs) rather than required
+        df["site"] = IMPLICIT_SITE
     for col in ("case_id", "model", "site"):
         _require_ids(df, col, source=source)
     if "patient_id" in df.columns:
@@ -494,7 +521,9 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
         _fail(MSG_BINARY.replace("must be 0/1", "must be the same for every model of a case"),
               source=source, column="label", rows=bad, values=_values_text(df["label"].iloc[bad]),
               one="tumour present", zero="absent")
-    return df.reset_index(drop=True)
+    df = df.reset_index(drop=True)
+    df.attrs["implicit_site"] = implicit_site
+    return df
 
 
 def _check_split_per_case(df, *, source):

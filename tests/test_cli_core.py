@@ -41,12 +41,25 @@ def test_validate_runs_and_missing_file(tmp_path):
 
 def test_console_script_exit_code_and_no_traceback(tmp_path):
     bad = tmp_path / "bad.csv"
-    bad.write_text("case_id,model,label,score\n1,m,1,3\n")
+    bad.write_text("case_id,model,label,site\n1,m,1,s1\n")
     exe = Path(sys.executable).with_name("clinrel")
-    p = subprocess.run([str(exe), "validate", str(bad)], capture_output=True, text=True)
+    p = subprocess.run([str(exe), "validate", str(bad), "--kind", "cases"], capture_output=True,
+                       text=True)
     assert p.returncode == 2
-    assert "required column(s) 'site' missing" in p.stderr
+    assert "required column(s) 'score' missing" in p.stderr
     assert "Traceback" not in p.stderr + p.stdout
+
+
+def test_single_site_table_gets_one_implicit_site_and_says_so(tmp_path):
+    one_site = tmp_path / "cases.csv"
+    one_site.write_text("case_id,model,label,score\nc1,m,1,3\nc2,m,0,0\n")
+    r = runner.invoke(app, ["validate", str(one_site)])
+    assert r.exit_code == 0, r.output
+    assert "1 site (no site column: a single-site study, site 'single_site')" in r.output
+    two_sites = tmp_path / "sites.csv"
+    two_sites.write_text("case_id,model,label,score,site\nc1,m,1,3,a\nc2,m,0,0,b\n")
+    r = runner.invoke(app, ["validate", str(two_sites)])
+    assert r.exit_code == 0 and "2 sites" in r.output and "single-site" not in r.output
 
 
 def test_demo_writes_study_atomically(tmp_path):

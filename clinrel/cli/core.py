@@ -42,7 +42,7 @@ def _guess_kind(path: Path) -> str:
     if {"case_id", "score"} & cols:
         return "cases"
     raise InputError(
-        f"{path}: cannot tell whether this is a cases table (case_id, model, label, score, site) "
+        f"{path}: cannot tell whether this is a cases table (case_id, model, label, score) "
         f"or a runs table (encoder, dataset, label_fraction, condition, severity, seed, auroc, ece); "
         f"columns present: {', '.join(list(df.columns)[:12])}; pass --kind cases or --kind runs"
     )
@@ -117,8 +117,11 @@ def register(app: typer.Typer) -> None:
         df = stats.read_cases(file) if k == "cases" else stats.read_runs(file)
         if not quiet:
             if k == "cases":
+                sites = (f"1 site (no site column: a single-site study, site "
+                         f"'{stats.schema.IMPLICIT_SITE}')" if df.attrs.get("implicit_site")
+                         else f"{df['site'].nunique()} sites")
                 typer.echo(f"{file}: valid cases table: {len(df)} rows, {df['model'].nunique()} models, "
-                           f"{df['case_id'].nunique()} cases, {df['site'].nunique()} sites")
+                           f"{df['case_id'].nunique()} cases, {sites}")
             else:
                 typer.echo(f"{file}: valid runs table: {len(df)} runs, {df['encoder'].nunique()} encoders, "
                            f"{df['dataset'].nunique()} datasets")
