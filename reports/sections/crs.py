@@ -24,6 +24,35 @@ def _enc_label(df: pd.DataFrame) -> pd.Series:
     return df["encoder"].astype(str)
 
 
+def p_floor(df: pd.DataFrame) -> pd.Series:
+    """The resolution of a two-sided bootstrap p-value: 2 / (usable replicates + 1)."""
+    usable = df["n_boot"] - df["n_boot_not_estimable"].fillna(0)
+    return 2.0 / (usable + 1.0)
+
+
+def boot_pvalue(p, floor) -> str:
+    """A bootstrap p-value, never shown below the resolution of its replicates."""
+    if pd.notna(p) and pd.notna(floor) and p <= floor * (1 + 1e-9):
+        return f"\u2264 {floor:.2g}"
+    return text.pvalue(p)
+
+
+def replicates_text(df: pd.DataFrame, crs) -> str:
+    """'B paired-seed bootstrap replicates (seed s)', with the replicates that could not be
+    estimated counted wherever B is stated."""
+    n = int(df["n_boot"].max()) if "n_boot" in df and df["n_boot"].notna().any() else crs.n_boot
+    bad = (df["n_boot_not_estimable"].fillna(0) if "n_boot_not_estimable" in df
+           else pd.Series([0.0]))
+    lo, hi = int(bad.min()), int(bad.max())
+    out = f"{n} paired-seed bootstrap replicates drawn (seed {crs.seed})"
+    if hi > 0:
+        span = f"{hi}" if lo == hi else f"{lo} to {hi}"
+        out += (f"; {span} of them could not be estimated (a resampled dataset lacked a "
+                f"condition or fraction an axis needs) and are left out of the intervals and "
+                f"p-values")
+    return out
+
+
 def applies(study) -> bool:
     return study.reference is not None
 
@@ -102,8 +131,7 @@ def build(study) -> Section:
                 "worst_axis": "Worst axis", "crs": "CRS [CI]", "rank": "Rank [CI]",
                 "p1": "P(rank 1)", "pk": f"P(top {crs.k})", "tier": "Leading tier"},
         spanners=(("Components", ["dominance", "similarity", "worst_axis"]),),
-        notes=(f"{crs.n_boot} paired-seed bootstrap replicates (seed "
-               f"{crs.seed}); anchors held fixed. CRS = weighted sum of dominance, "
+        notes=(f"{replicates_text(res['scores'], crs)}; anchors held fixed. CRS = weighted sum of dominance, "
                f"similarity and worst axis (weights in the reference file). Leading tier: "
                f"the best encoder and every encoder whose CRS difference from it has a "
                f"bootstrap CI containing 0.",))
@@ -111,14 +139,18 @@ def build(study) -> Section:
     diff = res["differences"]
     disp_d = pd.DataFrame({
         "pair": diff["encoder"].astype(str) + " \u2212 " + diff["comparator"].astype(str),
-        "diff": text.ci_vec(diff, 3), "p": [text.pvalue(p) for p in diff["p_value"]],
+        "diff": text.ci_vec(diff, 3),
+        "p": [boot_pvalue(p, f) for p, f in zip(diff["p_value"], p_floor(diff))],
         "p_adj": [text.pvalue(p) for p in diff["p_adjusted"]]})
     t_diff = ReportTable(
         name="crs_differences", caption="Pairwise CRS differences (higher-ranked minus lower-"
         "ranked encoder) with bootstrap percentile CIs.", data=diff, display=disp_d,
         labels={"pair": "Encoders", "diff": "Difference [CI]", "p": "Bootstrap p",
                 "p_adj": "Holm p"},
-        notes=("Two-sided bootstrap p-values; Holm adjustment over all pairs.",))
+        notes=(f"Two-sided bootstrap p-values; with B usable replicates a bootstrap p-value "
+               f"cannot go below 2/(B + 1), so the smallest ones are shown as \u2264 that "
+               f"resolution, and Holm's adjustment over all pairs inherits it "
+               f"({replicates_text(diff, crs)}).",))
     # ---- stability
     st = res["stability"]
     names = {"kendall_tau": "Kendall tau", "kendall_tau_min": "Kendall tau, minimum",

@@ -119,9 +119,11 @@ def _crs(study) -> list[str]:
            f"reference hash {ref_hash[:16]}, the hash recorded with every score in the CSV "
            f"files), and "
            f"CRS = weighted dominance + similarity + worst axis."]
-    out.append(f"Uncertainty: paired-seed bootstrap with {crs.n_boot} replicates (seed "
-               f"{crs.seed}), anchors held fixed; rank probabilities use top "
-               f"k = {crs.k}.")
+    from .crs import replicates_text
+
+    scores = study.results["crs"]["scores"]
+    out.append(f"Uncertainty: {replicates_text(scores, crs)}, anchors held fixed; rank "
+               f"probabilities use top k = {crs.k}.")
     return out
 
 
