@@ -168,3 +168,22 @@ def test_axis_cannot_be_both_prespecified_and_exploratory(tmp_path):
            "detection": {"subgroups": ["phase"], "exploratory_subgroups": ["phase"]}}
     with pytest.raises(PlanError, match="either prespecified"):
         plan_from_dict(raw, path=tmp_path / "plan.yaml")
+
+
+def test_pooled_and_precision_analyses(cases):
+    det = _Det(threshold_value=50.0, subgroups=(("phase",), ("age_group",)),
+               failure_map=("age_group", "phase"))
+    res = run(_Plan(det), Tables(cases=cases, input_rows={"cases": len(cases)}),
+              only=["pooled_failure_map", "pooled_axes", "precision"])
+    pf = res["pooled_failure_map"]
+    crude = res["failure_map"] if "failure_map" in res else None
+    assert set(pf["group_var"]) == {"age_group:phase"}
+    assert pf["estimate"].between(0, 1).all() and pf["crude_estimate"].notna().any()
+    assert set(res["pooled_axes"]["group_var"]) == {"phase", "age_group"}
+    pr = res["precision"]
+    assert {"half_width", "n_required"} <= set(pr.columns)
+    assert res.decisions["precision.target_half_width"] == 0.05
+    assert crude is None  # only what was asked is computed
+    off = run(_Plan(_Det(threshold_value=50.0, failure_map=("age_group", "phase"),
+                         pooled=False)), Tables(cases=cases))
+    assert "pooled_failure_map" not in off and "failure_map" in off

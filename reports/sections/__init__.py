@@ -21,7 +21,7 @@ from ..tables import ReportTable
 log = logging.getLogger("clinrel.report")
 
 #: section modules in report order
-ORDER = ("methods", "flow", "cohort", "twobytwo", "overall", "subgroups", "forest",
+ORDER = ("methods", "flow", "cohort", "twobytwo", "overall", "subgroups", "precision", "forest",
          "failure_map", "threshold", "adjusted", "comparisons", "crs", "calibration",
          "provenance", "checklist")
 

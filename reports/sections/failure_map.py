@@ -30,6 +30,17 @@ def collapse_table(study) -> ReportTable:
     both = sens.merge(spec[keys + ["estimate", "conf_low", "conf_high", "p_adjusted"]],
                       on=keys, suffixes=("", "_spec"))
     shown = both[both["collapse"].astype(bool)].reset_index(drop=True)
+    pooled = None
+    if study.plan.detection.pooled:
+        pa = study.results["pooled_axes"][keys + ["estimate", "conf_low", "conf_high"]]
+        shown = shown.merge(pa.rename(columns={"estimate": "pooled", "conf_low": "pooled_low",
+                                               "conf_high": "pooled_high"}),
+                            on=keys, how="left")
+        # a collapse survives pooling when the pooled interval stays below the rest
+        shown["survives_pooling"] = shown["pooled_high"] < shown["estimate_rest"]
+        pooled = {"pooled": text.ci_vec(shown, est="pooled", low="pooled_low",
+                                        high="pooled_high"),
+                  "survives": shown["survives_pooling"].map({True: "yes", False: "no"})}
     disp = pd.DataFrame({
         "model": shown["model"].astype(str),
         "cell": [f"{D.axis_label(v)}: {lv}" for v, lv in zip(shown["group_var"], shown["group_level"])],
@@ -39,6 +50,7 @@ def collapse_table(study) -> ReportTable:
         "p": [text.pvalue(p) for p in shown["p_adjusted"]],
         "spec_diff": text.ci_vec(shown, est="estimate_spec", low="conf_low_spec",
                                  high="conf_high_spec"),
+        **(pooled or {}),
     })
     return ReportTable(
         name="sensitivity_collapse",
@@ -46,11 +58,15 @@ def collapse_table(study) -> ReportTable:
                 "of the axis (Holm-adjusted) while specificity is not.",
         data=vr, display=disp, group_col="model",
         labels={"cell": "Subgroup", "sens": "Sensitivity", "rest": "Rest",
-                "diff": "Difference [CI]", "p": "Holm p", "spec_diff": "Specificity diff. [CI]"},
+                "diff": "Difference [CI]", "p": "Holm p", "spec_diff": "Specificity diff. [CI]",
+                "pooled": "Pooled sens. [CI]", "survives": "Survives pooling"},
         notes=("Difference = subgroup minus the rest of its axis; Newcombe hybrid score "
                "intervals; pooled two-proportion z tests, Holm adjustment per model and metric "
                "over every level of every axis. All cells, with Benjamini-Hochberg p-values, "
-               "are in tables/sensitivity_collapse.csv.",))
+               "are in tables/sensitivity_collapse.csv."
+               + (" Pooled: partially pooled sensitivity (binomial GLMM, a random intercept "
+                  "per level; results/pooled_axes.csv); a collapse survives pooling when the "
+                  "pooled interval stays below the rest's sensitivity." if pooled else ""),))
 
 
 def applies(study) -> bool:
@@ -101,6 +117,7 @@ def build(study) -> Section:
         labels={"level": rows.replace("_", " "), **{f"c_{c}": c for c in order_c}},
         spanners=((cols.replace("_", " "), [f"c_{c}" for c in order_c]),),
         notes=(D.methods_note(det), f"\u2020 fewer than {det.small_n} reference positives."))
+    pooled_tbl = pooled_table(study, rows, cols, order_r, order_c, models) if det.pooled else None
     coll = collapse_table(study)
     n_coll = len(coll.display)
     md = (f"@fig-failure-map and @tbl-failure-map show where sensitivity fails across "
@@ -108,5 +125,41 @@ def build(study) -> Section:
           + (f"@tbl-sensitivity-collapse lists {n_coll} model \u00d7 subgroup cells whose "
              f"sensitivity collapses while specificity holds."
              if n_coll else "No subgroup shows a significant sensitivity collapse "
-             "(@tbl-sensitivity-collapse is empty; every comparison is in its CSV)."))
-    return Section(KEY, TITLE).add(md, fig, table, coll)
+             "(@tbl-sensitivity-collapse is empty; every comparison is in its CSV).")
+          + (" @tbl-failure-map-pooled puts partially pooled cell estimates beside the crude "
+             "ones: a cell with few positives borrows strength from its row and column, so a "
+             "1.00 or 0.00 from two scans is no longer read as a collapse." if pooled_tbl
+             else ""))
+    return Section(KEY, TITLE).add(md, fig, table, pooled_tbl, coll)
+
+
+def pooled_table(study, rows, cols, order_r, order_c, models) -> ReportTable:
+    """Crude and partially pooled sensitivity per failure-map cell, side by side
+    (``Results['pooled_failure_map']``)."""
+    det = study.plan.detection
+    pf = study.results["pooled_failure_map"]
+    parts = pf["group_level"].astype(str).str.split(":", n=1, expand=True)
+    pf = pf.assign(row_level=parts[0], col_level=parts[1])
+    pf["_r"] = pf["row_level"].map({v: i for i, v in enumerate(order_r)})
+    pf["_m"] = pf["model"].map({m: i for i, m in enumerate(models)})
+    pf = pf.sort_values(["_m", "_r"], kind="stable")
+    out = []
+    for (model, rl), g in pf.groupby(["model", "row_level"], sort=False):
+        row = {"model": str(model), "level": str(rl)}
+        for r in g.itertuples():
+            row[f"c_{r.col_level}"] = (text.ci(r.estimate, r.conf_low, r.conf_high)
+                                  + f" (crude {text.num(r.crude_estimate)}, "
+                                  f"{text.frac(r.numerator, r.denominator)})"
+                                  + (" \u2020" if r.n_pos < det.small_n else ""))
+        out.append(row)
+    return ReportTable(
+        name="failure_map_pooled", caption=f"Partially pooled sensitivity [{int(round(det.conf_level * 100))}% "
+        f"CI] by {rows.replace('_', ' ')} \u00d7 {cols.replace('_', ' ')}, with the crude "
+        f"estimate and TP/P, per model. Exploratory.", data=pf.drop(columns=["_r", "_m"]),
+        display=pd.DataFrame(out), group_col="model",
+        labels={"level": rows.replace("_", " "), **{f"c_{c}": c for c in order_c}},
+        spanners=((cols.replace("_", " "), [f"c_{c}" for c in order_c]),),
+        notes=("Binomial GLMM with the row and column main effects fixed and a random "
+               "intercept per cell (as lme4's predict), the cell SD integrated out for the "
+               "interval; repeated scans of a patient by design-effect inflation. "
+               f"\u2020 fewer than {det.small_n} reference positives.",))

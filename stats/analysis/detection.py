@@ -319,3 +319,48 @@ def cohort(results) -> pd.DataFrame:
 
     ev = results["evaluation"].drop_duplicates("case_id").reset_index(drop=True)
     return describe(ev, by="site", continuous=[c for c in COHORT_CONTINUOUS])
+
+
+def _wants_pooled(plan, tables) -> bool:
+    return _wants_map(plan, tables) and plan.detection.pooled
+
+
+@analysis("pooled_failure_map", wanted=_wants_pooled)
+def pooled_failure_map(results) -> pd.DataFrame:
+    """Partially pooled sensitivity of the failure map's cells (``stats.pooled_subgroup_metrics``:
+    main effects fixed, a random intercept per cell), beside the crude cells; clustered by
+    the decided cluster (design-effect inflation)."""
+    from ..pooled import pooled_subgroup_metrics
+
+    det = results.plan.detection
+    return pooled_subgroup_metrics(results["evaluation"], [tuple(det.failure_map)],
+                                   "sensitivity", cluster=results["cluster"],
+                                   conf_level=det.conf_level, small_n=det.small_n)
+
+
+@analysis("pooled_axes", wanted=_wants_pooled)
+def pooled_axes(results) -> pd.DataFrame:
+    """Partially pooled sensitivity per level of each single axis of the subgroup-versus-rest
+    tests (a random intercept per level), for the collapse table's "survives pooling"."""
+    from ..pooled import pooled_subgroup_metrics
+
+    det = results.plan.detection
+    single = [a for a in det.subgroups if len(a) == 1] or list(det.subgroups)
+    return pooled_subgroup_metrics(results["evaluation"], single, "sensitivity",
+                                   cluster=results["cluster"], conf_level=det.conf_level,
+                                   small_n=det.small_n)
+
+
+@analysis("precision", wanted=_wants_detection)
+def precision(results) -> pd.DataFrame:
+    """Achieved 95% CI half-widths of sensitivity and specificity per prespecified cell, and
+    the positives (negatives, scans) a cell needs for the plan's target half-width at the
+    model's overall value (``stats.precision_table``; Wilson and Clopper-Pearson; the design
+    effect of repeated scans from the plan's ICC, or none)."""
+    from ..precision import precision_table
+
+    det = results.plan.detection
+    results.decide("precision.target_half_width", det.target_half_width)
+    return precision_table(results["evaluation"], by=list(det.subgroups),
+                           target_half_width=det.target_half_width, conf_level=det.conf_level,
+                           icc=det.icc, cluster=results["cluster"] if det.icc is not None else None)

@@ -90,6 +90,11 @@ class Detection:
     compare_by: tuple[tuple[str, ...], ...] = ()
     #: subgroup axes analysed as exploratory (labelled so, outside the multiplicity family)
     exploratory_subgroups: tuple[tuple[str, ...], ...] = ()
+    #: the failure map shows partially pooled (GLMM) cell estimates beside the crude ones
+    pooled: bool = True
+    #: precision section: target CI half-width and the ICC of repeated scans (None: from data)
+    target_half_width: float = 0.05
+    icc: float | None = None
     #: cluster of the intervals and tests: "auto" (patient_id when a patient has several
     #: scans), a column name, or None (scans independent)
     cluster: str | None = "auto"
@@ -248,7 +253,7 @@ TOP_KEYS = {"version": "", "title": "", "inputs": "", "detection": "", "crs": ""
             "calibration": "", "metadata": ""}
 INPUT_KEYS = {"cases": "", "runs": "", "reference": "", "metadata": "", "probe_predictions": ""}
 DETECTION_KEYS = {"threshold": "", "ci": "", "auc_scale": "", "compare_by": "",
-                  "exploratory_subgroups": "", "cluster": "", "conf_level": "", "subgroups": "", "bins": "",
+                  "exploratory_subgroups": "", "cluster": "", "precision": "", "conf_level": "", "subgroups": "", "bins": "",
                   "small_n": "", "bootstrap": "", "adjusted": "", "failure_map": ""}
 THRESHOLD_KEYS = {"value": "", "criterion": "", "target": "", "given": ""}
 BIN_KEYS = {"name": "", "breaks": "", "labels": ""}
@@ -257,7 +262,8 @@ ADJ_KEYS = {"formula": "", "methods": "", "group": "", "blocks": "", "population
             "nagq": "", "levels": "", "model": "", "bias_reduced": "", "means": "",
             "means_kind": ""}
 MEANS_KINDS = ("emmeans", "standardized")
-FMAP_KEYS = {"rows": "", "cols": ""}
+FMAP_KEYS = {"rows": "", "cols": "", "pooled": ""}
+PRECISION_KEYS = {"target_half_width": "", "icc": ""}
 CRS_KEYS = {"bootstrap": "", "k": "", "n_weights": "", "conf_level": ""}
 CRS_BOOT_KEYS = {"n_boot": "", "seed": ""}
 CAL_KEYS = {"bootstrap": ""}
@@ -503,8 +509,26 @@ def _detection(c: _Checker, d: dict) -> Detection:
                         "'detection.bootstrap.n_boot' (e.g. 2000 replicates); add it or choose "
                         "wilson, clopper-pearson or jeffreys")
     fmap = None
+    pooled = True
+    prec = c.keys(d.get("precision") or {}, PRECISION_KEYS, "detection.precision")
+    target_hw = float(c.typed(prec.get("target_half_width", 0.05),
+                              "detection.precision.target_half_width", (int, float),
+                              "a number in (0, 0.5), e.g. 0.05"))
+    if not 0 < target_hw < 0.5:
+        raise PlanError(MSG_TYPE.format(file=c.file, key="detection.precision.target_half_width",
+                                        expected="a number in (0, 0.5)", got=target_hw,
+                                        hint="write e.g. 0.05 for +-5 percentage points"))
+    icc = prec.get("icc")
+    if icc is not None:
+        icc = float(c.typed(icc, "detection.precision.icc", (int, float), "a number in [0, 1)"))
+        if not 0 <= icc < 1:
+            raise PlanError(MSG_TYPE.format(file=c.file, key="detection.precision.icc",
+                                            expected="a number in [0, 1)", got=icc,
+                                            hint="write e.g. 0.2, or leave it out"))
     if d.get("failure_map") is not None:
         f = c.keys(d["failure_map"], FMAP_KEYS, "detection.failure_map")
+        pooled = bool(c.typed(f.get("pooled", True), "detection.failure_map.pooled", bool,
+                              "true or false"))
         fmap = (c.typed(c.required(f, "rows", "detection.failure_map", "name a column, e.g. age_group"),
                         "detection.failure_map.rows", str, "a column name"),
                 c.typed(c.required(f, "cols", "detection.failure_map", "name a column, e.g. phase"),
@@ -517,7 +541,8 @@ def _detection(c: _Checker, d: dict) -> Detection:
                      strata=strata, adjusted=adjusted, failure_map=fmap, given_calls=given,
                      compare_by=tuple(compare_by),
                      exploratory_subgroups=tuple(exploratory_axes),
-                     cluster=_cluster(c, d.get("cluster", "auto")))
+                     cluster=_cluster(c, d.get("cluster", "auto")), pooled=pooled,
+                     target_half_width=target_hw, icc=icc)
 
 
 def _num(x: float) -> str:

@@ -1,0 +1,60 @@
+"""Precision of subgroup estimates (FDA-style planning): the achieved 95% CI half-width of
+sensitivity and specificity in every prespecified cell, and the reference positives
+(negatives) and scans a cell would need for the plan's target half-width at the model's
+overall value (``Results['precision']``, ``stats.precision_table``)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .. import text
+from ..tables import ReportTable
+from . import Section
+from . import _detection as D
+
+KEY = "precision"
+TITLE = "Precision of subgroup estimates"
+HALF = "detection"
+
+
+def build(study) -> Section:
+    pr = study.results["precision"]
+    pr = pr[pr["method"] == "wilson"]
+    target = float(pr["target_half_width"].iloc[0])
+    keys = ["model", "group_var", "group_level"]
+    sens = pr[pr["estimand"] == "sensitivity"].set_index(keys)
+    spec = pr[pr["estimand"] == "specificity"].set_index(keys)
+    both = sens.join(spec, rsuffix="_spec", how="outer").reset_index()
+
+    def hw(x) -> str:
+        return text.DASH if pd.isna(x) else f"\u00b1{100 * float(x):.1f}"
+
+    disp = pd.DataFrame({
+        "model": both["model"].astype(str),
+        "cell": ["Overall" if v == "overall" else f"{D.axis_label(v)}: {str(lv).replace(':', ' × ')}"
+                 for v, lv in zip(both["group_var"], both["group_level"])],
+        "n_pos": both["n_pos"].map(text.count),
+        "sens_hw": both["half_width"].map(hw),
+        "sens_need": both["n_required"].map(text.count),
+        "n_neg": both["n_neg"].map(text.count),
+        "spec_hw": both["half_width_spec"].map(hw),
+        "spec_need": both["n_required_spec"].map(text.count)})
+    short = both[(both["half_width"] > target) & (both["group_var"] != "overall")]
+    table = ReportTable(
+        name="precision", caption=f"Achieved 95% Wilson CI half-width (percentage points) per "
+        f"prespecified cell, and the reference positives (negatives) a cell needs for a "
+        f"half-width of \u00b1{100 * target:.0f} points at the model's overall sensitivity "
+        f"(specificity). Prespecified.", data=pr, display=disp, group_col="model",
+        labels={"cell": "Subgroup", "n_pos": "Positives", "sens_hw": "Half-width",
+                "sens_need": "Positives needed", "n_neg": "Negatives",
+                "spec_hw": "Half-width", "spec_need": "Negatives needed"},
+        spanners=(("Sensitivity", ["n_pos", "sens_hw", "sens_need"]),
+                  ("Specificity", ["n_neg", "spec_hw", "spec_need"])),
+        notes=("Required numbers solve the Wilson half-width for n at the expected value; "
+               "Clopper-Pearson requirements and the scans implied by each cell's prevalence "
+               "are in tables/precision.csv.",))
+    md = (f"@tbl-precision shows how precise each prespecified subgroup estimate is and how "
+          f"many reference positives it would need for a \u00b1{100 * target:.0f}-point "
+          f"interval; {text.count(short[['model', 'group_var', 'group_level']].drop_duplicates().shape[0])} "
+          f"model \u00d7 cell combinations fall short of that target for sensitivity. "
+          f"`clinrel plan-size` gives the same numbers before data exist.")
+    return Section(KEY, TITLE).add(md, table)
