@@ -178,7 +178,8 @@ def test_pooled_and_precision_analyses(cases):
     pf = res["pooled_failure_map"]
     crude = res["failure_map"] if "failure_map" in res else None
     assert set(pf["group_var"]) == {"age_group:phase"}
-    assert pf["estimate"].between(0, 1).all() and pf["crude_estimate"].notna().any()
+    assert pf["estimate"].dropna().between(0, 1).all() and pf["crude_estimate"].notna().any()
+    assert (pf.loc[pf["estimate"].isna(), "n_pos"] == 0).all()  # only empty cells are NaN
     assert set(res["pooled_axes"]["group_var"]) == {"phase", "age_group"}
     pr = res["precision"]
     assert {"half_width", "n_required"} <= set(pr.columns)
