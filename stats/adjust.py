@@ -142,7 +142,11 @@ def reference_grid(mf) -> pd.DataFrame:
     return grid
 
 
-def marginal_means(fit, by, *, kind: Literal["emmeans", "standardized"] = "emmeans",
+#: the kinds of adjusted means (emmeans' equal-weight grid; g-computation over the cohort)
+MeansKind = Literal["emmeans", "standardized"]
+
+
+def marginal_means(fit, by, *, kind: MeansKind = "emmeans",
                    conf_level: float = 0.95, n_nodes: int = 32) -> pd.DataFrame:
     """Adjusted probabilities per level of ``by`` (see the module notes).
 

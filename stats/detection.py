@@ -12,6 +12,16 @@ The :class:`CaseMatrix` here is the shared engine of ``subgroups``, ``bootstrap`
 cell-membership matrix (overall, every axis level, every intersection level: the full
 product of levels, so empty cells exist), built once and used with matrix products, never
 a Python loop per cell or per case.
+
+**Missing values** of a subgroup column are a level of their own, so the levels of every
+axis add up to the overall n. A missing value reads ``"not applicable"`` instead of
+``"Missing"`` where the attribute does not exist for the scan: tumour size and location
+(and bins made from them) of a reference-negative scan. The rule (``not_applicable``
+keyword, :func:`not_applicable_columns`): by default ("auto") the tumour columns
+``TUMOUR_COLUMNS`` and every column :func:`stats.add_bins` derived from one of them do
+not apply to reference negatives; a missing value there on a negative is "not
+applicable", on a positive "Missing". Pass a list of columns (or ``{column: "negatives"}``)
+to name them yourself, or ``None`` for "Missing" everywhere.
 """
 from __future__ import annotations
 
@@ -23,6 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
+from stats.clustered import FLAG_DEFF, SUFFIX, clustered_proportions, metric_indicators
 from stats.intervals import proportion_ci
 from stats.ranking import kendall_tau_b  # the one tau-b (rows of X against r, vectorized)
 from stats.schema import INVISIBLE_HINT, ContractError, invisible, show_id, tidy
@@ -50,6 +61,22 @@ MSG_TARGET = ("target_specificity must lie strictly between 0 and 1 when "
 MSG_THRESHOLD = ("threshold must be a finite number; got {value} for model(s) {models}; give "
                  "the prespecified number of predicted voxels (or score), e.g. 50")
 MSG_THRESHOLD_MODELS = "threshold: no value for model(s) {models}; give one per model or a number"
+MSG_CLUSTER = ("cluster: column '{cluster}' is not in cases (columns present: {present}); name "
+               "the column whose repeated values mark scans of one patient (e.g. 'patient_id') "
+               "or pass cluster=None")
+MSG_CLUSTER_NA = ("cluster: column '{cluster}' has missing values; rows {rows} are empty; fill "
+                  "them in (a scan without a patient is its own patient: use its case_id)")
+MSG_NOT_APPLICABLE = ("not_applicable: {problem}; give 'auto', None, a list of columns, or "
+                      "{{column: 'negatives'}} (the reference negatives lack the attribute)")
+
+#: the level of a missing subgroup value
+MISSING = "Missing"
+#: the level of a missing value of an attribute the scan cannot have (tumour of a negative)
+NOT_APPLICABLE = "not applicable"
+#: attributes of the tumour: they do not apply to reference-negative scans
+TUMOUR_COLUMNS = ("tumor_size_mm", "tumor_location", "tumour_size_mm", "tumour_location")
+#: ``cases.attrs`` key where :func:`stats.add_bins` records ``{bin column: source column}``
+BIN_SOURCES = "clinrel_bin_sources"
 
 
 # --------------------------------------------------------------------------- case matrix
@@ -84,14 +111,64 @@ def _levels(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     return codes, [str(u) for u in uniq]
 
 
+def not_applicable_columns(cases: pd.DataFrame, not_applicable="auto") -> dict[str, str]:
+    """``{column: "negatives"}``: the columns whose missing values on reference negatives
+    read "not applicable" (module docstring). ``"auto"``: ``TUMOUR_COLUMNS`` and the bins
+    :func:`stats.add_bins` made from them; None: none; a list of columns or a mapping
+    ``{column: "negatives"}``: those."""
+    if not_applicable is None:
+        return {}
+    if isinstance(not_applicable, str):
+        if not_applicable != "auto":
+            raise ContractError(MSG_NOT_APPLICABLE.format(problem=f"got {not_applicable!r}"))
+        sources = cases.attrs.get(BIN_SOURCES, {}) if hasattr(cases, "attrs") else {}
+        return {c: "negatives" for c in (*TUMOUR_COLUMNS,
+                                         *(b for b, src in sources.items() if src in TUMOUR_COLUMNS))}
+    if isinstance(not_applicable, Mapping):
+        bad = {k: v for k, v in not_applicable.items() if v != "negatives"}
+        if bad:
+            raise ContractError(MSG_NOT_APPLICABLE.format(
+                problem=f"{bad} (the only population supported is 'negatives')"))
+        return {str(k): "negatives" for k in not_applicable}
+    cols = list(not_applicable)
+    if any(not isinstance(c, str) for c in cols):
+        raise ContractError(MSG_NOT_APPLICABLE.format(problem=f"got {not_applicable!r}"))
+    return {c: "negatives" for c in cols}
+
+
+def axis_levels(values: pd.Series, label: np.ndarray | None = None, *,
+                negatives_not_applicable: bool = False) -> tuple[np.ndarray, list[str]]:
+    """Codes (all >= 0) and level names of a subgroup column, missing values included:
+    "not applicable" for a missing value on a reference negative (``label == 0``) when
+    ``negatives_not_applicable``, "Missing" for every other missing value. The extra levels
+    come after the column's own levels and exist only when used; a column that already
+    has a level of that name keeps it (the missing values join it)."""
+    codes, names = _levels(values)
+    miss = codes < 0
+    if not miss.any():
+        return codes, names
+    na = miss & (np.asarray(label) == 0) if negatives_not_applicable and label is not None \
+        else np.zeros_like(miss)
+    names = list(names)
+    for name, rows in ((NOT_APPLICABLE, na), (MISSING, miss & ~na)):
+        if rows.any():
+            if name not in names:
+                names.append(name)
+            codes = np.where(rows, names.index(name), codes)
+    return codes, names
+
+
 @dataclass
 class CaseMatrix:
     """Paired cases x models arrays and the cell-membership matrix.
 
     Attributes: ``case_id`` (n), ``models`` (M), ``label`` (n, bool), ``score`` and
-    ``pred`` (n x M), ``patient`` codes (n), ``site`` codes (n) and names, ``cells`` (a
+    ``pred`` (n x M), ``patient`` codes (n: the cluster of each case, from ``cluster``,
+    else ``patient_id``, else ``case_id``), ``site`` codes (n) and names, ``cells`` (a
     DataFrame group_var, group_level, axis; overall first), ``member`` (sparse
-    cells x n, 0/1), ``axis_of_cell`` (int per cell; 0 = overall).
+    cells x n, 0/1), ``covariates`` (one row per case; every subgroup column as a
+    categorical whose categories are the axis levels, "not applicable" and "Missing"
+    included, so that ``_levels`` of it gives the cells' levels).
     """
 
     case_id: np.ndarray
@@ -126,9 +203,17 @@ class CaseMatrix:
         return out
 
 
-def case_matrix(cases: pd.DataFrame, by=None, *, need_pred: bool = True) -> CaseMatrix:
-    """Build the :class:`CaseMatrix` of ``cases`` for subgroup specs ``by``."""
+def case_matrix(cases: pd.DataFrame, by=None, *, need_pred: bool = True,
+                cluster: str | None = None, not_applicable="auto") -> CaseMatrix:
+    """Build the :class:`CaseMatrix` of ``cases`` for subgroup specs ``by``.
+
+    ``cluster``: the column whose repeated values mark scans of one patient (default
+    ``patient_id`` when present, else every case its own cluster). ``not_applicable``: the
+    rule for missing subgroup values (module docstring).
+    """
     specs = normalize_by(by)
+    if cluster is not None:
+        _check_cluster(cases, cluster)
     needed = ["case_id", "model", "label", "score", *{c for s in specs for c in s}]
     missing = [c for c in dict.fromkeys(needed) if c not in cases.columns]
     if missing:
@@ -158,7 +243,12 @@ def case_matrix(cases: pd.DataFrame, by=None, *, need_pred: bool = True) -> Case
     first[case_codes[::-1]] = np.arange(len(cases))[::-1]
     cov = cases.iloc[first].reset_index(drop=True)
     label = cov["label"].to_numpy() == 1
-    patient = pd.factorize(cov["patient_id"] if "patient_id" in cov else cov["case_id"])[0]
+    unit = cluster if cluster is not None else "patient_id" if "patient_id" in cov else "case_id"
+    patient = pd.factorize(cov[unit])[0]
+    na_cols = not_applicable_columns(cases, not_applicable)
+    for col in dict.fromkeys(c for s in specs for c in s):  # axis columns as full categoricals
+        codes, lv = axis_levels(cov[col], label, negatives_not_applicable=col in na_cols)
+        cov[col] = pd.Categorical.from_codes(codes, categories=lv)
     if "site" in cov:
         site, site_names = pd.factorize(cov["site"].astype(str))
         site_names = list(site_names)
@@ -173,14 +263,13 @@ def case_matrix(cases: pd.DataFrame, by=None, *, need_pred: bool = True) -> Case
         code = np.zeros(n, dtype=np.int64)
         names: list[list[str]] = []
         for col in cols:
-            c, lv = _levels(cov[col])
-            code = np.where((code < 0) | (c < 0), -1, code * len(lv) + c)
+            c, lv = _levels(cov[col])  # every case has a level (Missing, not applicable)
+            code = code * len(lv) + c
             names.append(lv)
         levels = [":".join(t) for t in _product(names)]
         rows += [(":".join(cols), lv, axis) for lv in levels]
-        ok = code >= 0
-        mem_cell.append(offset + code[ok])
-        mem_case.append(np.flatnonzero(ok))
+        mem_cell.append(offset + code)
+        mem_case.append(np.arange(n))
         offset += len(levels)
     cells = pd.DataFrame(rows, columns=["group_var", "group_level", "axis"])
     mc, mi = np.concatenate(mem_cell), np.concatenate(mem_case)
@@ -188,6 +277,16 @@ def case_matrix(cases: pd.DataFrame, by=None, *, need_pred: bool = True) -> Case
     return CaseMatrix(case_id=np.asarray(case_ids), models=list(models), label=label,
                       score=score, pred=pred, patient=patient, site=site,
                       site_names=site_names, cells=cells, member=member, covariates=cov)
+
+
+def _check_cluster(cases: pd.DataFrame, cluster: str) -> None:
+    if cluster not in cases.columns:
+        raise ContractError(MSG_CLUSTER.format(cluster=cluster, present=", ".join(
+            map(repr, cases.columns[:15]))), column=cluster)
+    na = np.flatnonzero(cases[cluster].isna().to_numpy())
+    if len(na):
+        raise ContractError(MSG_CLUSTER_NA.format(cluster=cluster, rows=", ".join(
+            str(i + 1) for i in na[:5])), column=cluster, rows=(na[:5] + 1).tolist())
 
 
 def _product(names: list[list[str]]) -> list[tuple[str, ...]]:
@@ -219,8 +318,12 @@ def metric_fractions(tp, fp, fn, tn, metrics: Sequence[str] = METRICS
 
 # --------------------------------------------------------------------------- scan level
 
+#: how a threshold is chosen on the validation split
+Criterion = Literal["youden", "target_specificity"]
+
+
 def scan_level(cases: pd.DataFrame, *, threshold: float | Mapping[str, float] | None = None,
-               criterion: Literal["youden", "target_specificity"] = "youden",
+               criterion: Criterion = "youden",
                target_specificity: float | None = None) -> pd.DataFrame:
     """Scan-level calls ``pred = score >= threshold``, with the threshold's provenance.
 
@@ -346,15 +449,17 @@ def _in_open_unit(value) -> bool:
 
 # --------------------------------------------------------------------------- counts
 
-def confusion_counts(cases: pd.DataFrame, by=None) -> pd.DataFrame:
+def confusion_counts(cases: pd.DataFrame, by=None, *, not_applicable="auto") -> pd.DataFrame:
     """2x2 counts per model x subgroup cell.
 
     Returns a plain (wide) DataFrame, not the tidy estimate contract, because these are
     counts, not estimates: ``model, group_var, group_level, n, n_pos, n_neg, tp, fp, tn,
     fn`` (int64), overall first, every level of every axis (and the full product of levels
-    for intersections) kept, empty cells with zeros.
+    for intersections) kept, empty cells with zeros; missing values are the levels
+    "Missing" and "not applicable" (module docstring; ``not_applicable`` the rule), so
+    every axis adds up to the overall.
     """
-    cm = case_matrix(cases, by)
+    cm = case_matrix(cases, by, not_applicable=not_applicable)
     c = cm.cell_counts()
     G, M = cm.n_cells, len(cm.models)
     out = pd.DataFrame({
@@ -392,10 +497,37 @@ def _counts_at(score, label, thresholds) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
+#: scans x thresholds x models elements of one block of calls in a clustered sweep
+_SWEEP_ELEMENTS = 2 ** 24
+
+
+def _sweep_clusters(cm: CaseMatrix, thr: np.ndarray, metrics: Sequence[str], ci: str,
+                    conf_level: float) -> dict[str, dict[str, np.ndarray]]:
+    """Cluster-aware proportions (T x M arrays per metric) of the overall cell at every
+    threshold: :func:`stats.clustered.clustered_proportions` on the calls
+    ``score >= t``, thresholds in blocks that bound the (scans x thresholds x models)
+    calls in memory."""
+    n, M = cm.score.shape
+    step = max(1, _SWEEP_ELEMENTS // max(n * M, 1))
+    parts = []
+    for start in range(0, len(thr), step):  # blocks of thresholds, vectorized inside
+        t = thr[start:start + step]
+        calls = (cm.score[:, None, :] >= t[None, :, None]).reshape(n, len(t) * M)
+        ind = metric_indicators(cm.label, calls, metrics)
+        res = clustered_proportions(cm.member[:1], cm.patient,
+                                    np.hstack([ind[k][0] for k in metrics]),
+                                    np.hstack([ind[k][1] for k in metrics]), method=ci,
+                                    conf_level=conf_level)
+        parts.append({c: v.reshape(len(metrics), len(t), M) for c, v in res.items()})
+    return {k: {c: np.concatenate([p[c][i] for p in parts]) for c in parts[0]}
+            for i, k in enumerate(metrics)}
+
+
 def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
                     chosen: float | Mapping[str, float] | None = None,
                     metrics: Sequence[str] = (*METRICS, "youden"),
-                    ci: str = "wilson", conf_level: float = 0.95) -> pd.DataFrame:
+                    ci: str = "wilson", conf_level: float = 0.95,
+                    cluster: str | None = None) -> pd.DataFrame:
     """Every metric per model across ``thresholds`` and the stability of the ranking.
 
     Parameters
@@ -407,18 +539,26 @@ def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
         :func:`scan_level`, else the middle of ``thresholds``.
     metrics : metric names (sensitivity, specificity, ppv, npv, accuracy, f1, youden)
     ci : proportion interval for the proportions (wilson, clopper-pearson, jeffreys)
+    cluster : column whose repeated values mark scans of one patient (e.g.
+        ``"patient_id"``): the proportions' intervals become "<ci>-cluster" (the interval at
+        Korn & Graubard's effective sample size; :mod:`stats.clustered`), as in
+        :func:`stats.subgroup_metrics`.
 
     Returns
     -------
     Tidy DataFrame. Metric rows: ``estimand`` (metric), ``model``, ``group_var`` and
     ``group_level`` "overall", ``estimate``, ``conf_low``/``conf_high`` (proportions;
-    NaN for f1 and youden), ``n``, ``n_pos``, ``n_neg``, ``method``, ``flag``, extras
-    ``threshold``, ``numerator``, ``denominator``, ``ranked_by`` (empty). Ranking rows:
+    NaN for f1 and youden), ``n``, ``n_pos``, ``n_neg``, ``method``, ``flag``
+    (not_estimable, deff_not_estimable), ``std_error`` (the cluster-robust SE with
+    ``cluster``, else NaN), extras ``threshold``, ``numerator``, ``denominator``,
+    ``ranked_by`` (empty), ``design_effect`` and ``n_effective`` (of the proportions'
+    intervals: 1 and the denominator without ``cluster``), ``n_clusters`` (clusters with
+    a scan in the denominator; NaN without ``cluster``). Ranking rows:
     ``estimand`` "kendall_tau", ``model`` "all", ``estimate`` Kendall's tau-b between the
     models' values of ``ranked_by`` at ``threshold`` and at the chosen threshold(s),
     ``n`` the number of models, ``method`` "kendall-tau-b".
     """
-    cm = case_matrix(cases, None, need_pred=False)
+    cm = case_matrix(cases, None, need_pred=False, cluster=cluster)
     thr = np.asarray(sorted(set(float(t) for t in thresholds)), dtype="float64")
     if chosen is None:
         if "threshold" in cases.columns:
@@ -438,22 +578,37 @@ def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
         values[tag] = (vals, fr)
     vals, fr = values["sweep"]
     T, M = len(thr), len(cm.models)
+    bad = [k for k in metrics if k not in vals]
+    if bad:
+        raise ValueError(f"metrics: unknown metric {bad[0]!r}; choose from {(*METRICS, 'youden')}")
+    props = [k for k in metrics if k in PROPORTIONS]
+    clus = _sweep_clusters(cm, thr, props, ci, conf_level) if cluster is not None else {}
+    nan = np.full((T, M), np.nan)
     for k in metrics:
-        if k not in vals:
-            raise ValueError(f"metrics: unknown metric {k!r}; choose from {(*METRICS, 'youden')}")
-        num, den = fr.get(k, (np.full((T, M), np.nan), np.full((T, M), np.nan)))
+        num, den = fr.get(k, (nan, nan))
         is_prop = k in PROPORTIONS
-        lo, hi = (proportion_ci(num, den, method=ci, conf_level=conf_level) if is_prop
-                  else (np.full((T, M), np.nan),) * 2)
+        flag = np.where(np.isnan(vals[k]), "not_estimable", "").astype(object)
+        se, n_cl = nan, nan
+        deff = np.where(is_prop & (den > 0), 1.0, np.nan)
+        n_eff = np.where(is_prop & (den > 0), den, np.nan)
+        if k in clus:
+            c = clus[k]
+            lo, hi, se, deff, n_eff, n_cl = (c["conf_low"], c["conf_high"], c["std_error"],
+                                             c["design_effect"], c["n_effective"], c["n_clusters"])
+            flag = np.where(c["not_estimable"] & (flag == ""), FLAG_DEFF, flag)
+        elif is_prop:
+            lo, hi = proportion_ci(num, den, method=ci, conf_level=conf_level)
+        else:
+            lo, hi = nan, nan
         frames.append(pd.DataFrame({
             "estimand": k, "model": np.tile(np.array(cm.models, dtype=object), T),
             "group_var": OVERALL, "group_level": OVERALL,
-            "estimate": vals[k].ravel(), "conf_low": lo.ravel(), "conf_high": hi.ravel(),
-            "conf_level": conf_level, "n": P + N, "n_pos": P, "n_neg": N,
-            "method": ci if is_prop else "none",
-            "flag": np.where(np.isnan(vals[k].ravel()), "not_estimable", ""),
-            "threshold": np.repeat(thr, M), "numerator": num.ravel(),
-            "denominator": den.ravel(), "ranked_by": ""}))
+            "estimate": vals[k].ravel(), "std_error": se.ravel(), "conf_low": lo.ravel(),
+            "conf_high": hi.ravel(), "conf_level": conf_level, "n": P + N, "n_pos": P,
+            "n_neg": N, "method": (ci + SUFFIX if k in clus else ci) if is_prop else "none",
+            "flag": flag.ravel(), "threshold": np.repeat(thr, M), "numerator": num.ravel(),
+            "denominator": den.ravel(), "ranked_by": "", "design_effect": deff.ravel(),
+            "n_effective": n_eff.ravel(), "n_clusters": n_cl.ravel()}))
         tau = kendall_tau_b(vals[k], values["ref"][0][k][0])
         frames.append(pd.DataFrame({
             "estimand": "kendall_tau", "model": "all", "group_var": OVERALL,

@@ -35,7 +35,7 @@ def test_demo_plan_loads_with_relative_paths_and_hash():
     assert plan.cases == (DEMO / "cases.parquet").resolve()
     assert plan.detection.threshold_value == 50 and plan.detection.prespecified_threshold
     assert ("age_group", "phase") in plan.detection.subgroups
-    assert plan.crs.n_boot == 1000 and plan.crs.k == 3
+    assert plan.crs.n_boot == 10_000 and plan.crs.k == 3
     assert len(plan.sha256) == 64
     assert [b.name for b in plan.detection.bins] == ["age_group", "size_group"]
 

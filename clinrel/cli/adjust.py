@@ -3,27 +3,25 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, get_args
 
 import typer
+
+from stats.adjust import MeansKind as _MeansKind
+from stats.models import Method as _Method
+from stats.models import Population as _Population
 
 from ._common import ForceOpt, InputError, check_out_files, guarded, write_table
 
 
-class Method(str, Enum):
-    glmm = "glmm"
-    gee = "gee"
-    fixed = "fixed"
+def _choices(name: str, literal) -> type[Enum]:
+    """A CLI choice list made from the stats Literal (one definition of the allowed values)."""
+    return Enum(name, {v: v for v in get_args(literal)}, type=str)
 
 
-class Population(str, Enum):
-    positives = "positives"
-    negatives = "negatives"
-
-
-class MeansKind(str, Enum):
-    emmeans = "emmeans"
-    standardized = "standardized"
+Method = _choices("Method", _Method)
+Population = _choices("Population", _Population)
+MeansKind = _choices("MeansKind", _MeansKind)
 
 
 def _parse_levels(specs: list[str]) -> dict[str, list[str]]:

@@ -25,17 +25,21 @@ import hashlib
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 
+from stats.adjust import MeansKind
 from stats.bootstrap import CI_METHODS as BOOT_INTERVALS
+from stats.detection import Criterion
+from stats.models import Method, Population
 from stats.schema import ContractError
 from stats.intervals import AUC_SCALES, PROPORTION_METHODS
 
 #: proportion intervals; "bootstrap" puts every count metric on the cluster bootstrap
 CI_METHODS = (*PROPORTION_METHODS, "bootstrap")
-CRITERIA = ("youden", "target_specificity")
-ADJUST_METHODS = ("glmm", "gee", "fixed")
+# choice lists come from the stats signatures (one definition: the Literal types)
+CRITERIA = get_args(Criterion)
+ADJUST_METHODS = get_args(Method)
 BLOCKS = ("site", "protocol", "demographics", "tumour")
 
 MSG_KEY = "{file}: unknown key '{key}'{where}; allowed keys: {allowed}; {hint}"
@@ -261,14 +265,14 @@ BOOT_KEYS = {"n_boot": "", "seed": "", "strata": "", "boot_ci": ""}
 ADJ_KEYS = {"formula": "", "methods": "", "group": "", "blocks": "", "population": "",
             "nagq": "", "levels": "", "model": "", "bias_reduced": "", "means": "",
             "means_kind": ""}
-MEANS_KINDS = ("emmeans", "standardized")
+MEANS_KINDS = get_args(MeansKind)
 FMAP_KEYS = {"rows": "", "cols": "", "pooled": ""}
 PRECISION_KEYS = {"target_half_width": "", "icc": ""}
 CRS_KEYS = {"bootstrap": "", "k": "", "n_weights": "", "conf_level": ""}
 CRS_BOOT_KEYS = {"n_boot": "", "seed": ""}
 CAL_KEYS = {"bootstrap": ""}
 CAL_BOOT_KEYS = {"n_boot": "", "seed": ""}
-POPULATIONS = ("positives", "negatives")
+POPULATIONS = get_args(Population)
 PRIVACY_KEYS = {"allow_identifiers": "", "pseudonymize_ids": "", "salt": ""}
 METADATA_KEYS = {"label_error": "", "prefer": "", "n_imputations": "", "seed": ""}
 
