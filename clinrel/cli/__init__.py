@@ -16,7 +16,7 @@ app = typer.Typer(
 )
 
 #: command modules, in help order; a module not yet present is skipped
-_COMMAND_MODULES = ("core", "detection", "adjust", "crs", "report", "infer", "metadata",
+_COMMAND_MODULES = ("core", "plan", "detection", "adjust", "crs", "report", "infer", "metadata",
                     "plansize")
 
 for _name in _COMMAND_MODULES:

@@ -28,12 +28,32 @@ def by_axes(values: list[str] | None) -> list:
     return [v.split(":") if ":" in v else v for v in (values or [])]
 
 
+def bins_block(values: list[str] | None) -> dict:
+    """``--bin age=0,40,60,75[:name]`` as the plan's ``detection.bins``: ``{"age": {"breaks":
+    [0, 40, 60, 75]}}`` (the new column is ``age_group`` unless named; left-closed
+    intervals; ``inf`` allowed)."""
+    out: dict = {}
+    for v in values or []:
+        column, _, rest = v.partition("=")
+        cuts, _, name = rest.partition(":")
+        try:
+            breaks = [float(x) for x in cuts.split(",")] if cuts.strip() else []
+        except ValueError:
+            breaks = []
+        if not column.strip() or not breaks or (":" in rest and not name.strip()):
+            raise InputError(f"--bin {v!r}: write COLUMN=BREAK,BREAK,...[:NAME], e.g. "
+                             "--bin age=0,40,60,75 or --bin age=0,40,60,75:age_band "
+                             "(left-closed intervals; inf for no upper bound)")
+        out[column.strip()] = {"breaks": breaks, **({"name": name.strip()} if name else {})}
+    return out
+
+
 #: plan keys as the commands' options name them (a command's plan error names the option)
 OPTION_OF_KEY = {
     "detection.threshold.value": "--threshold", "detection.threshold.criterion": "--criterion",
     "detection.threshold.target": "--target-specificity", "detection.ci": "--ci",
     "detection.auc_scale": "--auc-scale", "detection.conf_level": "--conf-level",
-    "detection.small_n": "--small-n", "detection.subgroups": "--by",
+    "detection.small_n": "--small-n", "detection.subgroups": "--by", "detection.bins": "--bin",
     "detection.compare_by": "--by", "detection.bootstrap.n_boot": "--n-boot",
     "detection.bootstrap.seed": "--seed", "detection.bootstrap.boot_ci": "--boot-ci",
     "detection.adjusted.formula": "--formula", "detection.adjusted.group": "--group",
@@ -112,7 +132,13 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @guarded
     def subgroups(
-        cases: CasesArg, out: OutOpt, by: ByOpt = None, threshold: ThresholdOpt = None,
+        cases: CasesArg, out: OutOpt, by: ByOpt = None,
+        bin: Annotated[Optional[list[str]], typer.Option(
+            "--bin", help="Cut a numeric column into a new axis, as the plan's "
+                          "detection.bins (repeatable): age=0,40,60,75 adds age_group with "
+                          "levels 0-40, 40-60, 60-75 (left-closed; inf for no upper bound); "
+                          "age=0,40,60,75:age_band names it age_band. Name it in --by.")] = None,
+        threshold: ThresholdOpt = None,
         criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
         ci: Annotated[str, typer.Option(help="Proportion intervals: wilson, clopper-pearson or "
                                              "jeffreys.")] = "wilson",
@@ -138,7 +164,7 @@ def register(app: typer.Typer) -> None:
         check_out_files([("--out", out)], force=force, inputs=[cases])
         det = {"threshold": threshold_block(threshold, criterion, target_specificity),
                "ci": ci, "auc_scale": auc_scale, "conf_level": conf_level,
-               "subgroups": by_axes(by), "small_n": small_n}
+               "subgroups": by_axes(by), "small_n": small_n, "bins": bins_block(bin)}
         if n_boot:
             det["bootstrap"] = {"n_boot": n_boot, "boot_ci": boot_ci,
                                 **({"seed": seed} if seed is not None else {})}

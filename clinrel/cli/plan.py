@@ -1,0 +1,291 @@
+"""``clinrel plan init CASES --out plan.yaml``: a commented analysis plan for a user's table.
+
+The table is validated (``stats.read_cases``), its columns are sorted into what the plan
+can use, and a plan is written whose every choice is a proposal marked *prespecified*:
+subgroup axes from the categorical columns, bins for ``age`` and ``tumor_size_mm``, the
+threshold rule, intervals, a seeded bootstrap, an adjusted model when there are several
+sites. The user edits it before seeing any result; ``clinrel report --plan`` renders it.
+Nothing here looks at the outcomes (label x call): proposals come from column names, types
+and level counts only, so the plan stays prespecified.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ._common import ForceOpt, InputError, guarded
+
+#: numeric columns binned by default: column -> (new name, breaks, labels); the demo's
+BIN_PRESETS = {
+    "age": ("age_group", (0, 40, 60, 75, math.inf), ("<40", "40-59", "60-74", "75+")),
+    "tumor_size_mm": ("size_group", (0, 10, 20, 40, math.inf),
+                      ("<10 mm", "10-19 mm", "20-39 mm", ">=40 mm")),
+}
+#: axes listed first, in this order (DESIGN.md's subgroups)
+AXIS_ORDER = ("phase", "age_group", "sex", "race", "size_group", "site", "scanner",
+              "tumor_location")
+#: columns of the cases contract that are never subgroup axes
+NOT_AXES = ("case_id", "model", "label", "score", "pred", "split", "patient_id")
+#: a text column with more levels than this is not proposed as an axis
+MAX_LEVELS = 20
+#: a numeric column with at most this many values is proposed as a categorical axis
+MAX_NUMERIC_LEVELS = 6
+N_BOOT = 2000
+SEED = 20260101
+#: sites needed before a random site intercept (GLMM) and GEE are proposed
+MIN_SITES_GLMM = 5
+
+MSG_PLAN_SUFFIX = "--out {out}: a plan is a YAML file; give a path ending in .yaml or .yml"
+
+
+@dataclass
+class Proposal:
+    """What ``plan init`` proposes for a table (and why each column is or is not used)."""
+
+    n_rows: int
+    n_cases: int
+    models: list[str]
+    sites: list[str]
+    implicit_site: bool
+    threshold: dict
+    threshold_note: str
+    axes: list = field(default_factory=list)
+    bins: dict = field(default_factory=dict)
+    unused: dict[str, str] = field(default_factory=dict)
+    identifiers: list[str] = field(default_factory=list)
+    strata: str | None = None
+    adjusted: dict | None = None
+    failure_map: tuple[str, str] | None = None
+
+
+def _threshold(cases, threshold: float | None) -> tuple[dict, str]:
+    """The threshold rule: given, else the table's pred, else a validation split (Youden),
+    else a conventional value by the score's scale (never chosen from the outcomes)."""
+    if threshold is not None:
+        return {"value": threshold}, "given with --threshold"
+    if "pred" in cases.columns:
+        return {"given": True}, "the table has a pred column: its calls are used as they are"
+    if "split" in cases.columns and (cases["split"] == "validation").any() \
+            and (cases["split"] == "test").any():
+        return ({"criterion": "youden"},
+                "the table has validation and test splits: the threshold is chosen on "
+                "validation (Youden) and frozen for test")
+    if cases["score"].max() <= 1:
+        return {"value": 0.5}, ("conventional value for probabilities (scores lie in [0, 1]); "
+                                "replace it by your prespecified threshold")
+    return {"value": 1}, ("conventional value for voxel counts: any predicted tumour voxel "
+                          "is a positive call; replace it by your prespecified threshold")
+
+
+def propose(cases, *, threshold: float | None = None) -> Proposal:
+    """Sort the columns of a validated cases table into axes, bins and unused columns."""
+    from stats.analysis.inputs import identifier_columns
+
+    per_case = cases.drop_duplicates("case_id")
+    thr, note = _threshold(cases, threshold)
+    p = Proposal(n_rows=len(cases), n_cases=len(per_case),
+                 models=[str(m) for m in cases["model"].unique()],
+                 sites=sorted(map(str, per_case["site"].unique())),
+                 implicit_site=bool(cases.attrs.get("implicit_site")), threshold=thr,
+                 threshold_note=note)
+    p.identifiers = identifier_columns(cases.columns)
+    axes = []
+    for col in cases.columns:
+        if col in NOT_AXES or col in p.identifiers:
+            continue
+        values = per_case[col].dropna()
+        n_levels = values.nunique()
+        numeric = values.dtype.kind in "fiu" and values.dtype.kind != "b"
+        if col in BIN_PRESETS and numeric:
+            name, breaks, labels = BIN_PRESETS[col]
+            if name in cases.columns:
+                p.unused[col] = f"the table already has {name}, used instead"
+                continue
+            p.bins[col] = {"name": name, "breaks": list(breaks), "labels": list(labels)}
+            axes.append(name)
+        elif col == "site" and n_levels < 2:
+            p.unused[col] = "one site (implicit)" if p.implicit_site else "one site"
+        elif n_levels < 2:
+            p.unused[col] = "a single level"
+        elif numeric and n_levels > MAX_NUMERIC_LEVELS:
+            p.unused[col] = (f"numeric with {n_levels} values: add a bin under "
+                             "detection.bins to use it as an axis")
+        elif n_levels > min(MAX_LEVELS, max(2, p.n_cases // 5)):
+            p.unused[col] = f"{n_levels} levels: too many for a subgroup axis"
+        else:
+            axes.append(col)
+    known = [a for a in AXIS_ORDER if a in axes]
+    p.axes = known + [a for a in axes if a not in known]
+    if "age_group" in p.axes and "phase" in p.axes:
+        p.axes.append(["age_group", "phase"])
+        p.failure_map = ("age_group", "phase")
+    if len(p.sites) > 1:
+        one_site = per_case.groupby("patient_id")["site"].nunique().max() <= 1
+        p.strata = "site" if one_site else None
+        terms = [a for a in p.axes if isinstance(a, str) and a != "site"]
+        if terms:
+            blocks = {"protocol": [t for t in terms if t in ("phase", "scanner")],
+                      "demographics": [t for t in terms if t in ("age_group", "sex", "race")],
+                      "tumour": [t for t in terms if t in ("size_group", "tumor_location")]}
+            p.adjusted = {"formula": "detected ~ " + " + ".join(terms),
+                          "methods": ["glmm", "gee"] if len(p.sites) >= MIN_SITES_GLMM
+                          else ["fixed"],
+                          "group": "site", "blocks": {k: v for k, v in blocks.items() if v}}
+    return p
+
+
+#: texts written without quotes (YAML reads them back as the same text)
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_YAML_WORDS = ("true", "false", "yes", "no", "on", "off", "null", "y", "n")
+
+
+def _y(value) -> str:
+    """A YAML scalar or flow list (JSON strings are YAML; infinities as .inf)."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_y(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    if isinstance(value, (int, float)):
+        return str(int(value)) if float(value).is_integer() else repr(float(value))
+    text = str(value)
+    if _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS:
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+def render_plan(p: Proposal, *, cases_path: str, source: str) -> str:
+    """The commented plan.yaml of a :class:`Proposal`."""
+    today = _dt.date.today().isoformat()
+    L = [f"# Analysis plan written by `clinrel plan init` on {today} for {source}",
+         f"# ({p.n_rows} rows: {p.n_cases} cases x {len(p.models)} model(s): "
+         f"{', '.join(p.models)}; {len(p.sites)} site(s)).",
+         "#",
+         "# Every choice below is a PROPOSAL made from the column names, types and level",
+         "# counts only (no outcome was looked at). Edit it BEFORE you look at any result;",
+         "# then it is your prespecified analysis (STARD 2015 items 12a and 17), recorded",
+         "# by its SHA-256 in the report's manifest. Keys: docs/plan.md.",
+         "# Render: clinrel report --plan THIS_FILE --out report",
+         "version: 1",
+         f"title: {_y('Reliability appendix: ' + Path(source).stem)}",
+         "inputs:",
+         f"  cases: {_y(cases_path)}       # relative to this file's folder",
+         "detection:"]
+    if p.implicit_site:
+        L.insert(5, "# The table has no site column: a single-site study (one implicit site, "
+                    "'single_site').")
+    L += ["  threshold:                      # prespecified: " + p.threshold_note]
+    L += [f"    {k}: {_y(v)}" for k, v in p.threshold.items()]
+    L += ["  ci: wilson                      # prespecified: Wilson score intervals for "
+          "proportions",
+          "  auc_scale: auc                  # prespecified: DeLong AUC interval (as pROC)",
+          "  conf_level: 0.95                # prespecified",
+          "  small_n: 10                     # cells with a denominator below 10 are flagged"]
+    if p.axes:
+        L += ["  subgroups:                      # prespecified axes (categorical columns)"]
+        L += [f"    - {_y(a)}" for a in p.axes]
+    else:
+        L += ["  subgroups: []                   # no categorical column found: overall only"]
+    if p.bins:
+        L += ["  bins:                           # prespecified cut points (left-closed)"]
+        for col, b in p.bins.items():
+            L += [f"    {col}:", f"      name: {_y(b['name'])}",
+                  f"      breaks: {_y(b['breaks'])}", f"      labels: {_y(b['labels'])}"]
+    L += ["  bootstrap:                      # prespecified: paired cluster bootstrap "
+          "(F1 intervals)",
+          f"    n_boot: {N_BOOT}",
+          f"    seed: {SEED}                # fixed seed: the report is reproducible"]
+    if p.strata:
+        L += [f"    strata: {_y(p.strata):<26}# resample patients within sites"]
+    L += ["    boot_ci: percentile"]
+    if p.adjusted:
+        a = p.adjusted
+        L += ["  adjusted:                       # prespecified confounding-adjusted model of "
+              "sensitivity",
+              f"    formula: {_y(a['formula'])}",
+              f"    methods: {_y(a['methods'])}"
+              + ("" if "glmm" in a["methods"] else
+                 f"   # fewer than {MIN_SITES_GLMM} sites: site as a fixed effect"),
+              f"    group: {_y(a['group'])}"]
+        if a["blocks"]:
+            L += ["    blocks:                       # each block gets a likelihood-ratio test"]
+            L += [f"      {k}: {_y(v)}" for k, v in a["blocks"].items()]
+    else:
+        why = "a single site" if len(p.sites) < 2 else "no covariate axis"
+        L += [f"  # adjusted: left out ({why}); see docs/plan.md to add one"]
+    if p.failure_map:
+        L += ["  failure_map:                    # sensitivity over age group x phase",
+              f"    rows: {_y(p.failure_map[0])}", f"    cols: {_y(p.failure_map[1])}"]
+    L += ["privacy:",
+          "  allow_identifiers: false        # columns that look like identifiers are refused"]
+    for col, why in p.unused.items():
+        L.append(f"# column not used: {col} ({why})")
+    for col in p.identifiers:
+        L.append(f"# column {col} looks like a direct identifier: drop it from the table "
+                 "before the report (or set privacy.allow_identifiers: true)")
+    axes = ", ".join(":".join(a) if isinstance(a, list) else a for a in p.axes) or "none"
+    summary = (f"Threshold: {', '.join(f'{k} {v}' for k, v in p.threshold.items())}; Wilson "
+               f"intervals, DeLong AUC; subgroup axes: {axes}; bootstrap {N_BOOT} replicates, "
+               f"seed {SEED}" + (f"; adjusted model {p.adjusted['formula']}"
+                                 if p.adjusted else "") + ".")
+    L += ["prespecified:", f"  - {_y(summary)}",
+          "exploratory:", f"  - {_y('Threshold sweep, and any subgroup not listed above.')}",
+          ""]
+    return "\n".join(L)
+
+
+def register(app: typer.Typer) -> None:
+    plan_app = typer.Typer(help="Write an analysis plan for your own table.",
+                           no_args_is_help=True)
+
+    @plan_app.command("init")
+    @guarded
+    def init(
+        cases: Annotated[Path, typer.Argument(help="Your cases table (.csv, .tsv or "
+                                                   ".parquet).")],
+        out: Annotated[Path, typer.Option(help="The plan file to write (.yaml).")] = Path(
+            "plan.yaml"),
+        threshold: Annotated[Optional[float], typer.Option(
+            help="Your prespecified threshold (pred = score >= THRESHOLD); without it the "
+                 "table's pred column, a validation split (Youden) or a conventional value "
+                 "is proposed.")] = None,
+        force: ForceOpt = False,
+        quiet: Annotated[bool, typer.Option("--quiet", help="No summary output.")] = False,
+    ) -> None:
+        """Write a commented plan.yaml for CASES: columns detected, axes and bins proposed,
+        every choice marked prespecified. Edit it, then run clinrel report --plan."""
+        import stats
+        from clinrel.outputs import atomic_file, check_out_file
+
+        if out.suffix.lower() not in (".yaml", ".yml"):
+            raise InputError(MSG_PLAN_SUFFIX.format(out=out))
+        table = stats.read_cases(cases)
+        check_out_file(out, force=force, inputs=[cases], suffixes=(".yaml", ".yml"))
+        p = propose(table, threshold=threshold)
+        rel = os.path.relpath(Path(cases).absolute(), Path(out).absolute().parent)
+        text = render_plan(p, cases_path=Path(rel).as_posix(), source=str(cases))
+        with atomic_file(out) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+        if not quiet:
+            axes = ", ".join(":".join(a) if isinstance(a, list) else a for a in p.axes)
+            typer.echo(f"plan written to {out}: axes {axes or 'none'}; "
+                       f"bins {', '.join(b['name'] for b in p.bins.values()) or 'none'}; "
+                       f"threshold {p.threshold_note}")
+            if p.implicit_site:
+                typer.echo("  no site column: a single-site study (one implicit site)")
+            for col in p.identifiers:
+                typer.echo(f"  warning: column {col} looks like an identifier; drop it "
+                           "before the report", err=True)
+            typer.echo(f"  edit it before looking at results, then: clinrel report --plan "
+                       f"{out} --out report")
+
+    app.add_typer(plan_app, name="plan")
