@@ -126,12 +126,24 @@ def build(study) -> Section:
                     "df": "df", "p": "p"},
             notes=(f"The {group} row tests the random intercept against a model without it "
                    "(boundary: 50:50 mixture of chi-square(0) and chi-square(1)).",))
-    # ---- variance decomposition
+    # ---- variance decomposition; every fit states the scans it used and why others were left out
+    miss = res["adjusted_missing"]
+
+    def miss_for(g: pd.DataFrame) -> pd.DataFrame:
+        return g[["model", "fit_method"]].merge(miss, on=["model", "fit_method"], how="left")
+
+    ex = miss[miss["n_excluded"] > 0]
+    excluded_note = ("Scans left out of a fit: " + "; ".join(
+        f"{r.model}, {METHOD_LABEL.get(r.fit_method, r.fit_method)}: {r.n_excluded} "
+        f"({r.reason})" for r in ex.itertuples()) + "." if len(ex) else
+        "Every fit used every scan of its population (no missing covariate).")
     glance = res["adjusted_glance"]
     disp_v = pd.DataFrame({
         "model": glance["model"].astype(str),
         "method": glance["fit_method"].map(METHOD_LABEL),
-        "nobs": glance["nobs"].map(text.count), "groups": glance["n_groups"].map(text.count),
+        "nobs": [f"{text.count(u)} of {text.count(n)}" for u, n in zip(
+            miss_for(glance)["n_used"], miss_for(glance)["n_population"])],
+        "groups": glance["n_groups"].map(text.count),
         "sd": [text.num(x, 3) for x in glance["group_sd"]],
         "r2m": [text.num(x) for x in glance["r2_marginal"]],
         "r2c": [text.num(x) for x in glance["r2_conditional"]],
@@ -141,12 +153,12 @@ def build(study) -> Section:
         f"SD (log-odds) and latent-scale R\u00b2 (marginal: fixed effects; conditional: "
         f"fixed + {group}; Nakagawa, GLMM rows only: GEE coefficients are not on the latent "
         f"scale and site-fixed R\u00b2 would count the site dummies, so they show a dash).",
-        data=glance, display=disp_v,
-        labels={"model": "Model", "method": "Method", "nobs": "Positives", "groups": "Groups",
+        data=miss_for(glance).merge(glance, on=["model", "fit_method"]), display=disp_v,
+        labels={"model": "Model", "method": "Method", "nobs": "Scans used", "groups": "Groups",
                 "sd": f"{group} SD", "r2m": "R\u00b2 marginal", "r2c": "R\u00b2 conditional",
                 "conv": "Converged"},
         notes=("Nakagawa & Schielzeth latent-scale R\u00b2; warnings per fit are in "
-               "tables/adjusted_variance.csv.",))
+               "tables/adjusted_variance.csv.", excluded_note))
     # ---- adjusted vs crude
     cmp = res["adjusted_vs_crude"]
     fig = None

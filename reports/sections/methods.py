@@ -80,6 +80,12 @@ def _detection(study) -> list[str]:
                    "independent.")
     if "multiplicity" in res.decisions:
         out.append("Multiplicity: " + res.decisions["multiplicity"])
+    out.append("Missing data: a missing subgroup value is a level of its own (\"Missing\"), "
+               "so every axis's levels add up to the evaluated scans; tumour size and location "
+               "of reference-negative scans read \"not applicable\" (the attribute does not "
+               "exist), not missing. The adjusted models use the scans with every formula "
+               "variable present (R's na.omit); the scans each fit left out, and why, are "
+               "counted under the variance table.")
     if det.bins:
         out.append("Bins (left-closed intervals): " + md("; ".join(
             f"{b.column} \u2192 {b.name} ({', '.join(b.labels)})" for b in det.bins)) + ".")

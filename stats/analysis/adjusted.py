@@ -138,6 +138,32 @@ def adjusted_terms(results) -> pd.DataFrame:
                      ignore_index=True)
 
 
+@analysis("adjusted_missing", wanted=_wants)
+def adjusted_missing(results) -> pd.DataFrame:
+    """Per model: the scans of the modelled population, how many each fit used, how many it
+    left out and why (a missing value in a formula variable, per variable; R's na.omit).
+    The complete-case refit's exclusions (race Unknown) are its own row."""
+    adj = results.plan.detection.adjusted
+    rows = results["adjusted_rows"]
+    positives = adj.get("population", "positives") == "positives"
+    pop = rows[rows["label"] == (1 if positives else 0)]
+    cols = formula_columns(adj["formula"], rows.columns)
+    glance = results["adjusted_glance"]
+    out = []
+    for model, g in pop.groupby("model", sort=False):
+        na = g[cols].isna()
+        reason = "; ".join(f"{c}: {int(n)} missing" for c, n in na.sum().items() if n) or ""
+        for fit in glance.loc[glance["model"] == model, "fit_method"]:
+            used = int(glance.loc[(glance["model"] == model) & (glance["fit_method"] == fit),
+                                  "nobs"].iloc[0])
+            why = reason
+            if fit == "glmm_cc":
+                why = "; ".join(x for x in (reason, f"race {UNKNOWN} (complete case)") if x)
+            out.append({"model": model, "fit_method": fit, "n_population": len(g),
+                        "n_used": used, "n_excluded": len(g) - used, "reason": why})
+    return pd.DataFrame(out)
+
+
 @analysis("adjusted_glance", wanted=_wants)
 def adjusted_glance(results) -> pd.DataFrame:
     """Fit statistics per model and fit (n, groups, group SD, R2, convergence, warnings)."""
