@@ -19,9 +19,9 @@ ITEMS = (
     ("STARD 2015", "14", "Methods for estimating or comparing measures of diagnostic accuracy",
      ("methods", "comparisons")),
     ("STARD 2015", "15-16", "Handling of indeterminate results and missing data",
-     ("flow", "cohort")),
+     ("methods", "flow", "cohort", "adjusted")),
     ("STARD 2015", "17", "Analyses of variability in diagnostic accuracy, pre-specified vs "
-     "exploratory", ("subgroups", "forest", "failure_map", "adjusted")),
+     "exploratory", ("methods", "subgroups", "precision", "forest", "failure_map", "adjusted")),
     ("STARD 2015", "19", "Flow of participants, using a diagram", ("flow",)),
     ("STARD 2015", "20", "Baseline demographic and clinical characteristics", ("cohort",)),
     ("STARD 2015", "23", "Cross tabulation of the index test results by the reference standard",
@@ -30,7 +30,7 @@ ITEMS = (
      ("overall", "subgroups")),
     ("STARD 2015", "other items", "Title, abstract, design, participants, test methods, "
      "sample size, discussion, registration, protocol, funding", ()),
-    ("TRIPOD+AI", "11", "Missing data", ("flow", "cohort")),
+    ("TRIPOD+AI", "11", "Missing data", ("methods", "cohort", "adjusted")),
     ("TRIPOD+AI", "12e", "Performance measures and their uncertainty",
      ("methods", "overall", "calibration", "crs")),
     ("TRIPOD+AI", "14", "Fairness: methods to assess performance across groups",
