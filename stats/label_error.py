@@ -11,9 +11,9 @@ disagreement and review outcomes in the metadata evidence table.
 
 Label-error table: ``field, recorded_value, true_value, probability`` with probability
 = P(true value | recorded value), summing to 1 over true values for each recorded value.
-Any further column (e.g. ``site``) is a key that must also be a column of the cases: its
-rows then apply to the cases with that key (error rates that differ by institution), and
-each ``field`` x key x ``recorded_value`` sums to 1.
+Any further column (e.g. ``site``; not ``n_recorded``, ``n_reviewed``) is a key that must
+also be a column of the cases: its rows then apply to the cases with that key (error rates
+that differ by institution), and each ``field`` x key x ``recorded_value`` sums to 1.
 
 Estimand: for the level L of an axis, the detection metric among scans whose TRUE level
 is L in the population the study's scans represent (e.g. sensitivity = P(call positive |
@@ -32,6 +32,8 @@ from scipy import stats as sps
 from stats._rng import as_generator
 from stats.detection import (
     GROUP_COLS,
+    MISSING,
+    NOT_APPLICABLE,
     OVERALL,
     CaseMatrix,
     _levels,
@@ -48,6 +50,8 @@ __all__ = ["LABEL_ERROR_COLUMNS", "check_label_error", "compare_naive", "error_a
 
 #: the required columns of a label-error table
 LABEL_ERROR_COLUMNS = ("field", "recorded_value", "true_value", "probability")
+#: columns that :func:`misclassification_from_review` adds for information (not keys)
+INFO_COLUMNS = ("n_recorded", "n_reviewed")
 #: flag of the rows of a level some of whose cases have a recorded value the table lacks
 FLAG_UNCOVERED = "label_error_uncovered"
 #: flag of AUC rows on an error-prone axis (the imputation model conditions on the calls,
@@ -79,6 +83,8 @@ MSG_NO_FIELD = ("label_error: no field of the table ({fields}) is a column of th
 MSG_CI = ("label_error: ci={ci!r} cannot carry metadata error (the bootstrap resamples scans "
           "with their recorded levels); use ci='wilson', 'clopper-pearson' or 'jeffreys'")
 MSG_IMPUTATIONS = "n_imputations must be an integer >= 2; got {m!r}"
+MSG_CONTEXT = ("context: column(s) {columns} are not columns of the cases; name columns the "
+               "outcome model should condition on (e.g. 'site')")
 MSG_EVIDENCE = ("evidence: column(s) {columns} missing from the metadata evidence table "
                 "(columns present: {present}); give the table `clinrel metadata extract` wrote")
 MSG_PREFER = ("prefer: extractor(s) {bad} are not in the evidence table (extractors: "
@@ -139,8 +145,9 @@ def check_label_error(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def table_keys(table: pd.DataFrame) -> list[str]:
-    """The key columns of a label-error table (every column beyond the four required)."""
-    return [c for c in table.columns if c not in LABEL_ERROR_COLUMNS]
+    """The key columns of a label-error table (every column beyond the four required and
+    ``INFO_COLUMNS``)."""
+    return [c for c in table.columns if c not in (*LABEL_ERROR_COLUMNS, *INFO_COLUMNS)]
 
 
 # --------------------------------------------------------------------------- the design
@@ -152,7 +159,7 @@ class _Design:
     ``fields`` error-prone fields, ``levels[f]`` their level names (data levels, then the
     table's other values), ``radix`` (K_f + 1 per field; digit K_f = missing); joint true
     state ``s`` in mixed radix over the fields (S states). ``context`` error-free columns
-    of the affected axes and the table's keys (codes ``c``, C values). Per combo ``u``:
+    of the affected axes and the caller's ``context`` (codes ``c``, C values). Per combo ``u``:
     ``prior`` (U x S) = P(true state | recorded values, key), ``k`` = c * P + pattern,
     ``count``; per case: ``combo`` (n), ``ctx`` (n). ``pattern`` = (label, every model's
     call); ``uncovered[f]`` recorded values the table lacks.
@@ -185,16 +192,21 @@ def _affected(specs: list[tuple[str, ...]], fields: set[str]) -> list[int]:
     return [i for i, s in enumerate(specs) if fields & set(s)]
 
 
-def _design(cm: CaseMatrix, specs: list[tuple[str, ...]], table: pd.DataFrame) -> _Design:
+def _design(cm: CaseMatrix, specs: list[tuple[str, ...]], table: pd.DataFrame,
+            context: Sequence[str] = ()) -> _Design:
     cov = cm.covariates
     keys = table_keys(table)
     lacking = [k for k in keys if k not in cov.columns]
     if lacking:
         raise ContractError(MSG_TABLE_KEY.format(columns=", ".join(map(repr, lacking))))
+    lacking = [c for c in context if c not in cov.columns]
+    if lacking:
+        raise ContractError(MSG_CONTEXT.format(columns=", ".join(map(repr, lacking))))
     in_table = set(table["field"])
     aff = _affected(specs, in_table)
     fields = list(dict.fromkeys(c for i in aff for c in specs[i] if c in in_table))
-    ctx_cols = list(dict.fromkeys([*(c for i in aff for c in specs[i] if c not in in_table), *keys]))
+    ctx_cols = list(dict.fromkeys([*(c for i in aff for c in specs[i] if c not in in_table),
+                                   *context]))
     n = len(cov)
 
     levels, radix, rid, mats, uncovered = {}, [], [], [], {}
@@ -216,10 +228,12 @@ def _design(cm: CaseMatrix, specs: list[tuple[str, ...]], table: pd.DataFrame) -
         look = pd.MultiIndex.from_arrays([*(kt.to_numpy(object) for kt in key_text), recorded])
         r = idx.get_indexer(look) if len(idx) else np.full(n, -1)
         miss = codes < 0
-        unc = (r < 0) & ~miss
+        # "Missing" / "not applicable" stay as recorded unless the table lists them
+        absent = np.isin(recorded, [MISSING, NOT_APPLICABLE]) & (r < 0)
+        unc = (r < 0) & ~miss & ~absent
         uncovered[f] = sorted(set(np.asarray(names, dtype=object)[codes[unc]]))
         # row ids: table rows, then "recorded value certain" (identity) rows, then missing
-        rid.append(np.where(miss, len(idx) + K, np.where(unc, len(idx) + codes, r)))
+        rid.append(np.where(miss, len(idx) + K, np.where(unc | absent, len(idx) + codes, r)))
         mats.append(np.vstack([P, np.eye(K + 1)]))
         levels[f], radix = names, radix + [K + 1]
 
@@ -267,12 +281,20 @@ def _posterior(pi: np.ndarray, d: _Design) -> np.ndarray:
 
 
 def _fit_outcome(w: np.ndarray, d: _Design, *, prior_mass: float, tol: float,
-                 max_iter: int) -> np.ndarray:
+                 max_iter: int, start: np.ndarray | None = None) -> np.ndarray:
     """EM for the outcome model P(pattern | true state, context) under combo weights ``w``
-    (M x U), vectorized over the M weightings; returns (M, S, C*P)."""
+    (M x U), vectorized over the M weightings, from ``start`` (S, C*P) or from the
+    recorded states; returns (M, S, C*P)."""
     M, U = w.shape
-    S, KP = d.n_states, d.n_context * d.n_patterns
-    alpha = prior_mass / d.n_patterns
+    S, C, P = d.n_states, d.n_context, d.n_patterns
+    KP = C * P
+    # Dirichlet pseudo-counts (prior_mass per state x context), centred on the pattern mix
+    # of the scans recorded in that state (pooled over contexts): sparse state x context
+    # cells shrink toward their state, not toward equal patterns
+    rec = np.zeros((S, P))
+    np.add.at(rec, (d.prior.argmax(1), d.k % P), d.count)
+    centre = (rec + 1 / P) / (rec.sum(1, keepdims=True) + 1)
+    alpha = np.tile(prior_mass * centre, (1, C))  # (S, C * P)
     flat = (np.arange(M * S)[:, None] * KP + d.k[None, :]).ravel()
 
     def m_step(q):  # q (M, S, U): expected complete-data counts per state x context x pattern
@@ -280,12 +302,26 @@ def _fit_outcome(w: np.ndarray, d: _Design, *, prior_mass: float, tol: float,
         return _normalise(np.bincount(flat, weights=z, minlength=M * S * KP)
                           .reshape(M, S, KP) + alpha, d)
 
-    start = np.zeros((M, S, U))  # recorded (most probable) state
-    start[:, d.prior.argmax(1), np.arange(U)] = 1.0
-    pi = m_step(start)
-    for _ in range(max_iter):
-        new = m_step(_posterior(pi, d))
-        done = np.max(np.abs(new - pi)) < tol
+    def em(pi):
+        return m_step(_posterior(pi, d))
+
+    if start is None:
+        q0 = np.zeros((M, S, U))  # recorded (most probable) state
+        q0[:, d.prior.argmax(1), np.arange(U)] = 1.0
+        pi = m_step(q0)
+    else:
+        pi = np.broadcast_to(start, (M, S, KP))
+    for _ in range(max_iter):  # SQUAREM (Varadhan & Roland 2008): two EM steps, extrapolate
+        p1 = em(pi)
+        p2 = em(p1)
+        r, v = p1 - pi, p2 - 2 * p1 + pi
+        nr = np.sqrt((r ** 2).sum((1, 2), keepdims=True))
+        nv = np.sqrt((v ** 2).sum((1, 2), keepdims=True))
+        step = np.minimum(-1.0, -nr / np.where(nv > 0, nv, np.inf))
+        jump = pi - 2 * step * r + step ** 2 * v
+        bad = (jump <= 0).any((1, 2), keepdims=True)  # left the simplex: keep the EM steps
+        new = em(np.where(bad, p2, jump))
+        done = np.max(np.abs(new - p2)) < tol
         pi = new
         if done:
             break
@@ -293,7 +329,7 @@ def _fit_outcome(w: np.ndarray, d: _Design, *, prior_mass: float, tol: float,
 
 
 def impute_states(d: _Design, n_imputations: int, rng: np.random.Generator, *,
-                  prior_mass: float = 1.0, tol: float = 1e-7, max_iter: int = 500) -> np.ndarray:
+                  prior_mass: float = 1.0, tol: float = 1e-6, max_iter: int = 500) -> np.ndarray:
     """Draw ``n_imputations`` true joint states per case: an (M, n) integer array.
 
     Proper imputation by the Bayesian bootstrap: imputation m weights the distinct rows
@@ -304,11 +340,14 @@ def impute_states(d: _Design, n_imputations: int, rng: np.random.Generator, *,
     U, S, n = len(d.count), d.n_states, len(d.combo)
     w = rng.gamma(np.broadcast_to(d.count, (n_imputations, U)))
     out = np.empty((n_imputations, n), dtype=np.int64)
+    # the full-data fit (tight), then each bootstrap fit from it: few EM steps each
+    mle = _fit_outcome(d.count[None], d, prior_mass=prior_mass, tol=tol / 100,
+                       max_iter=10 * max_iter)[0]
     per = max(1, _BLOCK_ELEMENTS // max(1, max(U, n) * S))
     for lo in range(0, n_imputations, per):  # blocks of imputations, vectorized inside
         hi = min(n_imputations, lo + per)
         post = _posterior(_fit_outcome(w[lo:hi], d, prior_mass=prior_mass, tol=tol,
-                                       max_iter=max_iter), d)
+                                       max_iter=max_iter, start=mle), d)
         cdf = np.cumsum(np.swapaxes(post, 1, 2), axis=2)[:, d.combo, :]  # (m, n, S)
         u = rng.random((hi - lo, n, 1)) * cdf[:, :, -1:]
         out[lo:hi] = np.minimum((u >= cdf).sum(2), S - 1)
@@ -390,7 +429,8 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
                         metrics: Sequence[str] = ("sensitivity", "specificity", "ppv", "npv",
                                                   "accuracy", "f1", "auc"),
                         ci: str = "wilson", conf_level: float = 0.95, n_imputations: int = 100,
-                        seed=None, small_n: int = 10, **naive_kw) -> pd.DataFrame:
+                        seed=None, small_n: int = 10, context: Sequence[str] = (),
+                        **naive_kw) -> pd.DataFrame:
     """Detection metrics per subgroup cell with intervals that include metadata error.
 
     Parameters
@@ -406,6 +446,13 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
         Number of imputations M (default 100).
     seed : int, Generator or None
         Randomness of the imputations (same seed, same result).
+    context : column names
+        Further columns the outcome model conditions on (saturated), e.g. ``("site",)``
+        when detection differs by site beyond the true levels AND the error rates differ
+        by site too. Each one splits the model's cells, and sparse cells bias the
+        estimates: in 150 studies of the bench design (2,000 scans, per-site tables, 10%
+        flipped) delayed-phase sensitivity was off by -0.015 with coverage 0.90 with
+        ``("site",)``, by -0.003 with 0.94 without. The default is none.
     **naive_kw : passed to :func:`stats.subgroup_metrics` for the axes without error.
 
     Returns
@@ -421,7 +468,9 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
     ``label_error_uncovered`` (``;``-joined) on the levels of a field some of whose
     scans have a recorded value the table does not list (those scans are taken as
     correctly recorded). Levels that the table names as true values but no scan records
-    are rows too.
+    are rows too. The "Missing" and "not applicable" levels of
+    :func:`stats.detection.case_matrix` stay as they are, unflagged, unless the table
+    lists them as recorded values (then their scans are imputed like any other).
 
     Notes
     -----
@@ -429,13 +478,15 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
     measurement-error correction by Cole, Chu & Greenland (2006). The imputation model is
     P(true | recorded) from the table times an outcome model P(pattern | true, context),
     where the pattern is the scan's reference label and every model's call and the
-    context the error-free columns of the affected intersections and the table's keys;
-    an imputation that ignored the outcome would bias subgroup differences toward zero.
-    Errors of different fields are independent given the truth; the recorded value is
-    non-differential given the true levels and the context. The outcome model's
-    uncertainty is propagated by the Bayesian bootstrap (Rubin 1981; Efron 1994): each
-    imputation refits it by EM under Gamma(count, 1) row weights, then draws each scan's
-    true state from its posterior (all M draws as one (M, n) array, counted with
+    context the error-free columns of the affected intersections (and ``context``); an
+    imputation that ignored the outcome would bias subgroup differences toward zero.
+    Errors of different fields are independent given the truth; the recorded values are
+    non-differential: the outcome pattern depends on them (and on the table's keys) only
+    through the true levels and the context. The outcome model has a Dirichlet prior of
+    one pseudo-scan per state x context cell, centred on the pattern mix of the scans
+    recorded in that state. Its uncertainty is propagated by the Bayesian bootstrap
+    (Rubin 1981; Efron 1994): each imputation refits it by EM (SQUAREM-accelerated) under
+    Gamma(count, 1) row weights, then draws each scan's true state from its posterior (all M draws as one (M, n) array, counted with
     ``np.bincount``). Per imputation the cell's proportion and binomial variance; pooled
     by Rubin's rules with the Barnard-Rubin (1999) df and widened Wilson interval
     (:func:`rubin_proportion`). The table's probabilities are taken as known. Scans are
@@ -450,6 +501,7 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
     Cole SR, Chu H, Greenland S (2006) Int J Epidemiol 35:1074-1081.
     Efron B (1994) JASA 89:463-475. Rubin DB (1981) Ann Stat 9:130-134.
     Lott A, Reiter JP (2020) The American Statistician 74:109-115.
+    Varadhan R, Roland C (2008) Scand J Stat 35:335-353 (SQUAREM, the EM acceleration).
     Lash TL, Fox MP, Fink AK (2009) Applying Quantitative Bias Analysis to Epidemiologic
     Data. Springer.
 
@@ -465,16 +517,18 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
     table = check_label_error(label_error)
     rng = as_generator(seed)
     specs = normalize_by(by)
-    naive = sg.subgroup_metrics(cases, by=by, metrics=metrics, ci=ci, conf_level=conf_level,
-                                seed=rng, small_n=small_n, **naive_kw)
     aff = _affected(specs, set(table["field"]))
     if not aff:
         raise ContractError(MSG_NO_FIELD.format(fields=", ".join(sorted(set(table["field"]))),
                                                 axes=[":".join(s) for s in specs]))
+    # overall and the axes without error, as subgroup_metrics computes them
+    naive = sg.subgroup_metrics(cases, by=[s for i, s in enumerate(specs) if i not in aff],
+                                metrics=metrics, ci=ci, conf_level=conf_level, seed=rng,
+                                small_n=small_n, **naive_kw)
     cm = case_matrix(cases, by)
-    d = _design(cm, specs, table)
+    d = _design(cm, specs, table, tuple(context))
     T = impute_states(d, int(n_imputations), rng)
-    frames = [naive[~naive["group_var"].isin([":".join(specs[i]) for i in aff])]]
+    frames = [naive]
     cells = []
     for i, spec in enumerate(specs):
         if i in aff:

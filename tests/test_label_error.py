@@ -229,9 +229,17 @@ def test_missing_recorded_values_stay_missing(cases, table):
     d.loc[d["case_id"].isin(d["case_id"].unique()[:50]), "phase"] = None
     out = le.error_aware_metrics(d, by=["phase"], label_error=table, metrics=("sensitivity",),
                                  n_imputations=10, seed=0)
-    n_known = d.drop_duplicates("case_id")["phase"].notna().sum()
-    ph = out[(out.group_var == "phase") & (out.model == "model_A")]
-    assert ph["n"].sum() == pytest.approx(n_known)
+    ph = out[(out.group_var == "phase") & (out.model == "model_A")].set_index("group_level")
+    assert ph.n["Missing"] == 50 and ph.flag["Missing"] == ""  # never imputed, not flagged
+    assert ph.fraction_missing_info["Missing"] == 0
+    assert ph["n"].sum() == pytest.approx(d["case_id"].nunique())
+    # a table that lists "Missing" as a recorded value imputes those scans too
+    known = pd.DataFrame([("phase", "Missing", p, 0.25) for p in PHASES],
+                         columns=list(le.LABEL_ERROR_COLUMNS))
+    out = le.error_aware_metrics(d, by=["phase"], label_error=pd.concat([table, known]),
+                                 metrics=("sensitivity",), n_imputations=10, seed=0)
+    ph = out[(out.group_var == "phase") & (out.model == "model_A")].set_index("group_level")
+    assert ph.n["Missing"] == 0 and ph["n"].sum() == pytest.approx(d["case_id"].nunique())
 
 
 def test_compare_naive_side_by_side(cases, table):
@@ -273,6 +281,12 @@ def test_misclassification_from_review_matches_truth():
             == np.bincount(recorded, minlength=3)).all()
     # the agreed-but-wrong scans are the only error left: well below either extractor's rate
     assert 0 < 1 - np.diag(est.loc[levels, levels]).min() < 0.03
+    # the estimated table feeds the error-aware metrics as it is
+    cases = pd.DataFrame({"case_id": ids, "model": "m", "label": true % 2, "score": 0.0,
+                          "pred": (true == 2).astype(int), "site": "s", "phase": levels[recorded]})
+    out = le.error_aware_metrics(cases, by=["phase"], label_error=tab, n_imputations=5, seed=0,
+                                 metrics=("accuracy",))
+    assert set(out.loc[out.group_var == "phase", "method"]) == {"mi-wilson"}
 
 
 def test_misclassification_single_extractor_is_identity():
@@ -315,7 +329,7 @@ def test_sum_message_names_the_value_rows_and_fix(table):
 
 def test_bad_arguments(cases, table):
     with pytest.raises(ValueError, match="cannot carry metadata error"):
-        stats.subgroup_metrics(cases, by=["phase"], ci="bootstrap", bootstrap=10,
+        stats.subgroup_metrics(cases, by=["phase"], ci="bootstrap", n_boot=10,
                                label_error=table)
     with pytest.raises(ValueError, match="n_imputations must be an integer >= 2"):
         le.error_aware_metrics(cases, by=["phase"], label_error=table, n_imputations=1)
