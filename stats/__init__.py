@@ -33,6 +33,7 @@ from .heterogeneity import heterogeneity_test
 from .agreement import extractor_agreement
 from .pooled import pooled_subgroup_metrics
 from .precision import precision_table
+from .label_error import compare_naive, misclassification_from_review
 
 # adjusted models
 from .models import block_tests, fit_adjusted, fit_complete_case, likelihood_ratio_test
@@ -56,6 +57,7 @@ __all__ = [
     # detection
     "METRICS", "PROPORTIONS", "add_bins", "cluster_bootstrap", "compare_models",
     "confusion_counts", "describe", "extractor_agreement", "failure_map", "heterogeneity_test",
+    "compare_naive", "misclassification_from_review",
     "pooled_subgroup_metrics", "precision_table", "scan_level", "subgroup_metrics",
     "subgroup_vs_rest", "threshold_sweep",
     # adjusted models

@@ -40,6 +40,8 @@ EXEMPT = {
     "FormulaError": "exception class",
     "ParsedFormula": "parsed formula (grammar), tested in test_safety_formula",
     "parse_formula": "returns a ParsedFormula, tested in test_safety_formula",
+    "misclassification_from_review": "returns a label-error table (an input of "
+                                     "subgroup_metrics), tested in test_label_error",
     "extractor_agreement": "agreement per field x extractor pair (metadata provenance table, "
                            "not a model estimate); tested in test_agreement",
 }
@@ -106,6 +108,10 @@ def _outputs(cases, runs, reference):
         "pooled_subgroup_metrics": stats.pooled_subgroup_metrics(cases, ["phase",
                                                                          ("age_group", "phase")]),
         "precision_table": stats.precision_table(cases, by=["phase"]),
+        "compare_naive": stats.compare_naive(
+            cases, ["phase"], pd.DataFrame({"field": "phase", "recorded_value": ["venous"] * 2,
+                                            "true_value": ["venous", "arterial"],
+                                            "probability": [0.9, 0.1]}), seed=1),
     }
 
 
