@@ -58,6 +58,8 @@ class Tables:
     runs: pd.DataFrame | None = None
     reference: Any = None
     metadata: pd.DataFrame | None = None
+    #: a given label-error table (plan key metadata.label_error naming a file)
+    label_error: pd.DataFrame | None = None
     probe_predictions: pd.DataFrame | None = None
     input_sha256: dict = field(default_factory=dict)
     input_rows: dict = field(default_factory=dict)

@@ -146,6 +146,10 @@ def _load(plan: Plan) -> Tables:
         if plan.privacy.pseudonymize_ids and "case_id" in md.columns:
             md["case_id"] = pseudonymize(md["case_id"], plan.privacy.salt)
         study.metadata = md
+    opts = plan.metadata_options
+    if opts is not None and isinstance(opts.label_error, Path):
+        study.input_sha256["label_error"] = sha256_file(opts.label_error)
+        study.label_error = stats.schema.read_table(opts.label_error, table="label_error")[0]
     if plan.probe_predictions is not None:
         pp = stats.schema.read_probe_predictions(plan.probe_predictions)
         _check_identifiers(pp, plan.probe_predictions, plan)

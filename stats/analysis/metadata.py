@@ -1,20 +1,65 @@
-"""Metadata provenance analyses: values per field and extractor with the share carrying a
-verbatim evidence span, and agreement between extractors (``stats.extractor_agreement``).
-Evidence text itself never leaves this layer in a table (it may identify)."""
+"""Metadata provenance analyses: how each metadata field was obtained and how far the
+extractors can be trusted, and the subgroup intervals that carry the remaining error.
+
+Input: the metadata evidence table (``case_id, field, value, extractor, evidence, start,
+end, source``; ``review`` rows are human decisions, not an extractor). Per field:
+
+- ``metadata_sources``: values, cases, values with an evidence span and with a verbatim
+  one (``len(evidence) == end - start``), distinct values, per extractor;
+- ``metadata_coverage``: cases with a value / cases, per extractor and for any source
+  (Wilson CI); the cases are those of the cases table when the plan has one (both splits:
+  the metadata describe every case), else those of the evidence table;
+- ``metadata_agreement``: per extractor pair, the share of cases (with both values) that
+  agree with its Wilson CI (``stats.extractor_agreement``), and Cohen's kappa with the
+  large-sample standard error of Fleiss, Cohen & Everitt (1969) and a Wald interval
+  (``statsmodels.stats.inter_rater.cohens_kappa``); categories are nominal (an age of 63
+  against 64 is a disagreement);
+- ``metadata_agreement_by_site`` and ``metadata_site_test``: the same agreement per site
+  (Wilson CIs), and a test of equal agreement across sites: Pearson's X^2 without
+  continuity correction on the sites x (agree, disagree) table (``stats.heterogeneity_test``
+  with agreement as the "detected" outcome; R's ``chisq.test(correct = FALSE)``);
+- ``metadata_review``: per extractor pair, the cases sent to review (values differ, or
+  only one of two extractors that ran on the case answered) and the outcomes: the
+  reviewer kept extractor A's value, B's, or wrote a new value, or no review exists;
+- ``label_error_table`` and ``label_error_metrics`` (when the plan's ``metadata.label_error``
+  asks): P(true | recorded) per field, given or estimated from disagreement and review
+  (``stats.label_error.misclassification_from_review``), and naive beside error-aware
+  sensitivity and specificity on the subgroup axes built on those fields
+  (``stats.label_error.compare_naive``: multiple imputation of the true subgroup, Rubin's
+  rules). An evidence field that a plan bin reads (``age`` -> ``age_group``) is binned
+  first, so the table speaks of the axis the report shows.
+
+Units are cases (scans), taken as independent. Evidence text never leaves this layer in
+a table (it may identify).
+
+References: Fleiss JL, Cohen J, Everitt BS (1969) Large sample standard errors of kappa
+and weighted kappa. Psychol Bull 72:323-327. Cohen J (1960) Educ Psychol Meas 20:37-46.
+"""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ..schema import ContractError
 from .core import analysis
 
 NEEDED = ("case_id", "field", "value", "extractor")
+REVIEW = "review"
+ANY = "any source"
 MSG_COLUMNS = ("{file}: metadata evidence table lacks column(s) {missing}; write it with "
                "clinrel metadata extract")
+KAPPA_METHOD = "fleiss-cohen-everitt-wald"
+PAIR = ["field", "extractor_a", "extractor_b"]
 
 
 def _wants(plan, tables) -> bool:
     return tables.metadata is not None
+
+
+def _wants_label_error(plan, tables) -> bool:
+    opts = getattr(plan, "metadata_options", None)
+    return (opts is not None and opts.label_error is not None
+            and getattr(plan, "detection", None) is not None and tables.cases is not None)
 
 
 def _checked(results) -> pd.DataFrame:
@@ -26,28 +71,300 @@ def _checked(results) -> pd.DataFrame:
     return md
 
 
+def _values(results) -> pd.DataFrame:
+    """Evidence rows with a value (empty or missing values dropped), values as text."""
+    ev = _checked(results)
+    ev = ev[ev["value"].notna()]
+    ev = ev.assign(value=ev["value"].astype(str))
+    return ev[ev["value"].str.strip() != ""]
+
+
+def _conf_level(results) -> float:
+    det = getattr(results.plan, "detection", None)
+    return det.conf_level if det is not None else 0.95
+
+
+def _wilson(frame: pd.DataFrame, k: str, n: str, conf_level: float) -> pd.DataFrame:
+    from ..intervals import proportion_ci
+
+    kk, nn = frame[k].to_numpy(float), frame[n].to_numpy(float)
+    lo, hi = proportion_ci(kk, nn, conf_level=conf_level)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est = np.where(nn > 0, kk / np.where(nn > 0, nn, 1), np.nan)
+    return frame.assign(estimate=est, conf_low=lo, conf_high=hi, conf_level=conf_level,
+                        method="wilson")
+
+
 @analysis("metadata_sources", wanted=_wants)
 def metadata_sources(results) -> pd.DataFrame:
-    """Values, cases, values with evidence and distinct values per field x extractor."""
+    """Values, cases, values with evidence (and verbatim spans) and distinct values per
+    field x extractor."""
     ev = _checked(results)
-    has_span = ev["evidence"].fillna("").astype(str).str.len() > 0 if "evidence" in ev else \
-        pd.Series(False, index=ev.index)
-    ev = ev.assign(with_evidence=has_span.astype(int))
+    n = len(ev)
+    span = ev["evidence"].fillna("").astype(str) if "evidence" in ev else pd.Series("", index=ev.index)
+    has_span = span.str.len() > 0
+    if {"start", "end"} <= set(ev.columns):
+        width = (pd.to_numeric(ev["end"], errors="coerce")
+                 - pd.to_numeric(ev["start"], errors="coerce")).to_numpy()
+        verbatim = has_span.to_numpy() & (width == span.str.len().to_numpy())
+    else:
+        verbatim = np.zeros(n, dtype=bool)
+    ev = ev.assign(with_evidence=has_span.astype(int).to_numpy(), verbatim=verbatim.astype(int))
     counts = (ev.groupby(["field", "extractor"], sort=True)
               .agg(values=("case_id", "size"), cases=("case_id", "nunique"),
-                   with_evidence=("with_evidence", "sum"), distinct=("value", "nunique"))
+                   with_evidence=("with_evidence", "sum"), verbatim=("verbatim", "sum"),
+                   distinct=("value", "nunique"))
               .reset_index())
     counts["evidence_percent"] = 100 * counts["with_evidence"] / counts["values"]
+    counts["verbatim_percent"] = 100 * counts["verbatim"] / counts["values"]
     return counts
+
+
+@analysis("metadata_coverage", wanted=_wants)
+def metadata_coverage(results) -> pd.DataFrame:
+    """Per field and extractor (each extractor, review, and "any source"): cases with a
+    value / cases, with a Wilson CI."""
+    ev = _values(results)
+    cases = results.tables.cases
+    if cases is not None:
+        universe = pd.unique(cases["case_id"])
+        results.decide("metadata.coverage_cases", "every case of the cases table "
+                       f"({len(universe)}, all splits)")
+    else:
+        universe = pd.unique(ev["case_id"])
+        results.decide("metadata.coverage_cases", "the cases of the evidence table "
+                       f"({len(universe)}): the plan has no cases table")
+    outside = int((~pd.Series(pd.unique(ev["case_id"])).isin(universe)).sum())
+    results.decide("metadata.cases_not_in_cases_table", outside)
+    inside = ev[ev["case_id"].isin(universe)]
+    per = inside.groupby(["field", "extractor"], sort=True)["case_id"].nunique()
+    anyv = inside.groupby("field", sort=True)["case_id"].nunique()
+    out = pd.concat([per.rename("cases_with_value").reset_index(),
+                     anyv.rename("cases_with_value").reset_index().assign(extractor=ANY)],
+                    ignore_index=True)
+    rank = {s: i for i, s in enumerate(sorted(set(out["extractor"]) - {REVIEW, ANY}))}
+    rank |= {REVIEW: len(rank), ANY: len(rank) + 1}
+    out = out.assign(_r=out["extractor"].map(rank)).sort_values(["field", "_r"]).drop(columns="_r")
+    out["cases"] = len(universe)
+    out = _wilson(out.reset_index(drop=True), "cases_with_value", "cases", _conf_level(results))
+    return out.rename(columns={"estimate": "coverage"})
+
+
+def kappa_interval(a, b, *, conf_level: float = 0.95) -> dict:
+    """Cohen's kappa of two raters' nominal values (same cases, same order), its
+    large-sample standard error (Fleiss, Cohen & Everitt 1969, as
+    ``statsmodels.stats.inter_rater.cohens_kappa``) and the Wald interval, clipped to
+    [-1, 1]. NaN with fewer than 2 cases, one category, or chance agreement 1."""
+    from scipy.stats import norm
+    from statsmodels.stats.inter_rater import cohens_kappa
+
+    a, b = np.asarray(a, dtype=str), np.asarray(b, dtype=str)
+    cats = np.union1d(a, b)
+    nan = {"kappa": np.nan, "std_error": np.nan, "conf_low": np.nan, "conf_high": np.nan}
+    if len(a) < 2 or len(cats) < 2:
+        return nan
+    table = np.zeros((len(cats), len(cats)))
+    np.add.at(table, (np.searchsorted(cats, a), np.searchsorted(cats, b)), 1)
+    pe = float(table.sum(1) @ table.sum(0)) / len(a) ** 2
+    if pe >= 1:
+        return nan
+    res = cohens_kappa(table, return_results=True)
+    z = norm.ppf(0.5 + conf_level / 2)
+    k, se = float(res.kappa), float(np.sqrt(max(res.var_kappa, 0.0)))
+    return {"kappa": k, "std_error": se, "conf_low": float(max(-1.0, k - z * se)),
+            "conf_high": float(min(1.0, k + z * se))}
+
+
+def _pairs(ev: pd.DataFrame):
+    """``(field, a, b, values_a, values_b)`` per field and extractor pair (first value of
+    each case x field x extractor), values as Series indexed by case_id."""
+    from ..agreement import extractor_pairs
+
+    for field, a, b, wa, wb in extractor_pairs(ev):
+        yield field, a, b, wa["value"], wb["value"]
 
 
 @analysis("metadata_agreement", wanted=_wants)
 def metadata_agreement(results) -> pd.DataFrame:
-    """Agreement between extractors per field, with Wilson CI, kappa and reviews."""
+    """Agreement between extractors per field: Wilson CI, Cohen's kappa with its
+    Fleiss-Cohen-Everitt CI, and the cases reviewed."""
     from ..agreement import extractor_agreement
 
-    ev = _checked(results)
-    ag = extractor_agreement(ev).reset_index(drop=True)
-    reviewed = ev[ev["extractor"] == "review"].groupby("field")["case_id"].nunique()
+    ev = _values(results)
+    conf = _conf_level(results)
+    ag = extractor_agreement(ev, conf_level=conf).reset_index(drop=True)
+    rows = []
+    for field, a, b, va, vb in _pairs(ev):
+        both = va.index.intersection(vb.index)
+        ki = kappa_interval(va.loc[both], vb.loc[both], conf_level=conf)
+        rows.append({"field": field, "extractor_a": a, "extractor_b": b,
+                     **{f"kappa_{k}": v for k, v in ki.items() if k != "kappa"}})
+    kap = pd.DataFrame(rows, columns=[*PAIR, "kappa_std_error", "kappa_conf_low",
+                                      "kappa_conf_high"])
+    ag = ag.merge(kap, on=PAIR, how="left")
+    ag["kappa_method"] = KAPPA_METHOD
+    ag["conf_level"] = conf
+    reviewed = ev[ev["extractor"] == REVIEW].groupby("field")["case_id"].nunique()
     ag["reviewed"] = ag["field"].map(reviewed).fillna(0).astype(int)
+    results.decide("metadata.agreement", "cases with both values; Wilson CI; Cohen's kappa "
+                   "(nominal) with the Fleiss-Cohen-Everitt (1969) large-sample SE, Wald CI")
     return ag
+
+
+def _agreement_by_case(results):
+    """Per field x pair: a frame ``case_id, site, agree`` of the cases with both values
+    and a site in the cases table; None without a cases table with ``site``."""
+    cases = results.tables.cases
+    if cases is None or "site" not in cases.columns:
+        return None
+    site = cases.drop_duplicates("case_id").set_index("case_id")["site"].astype(str)
+    out = []
+    for field, a, b, va, vb in _pairs(_values(results)):
+        both = va.index.intersection(vb.index).intersection(site.index)
+        out.append(((field, a, b), pd.DataFrame({
+            "case_id": both, "site": site.loc[both].to_numpy(),
+            "agree": (va.loc[both].to_numpy() == vb.loc[both].to_numpy()).astype(int)})))
+    return out
+
+
+@analysis("metadata_agreement_by_site", wanted=_wants)
+def metadata_agreement_by_site(results) -> pd.DataFrame:
+    """Agreement per field x extractor pair x site, with Wilson CIs (empty without a
+    cases table that names each case's site)."""
+    cols = [*PAIR, "site", "n_both", "n_agree", "estimate", "conf_low", "conf_high",
+            "conf_level", "method"]
+    per = _agreement_by_case(results)
+    if not per:
+        return pd.DataFrame(columns=cols)
+    frames = [d.groupby("site", sort=True)["agree"].agg(n_both="size", n_agree="sum")
+              .reset_index().assign(field=k[0], extractor_a=k[1], extractor_b=k[2])
+              for k, d in per if len(d)]
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    out = _wilson(pd.concat(frames, ignore_index=True), "n_agree", "n_both",
+                  _conf_level(results))
+    return out[cols]
+
+
+@analysis("metadata_site_test", wanted=_wants)
+def metadata_site_test(results) -> pd.DataFrame:
+    """Per field x extractor pair: Pearson's X^2 (no continuity correction) of equal
+    agreement across sites (``stats.heterogeneity_test``)."""
+    from ..heterogeneity import heterogeneity_test
+
+    cols = [*PAIR, "statistic", "df", "p_value", "n", "n_levels", "min_expected", "method",
+            "flag"]
+    per = _agreement_by_case(results)
+    rows = []
+    for (field, a, b), d in per or ():
+        if not len(d):
+            continue
+        pseudo = pd.DataFrame({"case_id": d["case_id"], "model": "agreement", "label": 1,
+                               "score": d["agree"], "pred": d["agree"], "site": d["site"]})
+        t = heterogeneity_test(pseudo, by=["site"], estimand="sensitivity", cluster=None)
+        rows.append(t.iloc[0][cols[3:]].to_dict() | {"field": field, "extractor_a": a,
+                                                      "extractor_b": b})
+    results.decide("metadata.site_test", "Pearson chi-square without continuity correction, "
+                   "sites x (agree, disagree), cases independent")
+    return pd.DataFrame(rows, columns=cols)
+
+
+@analysis("metadata_review", wanted=_wants)
+def metadata_review(results) -> pd.DataFrame:
+    """Per field x extractor pair: cases sent to review and the review outcomes."""
+    ev = _values(results)
+    ran = {e: set(g) for e, g in ev[ev["extractor"] != REVIEW].groupby("extractor")["case_id"]}
+    review = (ev[ev["extractor"] == REVIEW].drop_duplicates(["case_id", "field"], keep="last")
+              .set_index(["field", "case_id"])["value"])
+    rows = []
+    for field, a, b, va, vb in _pairs(ev):
+        seen = ran[a] & ran[b]  # an extractor that gave no value for any field did not run
+        idx = pd.Index(sorted((set(va.index) | set(vb.index)) & seen))
+        xa, xb = va.reindex(idx), vb.reindex(idx)
+        rv = review.loc[field].reindex(idx) if field in review.index.get_level_values(0) \
+            else pd.Series(np.nan, index=idx, dtype=object)
+        one = xa.isna() ^ xb.isna()
+        differ = xa.notna() & xb.notna() & (xa != xb)
+        queued = one | differ
+        done = queued & rv.notna()
+        kept_a = done & (rv == xa)
+        kept_b = done & (rv == xb) & ~kept_a
+        rows.append({"field": field, "extractor_a": a, "extractor_b": b,
+                     "differ": int(differ.sum()), "one_sided": int(one.sum()),
+                     "queued": int(queued.sum()), "reviewed": int(done.sum()),
+                     "kept_a": int(kept_a.sum()), "kept_b": int(kept_b.sum()),
+                     "new_value": int((done & ~kept_a & ~kept_b).sum()),
+                     "not_reviewed": int((queued & ~done).sum())})
+    return pd.DataFrame(rows, columns=[*PAIR, "differ", "one_sided", "queued", "reviewed",
+                                       "kept_a", "kept_b", "new_value", "not_reviewed"])
+
+
+# --------------------------------------------------------------------------- label error
+
+def _binned_evidence(results, ev: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Evidence whose field a plan bin reads, re-expressed on the bin's levels (the
+    axis the report shows); returns the evidence and {field: bin name}."""
+    from ..subgroups import add_bins
+
+    det = results.plan.detection
+    renamed = {}
+    out = ev
+    for b in det.bins if det is not None else ():
+        hit = (out["field"] == b.column).to_numpy()
+        if not hit.any():
+            continue
+        num = pd.DataFrame({b.column: pd.to_numeric(out.loc[hit, "value"], errors="coerce")})
+        binned = add_bins(num, {b.column: {"name": b.name, "breaks": list(b.breaks),
+                                           "labels": list(b.labels), "right": False}})[b.name]
+        out = out.copy()
+        out.loc[hit, "value"] = binned.astype(object).where(binned.notna(), None).to_numpy()
+        out.loc[hit, "field"] = b.name
+        renamed[b.column] = b.name
+    return out[out["value"].notna()], renamed
+
+
+@analysis("label_error_table", wanted=_wants_label_error)
+def label_error_table(results) -> pd.DataFrame:
+    """P(true | recorded) per field on the subgroup axes' columns: the plan's table, or
+    estimated from extractor disagreement and review (Dawid-Skene)."""
+    from ..label_error import check_label_error, misclassification_from_review
+    from .detection import axes
+
+    opts = results.plan.metadata_options
+    columns = {c for a in axes(results.plan) for c in a}
+    if opts.label_error != "estimate":
+        table = check_label_error(results.tables.label_error)
+        results.decide("metadata.label_error", f"given: {opts.label_error}")
+        return table[table["field"].isin(columns)].reset_index(drop=True)
+    ev, renamed = _binned_evidence(results, _values(results))
+    fields = sorted(set(ev["field"]) & columns)
+    prefer = [e for e in opts.prefer if e in set(ev["extractor"])] or None
+    table = misclassification_from_review(ev, fields=fields, prefer=prefer)
+    results.decide("metadata.label_error", {
+        "source": "estimated from the evidence table (Dawid-Skene; review outcomes as truth)",
+        "fields": fields, "binned": renamed, "prefer": prefer})
+    return table
+
+
+@analysis("label_error_metrics", wanted=_wants_label_error)
+def label_error_metrics(results) -> pd.DataFrame:
+    """Naive and error-aware sensitivity and specificity on the subgroup axes built on a
+    field of the label-error table (``stats.label_error.compare_naive``)."""
+    from ..label_error import LABEL_ERROR_COLUMNS, compare_naive
+    from .detection import axes, closed_form_ci
+
+    opts = results.plan.metadata_options
+    det = results.plan.detection
+    table = results["label_error_table"]
+    fields = set(table["field"])
+    by = [a for a in axes(results.plan) if fields & set(a)]
+    if not by:
+        results.decide("metadata.label_error_axes", [])
+        return pd.DataFrame()
+    results.decide("metadata.label_error_axes", [":".join(a) for a in by])
+    results.decide("seeds.label_error_imputation", opts.seed)
+    results.decide("metadata.n_imputations", opts.n_imputations)
+    return compare_naive(results["evaluation"], by, table[list(LABEL_ERROR_COLUMNS)],
+                         metrics=("sensitivity", "specificity"), ci=closed_form_ci(results),
+                         conf_level=det.conf_level, small_n=det.small_n,
+                         n_imputations=opts.n_imputations, seed=opts.seed)

@@ -611,7 +611,7 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
                       "write e.g. n_boot: 1000"),
         seed=_seed(c, cal_boot.get("seed"), "calibration.bootstrap.seed"))
     limits = _limits(c, raw.get("limits"), det, crs)
-    md_options = _metadata_options(c, raw.get("metadata"), base, paths, det)
+    md_options = _metadata_options(c, raw.get("metadata"), base, paths)
     pv = c.keys(raw.get("privacy") or {}, PRIVACY_KEYS, "privacy")
     privacy = Privacy(
         allow_identifiers=bool(c.typed(pv.get("allow_identifiers", False),
@@ -631,17 +631,14 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
                 scheduler=_scheduler(c, raw.get("scheduler")), limits=limits)
 
 
-def _metadata_options(c: _Checker, raw, base: Path, paths: dict,
-                      det: Detection | None) -> MetadataOptions | None:
-    """The ``metadata`` block (:class:`MetadataOptions`); ``label_error`` needs the
-    detection half, and ``estimate`` needs ``inputs.metadata``."""
+def _metadata_options(c: _Checker, raw, base: Path, paths: dict) -> MetadataOptions | None:
+    """The ``metadata`` block (:class:`MetadataOptions`); ``estimate`` needs
+    ``inputs.metadata``. ``label_error`` widens the detection half's subgroup intervals: a
+    plan without a ``detection`` block has none, and the key has nothing to act on."""
     if raw is None:
         return None
     m = c.keys(raw, METADATA_KEYS, "metadata")
     value = m.get("label_error")
-    if value is not None and det is None:
-        raise PlanError(f"{c.file}: key 'metadata.label_error' widens the subgroup intervals of "
-                        "the 'detection' block, which the plan lacks; add it or drop the key")
     if value == "estimate":
         if paths["metadata"] is None:
             raise PlanError(f"{c.file}: key 'metadata.label_error' is 'estimate', which reads "
