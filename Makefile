@@ -8,7 +8,7 @@ STAMP := $(VENV)/.clinrel-installed
 REPORT_DIR ?= build/report
 JOBS ?= 2
 
-.PHONY: install report test test-all bench browser system-deps demo-data clean help
+.PHONY: install report test test-all bench browser system-deps demo-data demo-metadata clean help
 
 help:
 	@echo "make report    install if needed, render the demo study into $(REPORT_DIR)/"
@@ -54,7 +54,12 @@ bench: install
 demo-data: install
 	$(VENV)/bin/clinrel demo --regenerate --force --out build/demo-regenerated
 	cp build/demo-regenerated/cases.parquet build/demo-regenerated/runs.parquet \
-	   build/demo-regenerated/probe_predictions.parquet build/demo-regenerated/run_manifest.json clinrel/demo_data/
+	   build/demo-regenerated/probe_predictions.parquet build/demo-regenerated/run_manifest.json \
+	   build/demo-regenerated/metadata.parquet clinrel/demo_data/
+
+# Re-make only the demo's metadata evidence table from the committed cases (seconds, no networks).
+demo-metadata: install
+	$(PY) -m inference_runner.metadata.demo clinrel/demo_data
 
 clean:
 	rm -rf build .pytest_cache

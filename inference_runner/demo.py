@@ -19,6 +19,10 @@ livers draw more false positives: a weakness of the networks, not of the generat
   phase, scanner, tumor_size_mm, tumor_location);
 - ``runs.parquet`` and ``probe_predictions.parquet``: a small frozen-encoder probe study
   (see :mod:`inference_runner.probe`) on 2D slices of the same volumes;
+- ``metadata.parquet``: the metadata evidence table of the same cases (report texts in
+  each site's style, headers for part of the cases, two extractors, review against the
+  truth; :mod:`inference_runner.metadata.demo`), with ``metadata_reports.csv``,
+  ``metadata_headers.jsonl`` and ``metadata_review.csv`` to inspect;
 - ``run_manifest.json``.
 """
 from __future__ import annotations
@@ -332,13 +336,15 @@ def regenerate(out_dir, *, seed: int = 0, quiet: bool = False, n_patients: int =
                n_train_patients: int = 240, models: dict | None = None, probe: bool = True) -> dict:
     """Make the demo study with real networks and write it into ``out_dir``.
 
-    Writes ``cases.parquet`` (>= 600 cases x 2 models), ``runs.parquet``,
-    ``probe_predictions.parquet`` and ``run_manifest.json``. Returns a summary dict
+    Writes ``cases.parquet`` (>= 600 cases x 2 models), ``metadata.parquet`` (and its
+    inspection files), ``runs.parquet``, ``probe_predictions.parquet`` and
+    ``run_manifest.json``. Returns a summary dict
     (``n_cases``, ``n_runs``, ``seconds`` per stage, ``files``).
     """
     import torch
     from monai.utils import set_determinism
 
+    from .metadata.demo import write as write_metadata
     from .probe import run_probe_study
     from .writers import write_manifest, write_parquet
 
@@ -369,6 +375,8 @@ def regenerate(out_dir, *, seed: int = 0, quiet: bool = False, n_patients: int =
     t["segment"] = time.perf_counter()
     write_parquet(cases, out / "cases.parquet")
     tables = {"cases": cases}
+    metadata = write_metadata(cases, out, seed=seed)
+    say(f"metadata: {metadata['metadata_rows']} evidence rows, {metadata['reviewed']} reviewed")
     if probe:
         runs, preds = run_probe_study(probe_datasets(test, seed=seed), PROBE_ENCODERS,
                                       fractions=PROBE_FRACTIONS,
@@ -388,7 +396,8 @@ def regenerate(out_dir, *, seed: int = 0, quiet: bool = False, n_patients: int =
                                      for k, v in models.items()},
                           "threshold_voxels": DEFAULT_THRESHOLD, "spacing_mm": SPACING_MM,
                           "shape": list(SHAPE), "min_component_voxels": MIN_COMPONENT_VOXELS,
-                          "probe_encoders": [e["name"] for e in PROBE_ENCODERS]})
+                          "probe_encoders": [e["name"] for e in PROBE_ENCODERS],
+                          "metadata": metadata})
     say(f"done in {seconds['total']} s -> {out}")
     return {"n_cases": len(test.meta), "n_rows": len(cases), "n_runs": len(tables.get("runs", [])),
             "seconds": seconds, "train_seconds": train_seconds,
