@@ -1,7 +1,9 @@
 """Descriptive statistics of a cohort (Table 1, STARD 2015 item 20), in the tidy contract.
 
 Counts with percentages for categorical variables (a missing value is its own level,
-``"Missing"``), median and quartiles for continuous ones, overall and per level of a
+``"Missing"``, or ``"not applicable"`` where the case cannot have the attribute: tumour
+location of a reference negative, the rule of :mod:`stats.detection` and of every subgroup
+table), median and quartiles for continuous ones, overall and per level of a
 grouping column (site by default). Descriptive only: no estimates with intervals, no
 tests (differences between sites are described, not tested).
 """
@@ -12,10 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from stats.detection import _levels
+from stats.detection import MISSING as MISSING  # re-exported: the level of a missing value
+from stats.detection import _levels, axis_levels, not_applicable_columns
 from stats.schema import ContractError, tidy
 
-MISSING = "Missing"
 OVERALL = "overall"
 #: default variables of the cases contract
 CATEGORICAL = ("age_group", "sex", "race", "phase", "scanner", "tumor_location", "split")
@@ -27,8 +29,8 @@ GROUP_COLS = ("group_var", "group_level", "variable", "level")
 
 def describe(cases: pd.DataFrame, *, by: str | None = "site",
              categorical: Sequence[str] = CATEGORICAL, continuous: Sequence[str] = CONTINUOUS,
-             positives_only: Sequence[str] = POSITIVES_ONLY, max_levels: int = 12
-             ) -> pd.DataFrame:
+             positives_only: Sequence[str] = POSITIVES_ONLY, max_levels: int = 12,
+             not_applicable="auto") -> pd.DataFrame:
     """Cohort characteristics, overall and per level of ``by``.
 
     Parameters
@@ -43,6 +45,9 @@ def describe(cases: pd.DataFrame, *, by: str | None = "site",
     continuous : columns described by median and quartiles (numpy's linear quantiles).
     positives_only : continuous columns summarised among reference positives only (tumour
         size: negatives have none).
+    not_applicable : which missing categorical values read "not applicable" rather than
+        "Missing" (default "auto": tumour columns and their bins, on reference negatives;
+        :func:`stats.detection.not_applicable_columns`), as in the subgroup tables.
 
     Returns
     -------
@@ -75,14 +80,13 @@ def describe(cases: pd.DataFrame, *, by: str | None = "site",
     frames = [_frame("count", groups, "cases", "", size, size)]
     pos = cases["label"].to_numpy() == 1
     cats = [("label", pos.astype(np.int64), ["0", "1"])]
+    na_cols = not_applicable_columns(cases, not_applicable)
     for col in categorical:
         if (col not in cases.columns or col == by or cases[col].nunique() > max_levels
                 or cases[col].nunique(dropna=False) < 2):
             continue
-        codes, names = _levels(cases[col])
-        if (codes < 0).any():
-            codes = np.where(codes < 0, len(names), codes)
-            names = [*names, MISSING]
+        codes, names = axis_levels(cases[col], cases["label"].to_numpy(),
+                                   negatives_not_applicable=col in na_cols)
         cats.append((col, codes, names))
     cat_frames, cont_frames = [], []
     for col, codes, names in cats:

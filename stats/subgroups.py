@@ -2,8 +2,14 @@
 
 Overall is just another group (``group_var == group_level == "overall"``); every level of
 every axis and the full product of levels of every intersection is a row, empty cells
-included (n = 0, NaN estimate, flag "empty"). Cases with a missing value on an axis
-(e.g. tumour size of a negative scan) belong to no level of that axis.
+included (n = 0, NaN estimate, flag "empty"). A missing value on an axis is a level of its
+own, "Missing", or "not applicable" where the scan cannot have the attribute (tumour size
+or location of a reference negative; :mod:`stats.detection`), so the levels of every axis
+add up to the overall n.
+
+With ``cluster`` (e.g. ``"patient_id"``) every closed-form proportion interval is
+cluster-aware: the chosen interval at Korn & Graubard's effective sample size, from the
+cluster-robust variance of the cell's ratio estimator (:mod:`stats.clustered`).
 """
 from __future__ import annotations
 
@@ -15,7 +21,9 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
 from stats import bootstrap as bs
-from stats.detection import GROUP_COLS, METRICS, OVERALL, CaseMatrix, case_matrix, metric_fractions, ratio
+from stats.clustered import FLAG_DEFF, SUFFIX, clustered_proportions, metric_indicators
+from stats.detection import (BIN_SOURCES, GROUP_COLS, METRICS, OVERALL, PROPORTIONS, CaseMatrix,
+                             case_matrix, metric_fractions, ratio)
 from stats.intervals import (AUC_SCALES, PROPORTION_METHODS, AucScale, _auc_ci_from, delong_placements,
                              newcombe_diff_ci, proportion_ci)
 from stats.schema import ContractError, tidy
@@ -24,6 +32,8 @@ ALL_METRICS = (*METRICS, "auc")
 MSG_METRIC = "metrics: unknown metric(s) {bad}; choose from {allowed}"
 MSG_CI = "ci must be one of {allowed} or 'bootstrap'; got {ci!r}"
 MSG_BOOT = "ci='bootstrap' needs n_boot= a number of replicates (e.g. 2000); got {b!r}"
+MSG_CLUSTER_LABEL_ERROR = ("cluster= and label_error= cannot be combined yet: the multiple-"
+                           "imputation intervals treat scans as independent; drop one of them")
 MSG_BINS = ("bins['{col}']: {problem}; give {{'name': ..., 'breaks': [increasing numbers], "
             "'labels': [one fewer than breaks]}}")
 
@@ -31,6 +41,28 @@ MSG_BINS = ("bins['{col}']: {problem}; give {{'name': ..., 'breaks': [increasing
 def _flags(n, den, small_n):
     return np.where(n == 0, "empty", np.where(den == 0, "not_estimable",
                                               np.where(den < small_n, "small_n", "")))
+
+
+def _add_flag(flag: np.ndarray, where: np.ndarray, name: str) -> np.ndarray:
+    """``flag`` with ``name`` appended (";"-separated) where ``where`` holds."""
+    flag = np.asarray(flag, dtype=object)
+    return np.where(where, np.where(flag == "", name, flag + ";" + name), flag).astype(object)
+
+
+def cluster_columns(cm: CaseMatrix, metrics: Sequence[str], *, ci: str, conf_level: float
+                    ) -> dict[str, dict[str, np.ndarray]]:
+    """Per metric (and "auc": clusters with a scan in the cell), (G x M) arrays from
+    :func:`stats.clustered.clustered_proportions` over the clusters ``cm.patient``: the
+    cluster-aware interval, SE and design effect of the proportions, ``n_clusters`` of
+    every metric. One pass over every metric and model (one sparse aggregation)."""
+    ind = metric_indicators(cm.label, cm.pred, [k for k in metrics if k != "auc"])
+    if "auc" in metrics:
+        ind["auc"] = (np.zeros(cm.pred.shape), np.ones(cm.pred.shape))
+    keys, M = list(ind), len(cm.models)
+    res = clustered_proportions(cm.member, cm.patient, np.hstack([ind[k][0] for k in keys]),
+                                np.hstack([ind[k][1] for k in keys]), method=ci,
+                                conf_level=conf_level)
+    return {k: {c: v[:, i * M:(i + 1) * M] for c, v in res.items()} for i, k in enumerate(keys)}
 
 
 def _frame(cm: CaseMatrix, estimand: str, values: Mapping[str, np.ndarray], counts) -> pd.DataFrame:
@@ -80,7 +112,8 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         ci: str = "wilson", conf_level: float = 0.95, n_boot: int | None = None,
         seed=None, small_n: int = 10, scheduler=None, strata: str | None = None,
         boot_ci: bs.CIMethod = "percentile", auc_scale: AucScale = "auc",
-        label_error: pd.DataFrame | None = None) -> pd.DataFrame:
+        label_error: pd.DataFrame | None = None, cluster: str | None = None,
+        not_applicable="auto") -> pd.DataFrame:
     """Detection metrics with confidence intervals per model x subgroup cell.
 
     Parameters
@@ -108,6 +141,19 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         ``field, recorded_value, true_value, probability`` = P(true | recorded): the axes
         built on those fields get multiple-imputation intervals that carry the metadata
         error (:func:`stats.label_error.error_aware_metrics`; M = 100 imputations, ``seed``).
+        Not combinable with ``cluster`` yet.
+    cluster : str, optional
+        Column whose repeated values mark scans of one patient (e.g. ``"patient_id"``).
+        Every closed-form proportion interval (sensitivity, specificity, PPV, NPV,
+        accuracy) becomes the ``ci`` interval at Korn & Graubard's effective sample size
+        (``n / deff`` with a degrees-of-freedom factor, at most ``n``; method
+        ``"<ci>-cluster"``, e.g. "wilson-cluster"; :mod:`stats.clustered`), and the
+        cluster bootstrap resamples this column. None (default): closed-form intervals
+        treat scans as independent; the bootstrap resamples ``patient_id``.
+    not_applicable : "auto" (default), None, list of columns or ``{column: "negatives"}``
+        Which missing values read "not applicable" rather than "Missing": by default
+        tumour size and location (and bins made from them) of reference negatives
+        (:func:`stats.detection.not_applicable_columns`).
 
     Returns
     -------
@@ -117,19 +163,31 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     ``conf_level``, ``n`` (cases in the cell), ``n_pos``, ``n_neg``, ``method`` (wilson,
     clopper-pearson, jeffreys, delong, delong-logit, bootstrap-percentile, bootstrap-bca,
     bootstrap-wilson or none),
-    ``flag`` ("" or empty, not_estimable, small_n), extras ``numerator`` and
-    ``denominator`` (the counts behind a proportion; NaN for AUC).
+    ``flag`` ("", empty, not_estimable, small_n, deff_not_estimable; several joined by
+    ";"), extras ``numerator`` and ``denominator`` (the counts behind a proportion; NaN for
+    AUC), ``n_clusters`` (clusters with a scan in the row's denominator: the ``cluster``
+    column, else ``patient_id``, else every case its own; for AUC, with a scan in the
+    cell), ``design_effect`` and ``n_effective`` (closed-form proportions: 1 and the
+    denominator without ``cluster``; with it the cell's design effect, NaN where not
+    estimable, and the effective number of trials the interval used, never above the
+    denominator: :mod:`stats.clustered`; NaN for F1, AUC and bootstrap rows). With
+    ``cluster``, ``std_error`` of a proportion is the cluster-robust (ratio-estimator) SE
+    (NaN with a single cluster).
 
     Notes
     -----
     Every row passed is analysed: after a threshold chosen on the validation split, pass
     the test rows only (the CLI does). sensitivity = TP/(TP+FN), specificity = TN/(TN+FP), PPV = TP/(TP+FP),
     NPV = TN/(TN+FN), accuracy = (TP+TN)/n, F1 = 2TP/(2TP+FP+FN); AUC with DeLong's
-    variance and a Wald interval clipped to [0, 1] (as pROC). Closed-form intervals
-    treat scans as independent; the cluster bootstrap respects patients with several scans.
+    variance and a Wald interval clipped to [0, 1] (as pROC). Without ``cluster``
+    closed-form intervals treat scans as independent; with it the proportions' intervals
+    respect patients with several scans (the AUC's DeLong interval still treats scans as
+    independent); the cluster bootstrap always respects them.
 
     Validated against R: proportions and AUC via ``tests/r/intervals.R`` (binom.test,
-    prop.test, pROC) to 1e-10; cell counts against a pandas groupby recomputation.
+    prop.test, pROC) to 1e-10; cell counts against a pandas groupby recomputation; the
+    cluster-robust SE and design effect against ``survey::svymean`` (tests/r/clustered.R).
+    Coverage of "wilson-cluster": ``bench/cluster_coverage.md``.
     """
     bad = [k for k in metrics if k not in ALL_METRICS]
     if bad:
@@ -143,30 +201,41 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     if boot_ci not in bs.CI_METHODS:
         raise ValueError(f"boot_ci must be one of {bs.CI_METHODS}; got {boot_ci!r}")
     if label_error is not None:  # metadata error carried into the intervals
+        if cluster is not None:
+            raise ValueError(MSG_CLUSTER_LABEL_ERROR)
         from stats.label_error import error_aware_metrics
         return error_aware_metrics(cases, by=by, label_error=label_error, metrics=metrics, ci=ci,
                                    conf_level=conf_level, seed=seed, small_n=small_n,
                                    n_boot=n_boot, scheduler=scheduler, strata=strata,
                                    boot_ci=boot_ci, auc_scale=auc_scale)
-    cm = case_matrix(cases, by)
+    cm = case_matrix(cases, by, cluster=cluster, not_applicable=not_applicable)
     counts = cm.cell_counts()
     fr = metric_fractions(counts["tp"], counts["fp"], counts["fn"], counts["tn"])
     count_metrics = [k for k in metrics if k != "auc"]
     boot_metrics = [k for k in count_metrics if ci == "bootstrap" or (k == "f1" and n_boot)]
+    clus = cluster_columns(cm, metrics, ci=ci if ci in PROPORTION_METHODS else "wilson",
+                           conf_level=conf_level)
     frames = []
     for k in count_metrics:
         num, den = fr[k]
         nan = np.full(num.shape, np.nan)
+        flag = _flags(counts["n"][:, None], den, small_n)
+        se, deff, n_eff = nan, np.where(den > 0, 1.0, np.nan), np.where(den > 0, den, np.nan)
         if k == "f1" or ci == "bootstrap":
-            lo, hi, method = nan, nan, "none"
+            lo, hi, method, deff, n_eff = nan, nan, "none", nan, nan
+        elif cluster is not None:
+            c = clus[k]
+            lo, hi, se = c["conf_low"], c["conf_high"], c["std_error"]
+            deff, n_eff, method = c["design_effect"], c["n_effective"], ci + SUFFIX
+            flag = _add_flag(flag, c["not_estimable"], FLAG_DEFF)
         else:
             lo, hi = proportion_ci(num, den, method=ci, conf_level=conf_level)
             method = ci
         frames.append(_frame(cm, k, {
-            "estimate": ratio(num, den), "std_error": nan, "conf_low": lo, "conf_high": hi,
-            "conf_level": conf_level, "method": method,
-            "flag": _flags(counts["n"][:, None], den, small_n),
-            "numerator": num, "denominator": den}, counts))
+            "estimate": ratio(num, den), "std_error": se, "conf_low": lo, "conf_high": hi,
+            "conf_level": conf_level, "method": method, "flag": flag,
+            "numerator": num, "denominator": den, "n_clusters": clus[k]["n_clusters"],
+            "design_effect": deff, "n_effective": n_eff}, counts))
     if boot_metrics:
         bc = bs.boot_counts(cm, strata=strata)
         R = bs.replicate_counts(bc, int(n_boot), seed=seed, scheduler=scheduler)
@@ -193,8 +262,9 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         frames.append(_frame(cm, "auc", {
             "estimate": a["auc"], "std_error": se, "conf_low": lo, "conf_high": hi,
             "conf_level": conf_level, "method": "delong" if auc_scale == "auc" else "delong-logit",
-            "flag": flag,
-            "numerator": nan, "denominator": nan}, counts))
+            "flag": flag, "numerator": nan, "denominator": nan,
+            "n_clusters": clus["auc"]["n_clusters"], "design_effect": nan,
+            "n_effective": nan}, counts))
     out = pd.concat(frames, ignore_index=True)
     return tidy(_order(out, cm), group_cols=GROUP_COLS)
 
@@ -225,9 +295,13 @@ def add_bins(cases: pd.DataFrame, bins: Mapping[str, Mapping]) -> pd.DataFrame:
     -------
     A copy of ``cases`` with one categorical column per entry (all labels kept as
     categories, so empty bins stay visible downstream); values outside the breaks or
-    missing (e.g. tumour size of negatives) are NaN and belong to no bin.
+    missing are NaN: as a subgroup axis they form the "Missing" level, or "not
+    applicable" for reference negatives when the source is a tumour column (the copy's
+    ``attrs["clinrel_bin_sources"]`` records ``{new column: source column}`` for that
+    rule; :func:`stats.detection.not_applicable_columns`).
     """
     df = cases.copy()
+    df.attrs[BIN_SOURCES] = dict(df.attrs.get(BIN_SOURCES, {}))
     for col, spec in bins.items():
         if col not in df.columns:
             raise ContractError(MSG_BINS.format(col=col, problem=f"column '{col}' is not in cases"))
@@ -243,8 +317,9 @@ def add_bins(cases: pd.DataFrame, bins: Mapping[str, Mapping]) -> pd.DataFrame:
             raise ContractError(MSG_BINS.format(col=col, problem=f"{len(labels)} labels for "
                                                 f"{len(breaks) - 1} bins"))
         values = pd.to_numeric(df[col], errors="coerce")
-        df[spec.get("name", f"{col}_bin")] = pd.cut(values, breaks, labels=list(labels),
-                                                    right=right, ordered=True)
+        name = spec.get("name", f"{col}_bin")
+        df[name] = pd.cut(values, breaks, labels=list(labels), right=right, ordered=True)
+        df.attrs[BIN_SOURCES][name] = col
     return df
 
 
@@ -266,7 +341,7 @@ def adjust_p(out: pd.DataFrame, family: list[str]) -> pd.DataFrame:
 
 
 def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha: float = 0.05,
-                     adjust: str = "holm") -> pd.DataFrame:
+                     adjust: str = "holm", not_applicable="auto") -> pd.DataFrame:
     """Sensitivity and specificity of each subgroup against the rest of its axis.
 
     Parameters
@@ -275,6 +350,7 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
     by : axes as in :func:`subgroup_metrics`.
     alpha : level for the sensitivity-collapse flag.
     adjust : "holm" or "fdr_bh": the adjusted p-value the collapse flag uses.
+    not_applicable : as in :func:`subgroup_metrics` (missing values are levels).
 
     Returns
     -------
@@ -289,7 +365,8 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
 
     Notes
     -----
-    The rest of a level is every other case with a non-missing value on the same axis.
+    The rest of a level is every other case (missing values are levels of the axis, so
+    the rest of a level is the overall minus the level).
     z = (p1 - p2) / sqrt(p (1 - p) (1/n1 + 1/n2)), p pooled: the square root of R's
     ``prop.test(correct = FALSE)`` statistic, with the same p-value. Families for the
     adjustment: per model and metric, every level of every axis. Subgroup and rest are
@@ -302,7 +379,7 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
     """
     if adjust not in ("holm", "fdr_bh"):
         raise ValueError(f"adjust must be 'holm' or 'fdr_bh'; got {adjust!r}")
-    cm = case_matrix(cases, by)
+    cm = case_matrix(cases, by, not_applicable=not_applicable)
     c = cm.cell_counts()
     axis = cm.cells["axis"].to_numpy()
     n_axes = int(axis.max()) + 1
@@ -344,15 +421,20 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
 
 def failure_map(cases: pd.DataFrame, rows: str = "age_group", cols: str = "phase", *,
                 metric: str = "sensitivity", ci: str = "wilson", conf_level: float = 0.95,
-                small_n: int = 10) -> pd.DataFrame:
+                small_n: int = 10, cluster: str | None = None,
+                not_applicable="auto") -> pd.DataFrame:
     """A metric (default sensitivity) over the ``rows`` x ``cols`` grid, per model.
 
     Returns the tidy rows of :func:`subgroup_metrics` for the intersection
-    ``rows:cols`` (every combination, empty ones with n = 0 and flag "empty"), plus
-    ``row_level`` and ``col_level`` so a report can draw the grid directly.
+    ``rows:cols`` (every combination, empty ones with n = 0 and flag "empty"; missing
+    values as the "Missing" or "not applicable" row or column), plus ``row_level`` and
+    ``col_level`` so a report can draw the grid directly. ``cluster`` and
+    ``not_applicable`` as in :func:`subgroup_metrics` (with ``cluster`` the intervals are
+    "<ci>-cluster" and every row carries its ``design_effect`` and ``n_clusters``).
     """
     out = subgroup_metrics(cases, by=[(rows, cols)], metrics=(metric,), ci=ci,
-                           conf_level=conf_level, small_n=small_n)
+                           conf_level=conf_level, small_n=small_n, cluster=cluster,
+                           not_applicable=not_applicable)
     out = out[out["group_var"] != OVERALL].reset_index(drop=True)
     split = out["group_level"].str.split(":", n=1, expand=True)
     out["row_level"] = split[0].astype(object)
