@@ -132,6 +132,11 @@ def ece(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform") -> flo
     Checked against an independent recomputation (sklearn's ``calibration_curve`` per-bin
     means, bin counts from ``pandas.cut(right=True)``) to 1e-12, including data with many
     values exactly on bin edges, and against hand examples (tests/test_calibration.py).
+
+    Examples
+    --------
+    >>> round(ece([0, 1, 1, 0, 1], [0.2, 0.9, 0.6, 0.4, 0.8], n_bins=5), 4)
+    0.26
     """
     conf, out = _confidence(label, prob)
     n, s_conf, s_out, _ = _bin_sums(conf, out, n_bins, strategy)

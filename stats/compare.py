@@ -51,6 +51,19 @@ def compare_models(cases: pd.DataFrame, *, by=None,
 
     Validated against pROC ``roc.test(paired = TRUE)`` and ``binom.test`` (via
     ``tests/r/intervals.csv``) to 1e-10.
+
+    Examples
+    --------
+    >>> import stats
+    >>> from stats import simulate
+    >>> cases = simulate.benchx_cohort(400, n_models=2, n_sites=4, seed=2).data
+    >>> cmp = compare_models(stats.scan_level(cases, threshold=50))
+    >>> print(cmp.query("group_var == 'overall'")[["estimand", "model_a", "model_b",
+    ...       "estimate", "p_value"]].round(3).to_string(index=False))
+                  estimand model_a model_b  estimate  p_value
+    sensitivity_difference model_A model_B     0.222    0.000
+    specificity_difference model_A model_B     0.046    0.027
+            auc_difference model_A model_B     0.092    0.000
     """
     bad = [k for k in metrics if k not in COMPARE_METRICS]
     if bad:

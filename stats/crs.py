@@ -504,6 +504,20 @@ def crs_scores(runs, reference, *, weights: Mapping[str, float] | None = None) -
     Formulas in the module docstring (DESIGN.md). Insertion invariance: a candidate's rows
     depend only on its own runs and the panel's, so adding candidates leaves every other
     row bit-identical (hypothesis property test in tests/test_crs_property.py).
+
+    Examples
+    --------
+    >>> from stats import simulate
+    >>> runs = simulate.crs_runs(n_encoders=4, n_datasets=2, n_seeds=3, seed=3).data
+    >>> reference = {"panel": ["enc_01", "enc_02", "enc_03"]}   # enc_04 is a candidate
+    >>> scores = crs_scores(runs, reference)
+    >>> print(scores.query("estimand == 'crs'")[["encoder", "estimate", "in_panel"]]
+    ...       .round(3).to_string(index=False))
+    encoder  estimate  in_panel
+     enc_01     0.264      True
+     enc_02     0.298      True
+     enc_03     0.297      True
+     enc_04     0.280     False
     """
     wide = axes_wide(runs)
     ref = read_reference(reference, encoders=pd.unique(wide["encoder"]))

@@ -515,6 +515,20 @@ def crs_bootstrap(runs, reference, *, n_boot: int = 10_000, seed=None, conf_leve
     axes and scores follow the formulas of :mod:`stats.crs`, over the datasets where the
     encoder has a drawn run. NaN (not estimable) replicates are left out of the CIs and
     counted (``n_boot_not_estimable``).
+
+    Examples
+    --------
+    >>> from stats import simulate
+    >>> runs = simulate.crs_runs(n_encoders=4, n_datasets=2, n_seeds=3, seed=3).data
+    >>> boot = crs_bootstrap(runs, {"panel": ["enc_01", "enc_02", "enc_03"]}, n_boot=200,
+    ...                      seed=1)
+    >>> print(boot.scores().query("estimand == 'crs'")[["encoder", "estimate", "conf_low",
+    ...       "conf_high"]].round(3).to_string(index=False))
+    encoder  estimate  conf_low  conf_high
+     enc_01     0.264     0.263      0.283
+     enc_02     0.298     0.277      0.311
+     enc_03     0.297     0.295      0.323
+     enc_04     0.280     0.273      0.286
     """
     n_boot = int(n_boot)
     if n_boot < 2:

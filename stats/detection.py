@@ -352,6 +352,19 @@ def scan_level(cases: pd.DataFrame, *, threshold: float | Mapping[str, float] | 
     Candidate thresholds are the observed validation scores (``pred = score >= t``
     changes only there); when no observed score reaches the target specificity the
     threshold is the next float above the largest validation score (nothing called).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> cases = pd.DataFrame({"case_id": ["c1", "c2", "c3", "c4"], "model": "unet",
+    ...                       "label": [1, 1, 0, 0], "score": [120.0, 30.0, 0.0, 55.0]})
+    >>> calls = scan_level(cases, threshold=50)    # predicted voxels >= 50: positive
+    >>> print(calls[["case_id", "score", "pred", "threshold_source"]].to_string(index=False))
+    case_id  score  pred threshold_source
+         c1  120.0     1     prespecified
+         c2   30.0     0     prespecified
+         c3    0.0     0     prespecified
+         c4   55.0     1     prespecified
     """
     need = [c for c in ("model", "score") if c not in cases.columns]
     if need:

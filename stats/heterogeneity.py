@@ -88,6 +88,17 @@ def heterogeneity_test(cases: pd.DataFrame, by, estimand: Estimand = "sensitivit
 
     Validated against R's ``chisq.test(correct = FALSE)`` (1e-10) and
     ``survey::svychisq(statistic = "Chisq")`` (1e-8) (tests/r/heterogeneity.R).
+
+    Examples
+    --------
+    >>> import stats
+    >>> from stats import simulate
+    >>> calls = stats.scan_level(simulate.benchx_cohort(600, n_models=1, n_sites=6,
+    ...                                                 seed=1).data, threshold=50)
+    >>> het = heterogeneity_test(calls, ["phase"], estimand="sensitivity")
+    >>> print(het[["group_var", "statistic", "df", "method"]].round(3).to_string(index=False))
+    group_var  statistic  df        method
+        phase     26.783 3.0 pearson-chisq
     """
     if estimand not in ESTIMANDS:
         raise ValueError(MSG_ESTIMAND.format(allowed=ESTIMANDS, estimand=estimand))

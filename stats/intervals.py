@@ -85,6 +85,15 @@ def proportion_ci(successes, n, *, method: ProportionMethod = "wilson",
 
     Validated against R's ``prop.test(x, n, correct = FALSE)$conf.int`` (Wilson),
     ``binom.test(x, n)$conf.int`` (Clopper-Pearson) and ``qbeta`` (Jeffreys) to 1e-10.
+
+    Examples
+    --------
+    >>> low, high = proportion_ci([45, 0], [50, 12])    # Wilson: 45/50 and 0/12
+    >>> low.round(4), high.round(4)
+    (array([0.7864, 0.    ]), array([0.9565, 0.2425]))
+    >>> low, high = proportion_ci(45, 50, method="clopper-pearson")
+    >>> round(float(low), 4), round(float(high), 4)
+    (0.7819, 0.9667)
     """
     if method not in PROPORTION_METHODS:
         raise ValueError(MSG_METHOD.format(allowed=PROPORTION_METHODS, method=method))
@@ -377,6 +386,16 @@ def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auc") -
 
     Validated against pROC 1.18 ``ci.auc(roc(..., direction = "<"), method = "delong")``
     on pROC::aSAH and simulator data to 1e-10.
+
+    Examples
+    --------
+    >>> label = [0, 0, 0, 0, 1, 1, 1, 1]
+    >>> score = [0.1, 0.4, 0.35, 0.8, 0.7, 0.9, 0.6, 0.95]
+    >>> t = auc_ci(label, score)
+    >>> print(t[["estimand", "estimate", "conf_low", "conf_high", "n_pos", "method"]]
+    ...       .round(4).to_string(index=False))
+    estimand  estimate  conf_low  conf_high  n_pos method
+         auc     0.875    0.5921        1.0    4.0 delong
     """
     y, (s,) = _labels(label, score)
     d = delong_placements(np.zeros(len(y), dtype=np.int64), y, s, 1)
@@ -407,6 +426,17 @@ def delong_test(label, score_a, score_b, *, conf_level: float = 0.95) -> pd.Data
 
     Validated against pROC 1.18 ``roc.test(r1, r2, paired = TRUE, method = "delong")``
     (statistic, p-value and ``conf.int``) to 1e-10.
+
+    Examples
+    --------
+    >>> label = [0, 0, 0, 0, 1, 1, 1, 1]
+    >>> a = [0.1, 0.4, 0.35, 0.8, 0.7, 0.9, 0.6, 0.95]
+    >>> b = [0.2, 0.5, 0.45, 0.3, 0.4, 0.55, 0.35, 0.8]
+    >>> d = delong_test(label, a, b)
+    >>> print(d[["estimand", "estimate", "p_value", "auc_a", "auc_b"]].round(4)
+    ...       .to_string(index=False))
+          estimand  estimate  p_value  auc_a  auc_b
+    auc_difference     0.125   0.6171  0.875   0.75
     """
     y, (a, b) = _labels(label, score_a, score_b)
     g = np.zeros(len(y), dtype=np.int64)

@@ -81,6 +81,20 @@ def rank_agreement(score_a, score_b, *, k: int = 3) -> pd.DataFrame:
         ``top_k_overlap`` (|top_k(a) & top_k(b)| / k, ties broken by encoder name;
         ``statistic`` = the count). ``n`` = number of encoders; extras ``k``,
         ``score_a``, ``score_b`` (the Series names).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> auroc = pd.Series({"a": 0.91, "b": 0.89, "c": 0.85, "d": 0.80})
+    >>> crs = pd.Series({"a": 0.62, "b": 0.71, "c": 0.55, "d": 0.40})
+    >>> agree = rank_agreement(auroc, crs, k=2)    # a and b swap places
+    >>> print(agree[["estimand", "estimate", "statistic"]].round(4).to_string(index=False))
+                 estimand  estimate  statistic
+                    pairs    6.0000        NaN
+               inversions    1.0000     0.1667
+              kendall_tau    0.6667        NaN
+    mean_abs_displacement    0.5000        NaN
+            top_k_overlap    1.0000     2.0000
     """
     a, b = _as_series(score_a, "score_a"), _as_series(score_b, "score_b")
     only_a, only_b = a.index.difference(b.index), b.index.difference(a.index)

@@ -572,6 +572,18 @@ def read_runs(path_or_df) -> pd.DataFrame:
         Missing columns, non-numeric values, ``label_fraction`` outside (0, 1], a
         non-integer ``severity``, AUROC or ECE outside [0, 1], duplicate run keys, or an
         encoder x dataset without a ``clean`` run at label fraction 1.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> runs = read_runs(pd.DataFrame({
+    ...     "encoder": "resnet", "dataset": "liver", "label_fraction": [1, 0.1],
+    ...     "condition": "clean", "severity": 0, "seed": 0, "auroc": [0.91, 0.84],
+    ...     "ece": [0.04, 0.07]}))
+    >>> print(runs[["encoder", "label_fraction", "seed", "regime"]].to_string(index=False))
+    encoder  label_fraction  seed regime
+     resnet             1.0     0 frozen
+     resnet             0.1     0 frozen
     """
     df, source = read_table(path_or_df, table="runs")
     _require_columns(df, RUNS_REQUIRED, source=source, table="runs")

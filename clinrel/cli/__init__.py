@@ -13,6 +13,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: paragraphs re-wrapped to the terminal, flags without a "<bool>"
+    # type tag (typer's rich panels print one for every option and keep the docstrings'
+    # line breaks mid-sentence)
+    rich_markup_mode=None,
 )
 
 #: command modules, in help order; a module not yet present is skipped
@@ -23,6 +27,8 @@ for _name in _COMMAND_MODULES:
     _full = f"{__name__}.{_name}"
     if importlib.util.find_spec(_full) is not None:
         importlib.import_module(_full).register(app)
+for _group in app.registered_groups:  # command groups (infer, metadata, plan): the same help
+    _group.typer_instance.rich_markup_mode = None
 
 
 def _terminate(signum, frame) -> None:

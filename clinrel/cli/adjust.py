@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @guarded
     def adjust(
-        cases: Annotated[Path, typer.Argument(help="Cases table (.csv, .tsv, .parquet).")],
+        cases: Annotated[Path, typer.Argument(metavar="CASES", help="Cases table (.csv, .tsv, .parquet).")],
         formula: Annotated[str, typer.Option(help="Model formula in clinrel's grammar (R-like; "
                                              "README), e.g. 'detected ~ phase + age_group + "
                                              "sex + race + np.log(tumor_size_mm)'.")],

@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @guarded
     def simulate(
-        design: Annotated[Design, typer.Argument(help="benchx (a cases table) or crs (a runs table).")],
+        design: Annotated[Design, typer.Argument(metavar="DESIGN", help="benchx (a cases table) or crs (a runs table).")],
         out: Annotated[Path, typer.Option(help="Output .csv or .parquet file.")],
         scale: Annotated[int, typer.Option(help="benchx: number of cases; crs: number of encoders.")] = 2000,
         models: Annotated[int, typer.Option(help="benchx: number of models.")] = 3,
@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @guarded
     def validate(
-        file: Annotated[Path, typer.Argument(help="A cases or runs table (.csv, .tsv, .parquet).")],
+        file: Annotated[Path, typer.Argument(metavar="FILE", help="A cases or runs table (.csv, .tsv, .parquet).")],
         kind: Annotated[Kind, typer.Option(help="Which contract to check.")] = Kind.auto,
         quiet: Annotated[bool, typer.Option("--quiet")] = False,
     ) -> None:

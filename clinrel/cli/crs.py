@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
     @app.command("crs")
     @guarded
     def crs(
-        runs: Annotated[Path, typer.Argument(help="Runs table (.csv, .tsv, .parquet): one row per "
+        runs: Annotated[Path, typer.Argument(metavar="RUNS", help="Runs table (.csv, .tsv, .parquet): one row per "
                                                   "encoder x dataset x label_fraction x condition x severity x seed.")],
         reference: Annotated[Path, typer.Option(help="Reference YAML: panel, optional anchors, "
                                                      "weights, version.")],

@@ -115,7 +115,7 @@ def _write(table, out, *, force, inputs, quiet) -> None:
         typer.echo(f"{len(table)} rows written to {out}")
 
 
-CasesArg = Annotated[Path, typer.Argument(help="Cases table (.csv or .parquet).")]
+CasesArg = Annotated[Path, typer.Argument(metavar="CASES", help="Cases table (.csv or .parquet).")]
 OutOpt = Annotated[Path, typer.Option(help="Output tidy table (.csv or .parquet).")]
 ByOpt = Annotated[Optional[list[str]], typer.Option(
     help="Subgroup axis (repeatable); 'a:b' for an intersection.")]
@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
         auc_scale: Annotated[str, typer.Option(
             help="AUC interval scale: auc (as pROC) or logit (better in small cells).")] = "auc",
         seed: Annotated[Optional[int], typer.Option(help="Bootstrap seed.")] = None,
-        conf_level: Annotated[float, typer.Option()] = 0.95,
+        conf_level: Annotated[float, typer.Option(help="Confidence level of every interval.")] = 0.95,
         small_n: Annotated[int, typer.Option(help="Flag cells whose denominator is below this.")] = 10,
         scheduler: Annotated[Optional[str], typer.Option(help="Dask scheduler address.")] = None,
         force: ForceOpt = False,
@@ -177,7 +177,7 @@ def register(app: typer.Typer) -> None:
     def compare(
         cases: CasesArg, out: OutOpt, by: ByOpt = None, threshold: ThresholdOpt = None,
         criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
-        conf_level: Annotated[float, typer.Option()] = 0.95, force: ForceOpt = False,
+        conf_level: Annotated[float, typer.Option(help="Confidence level of every interval.")] = 0.95, force: ForceOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
         """Every pair of models: sensitivity/specificity differences (Newcombe, exact

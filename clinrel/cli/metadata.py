@@ -11,12 +11,13 @@ from ._extras import require_runner
 
 
 def register(app: typer.Typer) -> None:
-    meta = typer.Typer(help="Extract phase, age, sex, ... with verbatim evidence.", no_args_is_help=True)
+    meta = typer.Typer(help="Extract phase, age, sex and other fields with verbatim evidence.",
+                       no_args_is_help=True)
 
     @meta.command()
     @guarded
     def extract(
-        paths: Annotated[list[Path], typer.Argument(help="DICOM files/folders, or CSVs with case_id, text.")],
+        paths: Annotated[list[Path], typer.Argument(metavar="PATH", help="DICOM files/folders, or CSVs with case_id, text.")],
         out: Annotated[Path, typer.Option(help="Evidence table (.csv or .parquet).")],
         review: Annotated[Path | None, typer.Option(help="Disagreements CSV (default: OUT stem + _review.csv).")] = None,
         reviewed: Annotated[Path | None, typer.Option(help="A filled-in review CSV to merge back.")] = None,

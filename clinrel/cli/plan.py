@@ -250,7 +250,7 @@ def register(app: typer.Typer) -> None:
     @plan_app.command("init")
     @guarded
     def init(
-        cases: Annotated[Path, typer.Argument(help="Your cases table (.csv, .tsv or "
+        cases: Annotated[Path, typer.Argument(metavar="CASES", help="Your cases table (.csv, .tsv or "
                                                    ".parquet).")],
         out: Annotated[Path, typer.Option(help="The plan file to write (.yaml).")] = Path(
             "plan.yaml"),
