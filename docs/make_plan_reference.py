@@ -134,11 +134,12 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    out = ROOT / "docs" / "plan.md"
-    out.write_text(render(), encoding="utf-8")
+def write(name: str, text: str) -> None:
+    """Write docs/NAME (UTF-8) and say so."""
+    out = ROOT / "docs" / name
+    out.write_text(text, encoding="utf-8")
     print(f"wrote {out.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
-    main()
+    write("plan.md", render())

@@ -192,3 +192,94 @@ def test_a_normal_terminal_wraps_help_at_words():
     assert all(len(ln) <= 80 for ln in res.output.splitlines())
     assert "Every pair of models: sensitivity/specificity differences (Newcombe, exact" \
         in res.output
+
+
+# --------------------------------------------------------------------------- contracts
+
+
+def test_contracts_md_is_what_the_generator_writes():
+    expected = _generator("make_contracts.py")["render"]()
+    assert (DOCS / "contracts.md").read_text(encoding="utf-8") == expected, \
+        "docs/contracts.md is stale: run python docs/make_contracts.py"
+
+
+def test_contracts_document_every_column_with_its_required_flag():
+    from inference_runner.metadata import EVIDENCE_COLUMNS
+    from stats import schema as S
+
+    gen = _generator("make_contracts.py")
+    tables = {
+        "cases": (gen["CASES"], S.CASES_REQUIRED, S.CASES_REQUIRED + S.CASES_OPTIONAL),
+        "runs": (gen["RUNS"], S.RUNS_REQUIRED, S.RUNS_REQUIRED + S.RUNS_OPTIONAL),
+        "probe_predictions": (gen["PROBE"], S.PROBE_REQUIRED,
+                              S.PROBE_REQUIRED + gen["PROBE_OPTIONAL"]),
+        "metadata evidence": (gen["EVIDENCE"], EVIDENCE_COLUMNS, EVIDENCE_COLUMNS),
+    }
+    text = (DOCS / "contracts.md").read_text()
+    for title, (documented, required, every) in tables.items():
+        assert set(documented) == set(every), (title, set(documented) ^ set(every))
+        section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+        for col in every:
+            flag = "**required**" if col in required else "optional"
+            assert f"| `{col}` | {flag} |" in section, (title, col)
+    for value in (*S.SPLITS, *S.REGIMES, *S.PROBE_SPLITS):
+        assert f"`{value}`" in text
+
+
+# --------------------------------------------------------------------------- tutorial
+
+
+def _tutorial_commands() -> list[str]:
+    text = (DOCS / "tutorial.md").read_text()
+    blocks = re.findall(r"```console\n(.*?)```", text, re.S)
+    return [ln[2:] for b in blocks for ln in b.splitlines() if ln.startswith("$ ")]
+
+
+def test_tutorial_commands_run(tmp_path, monkeypatch):
+    """Every `$ ...` line of docs/tutorial.md, in order, in a fresh folder, with the output
+    the tutorial shows where it shows one."""
+    shutil.copy(DOCS / "example" / "cases.csv", tmp_path / "example.csv")
+    monkeypatch.chdir(tmp_path)
+    commands = _tutorial_commands()
+    assert commands[0] == "cp docs/example/cases.csv cases.csv"
+    assert any(c.startswith("clinrel report --plan plan.yaml") for c in commands)
+    shown = (DOCS / "tutorial.md").read_text()
+    shutil.copy("example.csv", "cases.csv")
+    for command in commands[1:]:
+        args = shlex.split(command)
+        assert args[0] == "clinrel", command
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = runner.invoke(app, args[1:], terminal_width=200)
+        assert res.exit_code == 0, (command, res.output)
+        for line in res.output.splitlines():   # what the command prints is what is shown
+            assert line in shown, (command, line)
+    from stats.analysis import load_plan
+
+    plan = load_plan(tmp_path / "plan.yaml")
+    assert plan.detection.threshold_value == 50
+    excerpt = re.search(r"```yaml\n(.*?)```", shown, re.S).group(1)
+    written = (tmp_path / "plan.yaml").read_text()
+    for line in excerpt.splitlines():
+        assert line in written, line
+    for name in ("appendix.html", "appendix.pdf", "appendix.qmd", "manifest.json"):
+        assert (tmp_path / "report" / name).stat().st_size > 0, name
+    assert list((tmp_path / "report" / "tables").glob("*.csv"))
+    assert (tmp_path / "subgroups.csv").stat().st_size > 0
+
+
+def test_docs_link_to_files_that_exist():
+    for page in DOCS.glob("*.md"):
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), (page.name, target)
+
+
+def test_validation_record_names_every_r_script_and_simulation_study():
+    text = (DOCS / "validation.md").read_text()
+    for script in sorted((ROOT / "tests" / "r").glob("*.R")):
+        assert f"tests/r/{script.name}" in text, script.name
+    for study in ("cluster_coverage", "gee_size", "pooled_coverage", "label_error_coverage"):
+        if (ROOT / "bench" / f"{study}.md").exists():
+            assert f"bench/{study}.md" in text, study
+    for name in sorted((ROOT / "bench").glob("*coverage*.md")):
+        assert f"bench/{name.name}" in text, name.name

@@ -1,0 +1,178 @@
+"""Write docs/contracts.md, the input table contracts, from stats/schema.py.
+
+Which columns each table has, which are required and the allowed values come from the
+constants the readers use (``stats.schema.CASES_REQUIRED``, ``SPLITS``, ``REGIMES``, ...,
+``inference_runner.metadata.EVIDENCE_COLUMNS``); the meaning of each column is written
+here. ``tests/test_docs.py`` fails when a column of those constants has no row here or when
+docs/contracts.md is not what this script writes, so after changing a contract run
+
+    python docs/make_contracts.py
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from inference_runner.metadata import EVIDENCE_COLUMNS, PHASES  # noqa: E402
+from stats import schema as S  # noqa: E402
+from stats.analysis.metadata import NEEDED as EVIDENCE_NEEDED  # noqa: E402
+
+
+def _one_of(values) -> str:
+    return ", ".join(f"`{v}`" for v in values)
+
+
+#: column -> (type, allowed values, meaning), per table
+CASES = {
+    "case_id": ("text", "non-empty", "The scan (case). Its ids must be the same set for "
+                "every model (paired design)."),
+    "model": ("text", "non-empty", "The model that scored the case."),
+    "label": ("0/1", "`0`, `1`", "Reference standard: 1 = tumour present. The same for "
+              "every model of a case."),
+    "score": ("number", ">= 0, finite", "Continuous model output, e.g. predicted tumour "
+              "voxels or the maximum probability; `pred = score >= threshold`."),
+    "site": ("text", "non-empty", "Site or cohort. Without the column the study is "
+             f"single-site: every row gets the site `{S.IMPLICIT_SITE}` (stated by "
+             "`clinrel validate` and `clinrel plan init`)."),
+    "patient_id": ("text", "", "The patient (the bootstrap's cluster); defaults to "
+                   "`case_id`. A patient sits in one site when the bootstrap is "
+                   "stratified by site."),
+    "pred": ("0/1", "`0`, `1`", "The model's own call; used as given with "
+             "`detection.threshold.given: true`."),
+    "split": ("text", _one_of(S.SPLITS), "Where a chosen threshold is fitted "
+              "(validation) and analysed (test). The same for every model of a case."),
+    "age": ("number (years)", "0 .. 130", "Age; bin it with `detection.bins.age`."),
+    "sex": ("text", "any, e.g. `F`, `M`", "Sex (a subgroup axis)."),
+    "race": ("text", "any; `Unknown` is a level", "Race or ethnicity (a subgroup axis; a "
+             "complete-case fit is reported beside an adjusted model with Unknown)."),
+    "phase": ("text", _one_of(PHASES) + " (any text accepted)",
+              "Contrast phase (a subgroup axis)."),
+    "scanner": ("text", "any", "Scanner model or vendor (a subgroup axis)."),
+    "tumor_size_mm": ("number (mm)", "0 .. 1000; empty for negatives",
+                      "Tumour size; bin it with `detection.bins.tumor_size_mm`."),
+    "tumor_location": ("text", "any; empty for negatives", "Tumour location (a subgroup "
+                       "axis)."),
+}
+RUNS = {
+    "encoder": ("text", "non-empty", "The frozen encoder."),
+    "dataset": ("text", "non-empty", "The dataset the probe was trained and tested on."),
+    "label_fraction": ("number", "(0, 1]", "Share of the training labels used (1 = all; "
+                       "write 0.1, not 10)."),
+    "condition": ("text", "`clean`, a perturbation name, or `shift`", "Test condition "
+                  "(lower-cased when read)."),
+    "severity": ("whole number", ">= 0 (0 for clean and shift; 1-3 for perturbations)",
+                 "Perturbation severity."),
+    "seed": ("whole number", "|seed| <= 2**53", "Training seed; the paired-seed bootstrap "
+             "resamples seeds."),
+    "auroc": ("number", "0 .. 1", "AUROC of the run."),
+    "ece": ("number", "0 .. 1", "Expected calibration error (15 equal-width bins)."),
+    "regime": ("text", _one_of(S.REGIMES) + "; default `frozen`", "Frozen encoder or "
+               "adapted (fine-tuned)."),
+    "brier": ("number", "0 .. 1", "Brier score."),
+    "nll": ("number", "", "Negative log-likelihood."),
+    "ece_after_ts": ("number", "0 .. 1", "ECE after temperature scaling."),
+    "layer": ("any", "", "Encoder layer the features came from (kept, not analysed)."),
+}
+PROBE = {
+    **{k: RUNS[k] for k in S.RUNS_KEY},
+    "case_id": ("text", "non-empty", "The case the probability is for."),
+    "label": ("0/1", "`0`, `1`", "The case's label."),
+    "prob": ("number", "0 .. 1", "The probe's probability of label 1."),
+    "regime": RUNS["regime"],
+    "split": ("text", _one_of(S.PROBE_SPLITS), "Probe split (temperature scaling is "
+              "fitted on calibration)."),
+}
+PROBE_OPTIONAL = ("regime", "split")
+EVIDENCE = {
+    "case_id": ("text", "", "The case the value is about."),
+    "field": ("text", "`phase`, `age`, `sex`, `contrast_agent`, `manufacturer`, `scanner`, "
+              "`slice_thickness_mm`, `kvp`, `study_date`, `modality`, "
+              "`series_description`", "What was extracted."),
+    "value": ("text", f"phase: {_one_of(PHASES)}; sex: `F`, `M`, `O`; age: years",
+              "The extracted value."),
+    "extractor": ("text", "e.g. `dicom_header`, `dicom_description`, `text_rules`, "
+                  "`text_classifier`, `llm`, `review`", "Who extracted it; `review` rows "
+                  "are human decisions, not an extractor."),
+    "evidence": ("text", "", "The verbatim substring of the source the value was read "
+                 "from (never copied into a report table)."),
+    "start": ("whole number", ">= 0", "Offset of `evidence` in the source text."),
+    "end": ("whole number", "> start", "End offset (exclusive)."),
+    "source": ("text", "`dicom:<file>#<Keyword>` or `text:<file>#<case_id>`",
+               "Where the evidence is."),
+}
+
+RULES = {
+    "cases": [
+        "One row per model x case: a (`model`, `case_id`) pair appears once.",
+        "Paired design: every model has a row for every case; a mismatch names the missing "
+        "case ids.",
+        "`label` (and `split`) are the same in every model's row of a case.",
+        "Any other column can be named as a subgroup axis (`detection.subgroups`, `--by`).",
+    ],
+    "runs": [
+        "One row per (regime, encoder, dataset, label_fraction, condition, severity, seed).",
+        "Every encoder x dataset has a `clean` run at `label_fraction` 1 (the discrimination "
+        "and calibration axes are read there).",
+    ],
+    "probe_predictions": [
+        "One row per (regime, run key, case_id); runs can be recomputed from it with CIs.",
+    ],
+    "metadata evidence": [
+        "Written by `clinrel metadata extract`; the report needs "
+        + ", ".join(f"`{c}`" for c in EVIDENCE_NEEDED) + ".",
+    ],
+}
+
+TABLES = (
+    ("cases", "cases", "per-case predictions: one row per model x case", CASES,
+     S.CASES_REQUIRED, "`stats.read_cases`, `clinrel validate`"),
+    ("runs", "runs", "per-run probe outputs: one row per encoder x dataset x "
+     "label_fraction x condition x severity x seed", RUNS, S.RUNS_REQUIRED,
+     "`stats.read_runs`, `clinrel validate`"),
+    ("probe_predictions", "probe-predictions", "per-case probe probabilities (optional)",
+     PROBE, S.PROBE_REQUIRED, "`stats.schema.read_probe_predictions`"),
+    ("metadata evidence", "metadata-evidence", "metadata extracted with evidence",
+     EVIDENCE, EVIDENCE_COLUMNS, "`clinrel metadata extract` writes it"),
+)
+
+
+def render() -> str:
+    lines = [
+        "<!-- Generated by docs/make_contracts.py from stats/schema.py; do not edit by hand. -->",
+        "# Table contracts",
+        "",
+        "clinrel reads long tables: one row per unit, snake_case column names, CSV (UTF-8, "
+        "comma-separated, header row), TSV or parquet. A table that breaks its contract is "
+        "refused with a message naming the file, the column, up to five rows (1-based, as "
+        "R's `read.csv` counts them) and the fix; `clinrel validate FILE` checks a table "
+        "alone (exit 2 when broken). Numbers are read as float64, 0/1 columns as integers, "
+        "ids as text.",
+        "",
+    ]
+    for title, anchor, what, columns, required, reader in TABLES:
+        lines += [f"## {title}", "", f"{what[0].upper()}{what[1:]}. Read by {reader}.", "",
+                  "| column | required | type | allowed values | meaning |",
+                  "|---|---|---|---|---|"]
+        for col, (kind, allowed, meaning) in columns.items():
+            req = "**required**" if col in required else "optional"
+            lines.append(f"| `{col}` | {req} | {kind} | {allowed} | {meaning} |")
+        lines += [""] + [f"- {r}" for r in RULES[title]] + [""]
+    lines += ["## Outputs", "",
+              "Every table clinrel writes follows the tidy estimate contract: `estimand`, "
+              "grouping columns (`model`, `group_var`, `group_level`; overall is "
+              "`group_var == \"overall\"`), then:", "",
+              "| column | meaning |", "|---|---|"]
+    lines += [f"| `{k}` | {v} |" for k, v in S.GLOSSARY.items()
+              if k not in ("model", "group_var", "group_level", "estimand")]
+    lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "docs"))
+    from make_plan_reference import write
+
+    write("contracts.md", render())
