@@ -13,7 +13,7 @@ import importlib.util
 from ._common import InputError
 
 #: import names of the runner extra's packages (pyproject.toml, [project.optional-dependencies])
-RUNNER_MODULES = ("torch", "monai", "nibabel", "PIL")
+RUNNER_MODULES = ("torch", "monai", "nibabel", "PIL", "pydicom")
 #: their distribution names, as pip knows them
 DISTRIBUTIONS = {"torch": "torch", "monai": "monai", "nibabel": "nibabel", "PIL": "pillow",
                  "pydicom": "pydicom"}
