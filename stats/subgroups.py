@@ -188,6 +188,26 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     prop.test, pROC) to 1e-10; cell counts against a pandas groupby recomputation; the
     cluster-robust SE and design effect against ``survey::svymean`` (tests/r/clustered.R).
     Coverage of "wilson-cluster": ``bench/cluster_coverage.md``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> import stats
+    >>> cases = pd.DataFrame({"case_id": [f"c{i}" for i in range(8)], "model": "unet",
+    ...                       "label": [1, 1, 1, 1, 0, 0, 0, 0],
+    ...                       "score": [90.0, 60.0, 20.0, 75.0, 0.0, 55.0, 3.0, 1.0],
+    ...                       "phase": ["venous", "arterial", "arterial", "venous"] * 2})
+    >>> calls = stats.scan_level(cases, threshold=50)
+    >>> tab = subgroup_metrics(calls, by=["phase"], metrics=["sensitivity", "specificity"])
+    >>> print(tab[["estimand", "group_var", "group_level", "estimate", "conf_low",
+    ...            "conf_high", "n_pos", "flag"]].round(3).to_string(index=False))
+       estimand group_var group_level  estimate  conf_low  conf_high  n_pos    flag
+    sensitivity   overall     overall      0.75     0.301      0.954    4.0 small_n
+    specificity   overall     overall      0.75     0.301      0.954    4.0 small_n
+    sensitivity     phase    arterial      0.50     0.095      0.905    2.0 small_n
+    specificity     phase    arterial      0.50     0.095      0.905    2.0 small_n
+    sensitivity     phase      venous      1.00     0.342      1.000    2.0 small_n
+    specificity     phase      venous      1.00     0.342      1.000    2.0 small_n
     """
     bad = [k for k in metrics if k not in ALL_METRICS]
     if bad:
