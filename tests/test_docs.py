@@ -111,9 +111,9 @@ def test_the_example_plan_in_plan_md_loads(tmp_path):
 
 #: the public API of DESIGN.md whose docstrings must carry runnable Examples
 WITH_EXAMPLES = ("read_cases", "read_runs", "proportion_ci", "auc_ci", "delong_test",
-                 "scan_level", "subgroup_metrics", "fit_adjusted", "likelihood_ratio_test", "crs_scores",
-                 "crs_bootstrap", "rank_agreement", "compare_models", "heterogeneity_test",
-                 "ece")
+                 "scan_level", "subgroup_metrics", "fit_adjusted", "likelihood_ratio_test",
+                 "crs_scores", "crs_bootstrap", "rank_agreement", "compare_models",
+                 "heterogeneity_test", "ece")
 
 
 @pytest.mark.parametrize("name", WITH_EXAMPLES)
