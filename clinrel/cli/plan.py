@@ -205,7 +205,7 @@ def render_plan(p: Proposal, *, cases_path: str, source: str) -> str:
           f"    n_boot: {N_BOOT}",
           f"    seed: {SEED}                # fixed seed: the report is reproducible"]
     if p.strata:
-        L += [f"    strata: {_y(p.strata):<26}# resample patients within sites"]
+        L += [f"    strata: {_y(p.strata):<22}# resample patients within sites"]
     L += ["    boot_ci: percentile"]
     if p.adjusted:
         a = p.adjusted
@@ -233,7 +233,7 @@ def render_plan(p: Proposal, *, cases_path: str, source: str) -> str:
         L.append(f"# column {col} looks like a direct identifier: drop it from the table "
                  "before the report (or set privacy.allow_identifiers: true)")
     axes = ", ".join(":".join(a) if isinstance(a, list) else a for a in p.axes) or "none"
-    summary = (f"Threshold: {', '.join(f'{k} {v}' for k, v in p.threshold.items())}; Wilson "
+    summary = (f"Threshold: {', '.join(f'{k} {_y(v)}' for k, v in p.threshold.items())}; Wilson "
                f"intervals, DeLong AUC; subgroup axes: {axes}; bootstrap {N_BOOT} replicates, "
                f"seed {SEED}" + (f"; adjusted model {p.adjusted['formula']}"
                                  if p.adjusted else "") + ".")
