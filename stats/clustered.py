@@ -65,11 +65,12 @@ SUFFIX = "-cluster"
 
 
 def pair_sums(member: sparse.spmatrix, cluster: np.ndarray, values: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray]:
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sums of ``values`` (cases x K) over each (cell, cluster) pair that has a case.
 
     ``member`` is the cells x cases 0/1 membership matrix, ``cluster`` the cluster code
-    (0..C-1) of each case. Returns the cell of each pair (pairs,) and the sums (pairs x K).
+    (0..C-1) of each case. Returns the cell and the cluster of each pair (pairs,) and the
+    sums (pairs x K).
     """
     coo = sparse.coo_matrix(member)
     n_cl = int(cluster.max()) + 1 if len(cluster) else 1
@@ -77,7 +78,27 @@ def pair_sums(member: sparse.spmatrix, cluster: np.ndarray, values: np.ndarray
     uniq, pair = np.unique(key, return_inverse=True)
     S = sparse.csr_matrix((np.ones(len(pair)), (pair.ravel(), coo.col)),
                           shape=(len(uniq), member.shape[1]))
-    return uniq // n_cl, np.asarray(S @ values)
+    return uniq // n_cl, uniq % n_cl, np.asarray(S @ values)
+
+
+def _group_sum(group: np.ndarray, n_groups: int, values: np.ndarray) -> np.ndarray:
+    """Column sums of ``values`` (rows x K) per group code (one sparse product)."""
+    T = sparse.csr_matrix((np.ones(len(group)), (group, np.arange(len(group)))),
+                          shape=(n_groups, len(group)))
+    return np.asarray(T @ np.asarray(values, dtype="float64"))
+
+
+def _moments(cell: np.ndarray, a: np.ndarray, m: np.ndarray, G: int) -> dict[str, np.ndarray]:
+    n, x = _group_sum(cell, G, m), _group_sum(cell, G, a)
+    p = np.divide(x, n, out=np.zeros_like(x), where=n > 0)
+    return {"n": n, "x": x, "n_clusters": _group_sum(cell, G, m > 0),
+            "repeats": _group_sum(cell, G, m > 1) > 0,
+            "ss": _group_sum(cell, G, (a - p[cell] * m) ** 2)}
+
+
+def _split(num, den) -> tuple[np.ndarray, int]:
+    num = np.asarray(num, dtype="float64")
+    return np.hstack([num, np.asarray(den, dtype="float64")]), num.shape[1]
 
 
 def cluster_moments(member: sparse.spmatrix, cluster: np.ndarray, num: np.ndarray,
@@ -89,20 +110,47 @@ def cluster_moments(member: sparse.spmatrix, cluster: np.ndarray, num: np.ndarra
     ``n_clusters`` (clusters with a nonzero denominator), ``repeats`` (some cluster holds
     more than one denominator scan) and ``ss`` (``sum_c (a_c - p m_c)^2``).
     """
-    num = np.asarray(num, dtype="float64")
-    den = np.asarray(den, dtype="float64")
-    K = num.shape[1]
-    cell, sums = pair_sums(member, cluster, np.hstack([num, den]))
+    values, K = _split(num, den)
+    cell, _, sums = pair_sums(member, cluster, values)
+    return _moments(cell, sums[:, :K], sums[:, K:], member.shape[0])
+
+
+def complement_moments(member: sparse.spmatrix, axis_of_cell: np.ndarray, cluster: np.ndarray,
+                       num: np.ndarray, den: np.ndarray
+                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """:func:`cluster_moments` of every cell and of its complement within its axis (the
+    rest: the axis's cases outside the cell; the cells of an axis partition its cases).
+
+    The rest's sums come from the axis totals minus the cell's, per cluster: the axis x
+    cluster sums and their per-axis moments, then a correction over the (cell, cluster)
+    pairs only, so no (cells x cases) complement is ever built.
+    """
+    values, K = _split(num, den)
+    cell, clu, sums = pair_sums(member, cluster, values)
     a, m = sums[:, :K], sums[:, K:]
     G = member.shape[0]
-    T = sparse.csr_matrix((np.ones(len(cell)), (cell, np.arange(len(cell)))),
-                          shape=(G, len(cell)))
-    n, x = np.asarray(T @ m), np.asarray(T @ a)
-    p = np.divide(x, n, out=np.zeros_like(x), where=n > 0)
-    return {"n": n, "x": x,
-            "n_clusters": np.asarray(T @ (m > 0).astype("float64")),
-            "repeats": np.asarray(T @ (m > 1).astype("float64")) > 0,
-            "ss": np.asarray(T @ (a - p[cell] * m) ** 2)}
+    one = _moments(cell, a, m, G)
+    axis = np.asarray(axis_of_cell, dtype=np.int64)
+    n_ax = int(axis.max()) + 1 if len(axis) else 1
+    n_cl = int(clu.max()) + 1 if len(clu) else 1
+    ukey, inv = np.unique(axis[cell] * n_cl + clu, return_inverse=True)
+    A, Mx = _group_sum(inv, len(ukey), a), _group_sum(inv, len(ukey), m)   # axis x cluster
+    per_axis = {k: _group_sum(ukey // n_cl, n_ax, v)[axis] for k, v in (
+        ("n", Mx), ("x", A), ("a2", A ** 2), ("am", A * Mx), ("m2", Mx ** 2),
+        ("clusters", Mx > 0), ("repeats", Mx > 1))}
+    A_p, M_p = A[inv], Mx[inv]                    # the axis sums of each pair's cluster
+    ar, mr = A_p - a, M_p - m                     # the rest's sums of each pair's cluster
+    n2, x2 = per_axis["n"] - one["n"], per_axis["x"] - one["x"]
+    p2 = np.divide(x2, n2, out=np.zeros_like(x2), where=n2 > 0)
+    q = p2[cell]
+    ss2 = (per_axis["a2"] - 2 * p2 * per_axis["am"] + p2 ** 2 * per_axis["m2"]
+           + _group_sum(cell, G, (ar - q * mr) ** 2 - (A_p - q * M_p) ** 2))
+    rest = {"n": n2, "x": x2,
+            "n_clusters": per_axis["clusters"] - _group_sum(cell, G, (M_p > 0) & (mr == 0)),
+            "repeats": (per_axis["repeats"] - _group_sum(cell, G, M_p > 1)
+                        + _group_sum(cell, G, mr > 1)) > 0,
+            "ss": np.fmax(ss2, 0.0)}
+    return one, rest
 
 
 def design_effect(mom: dict[str, np.ndarray], conf_level: float = 0.95
@@ -132,18 +180,23 @@ def design_effect(mom: dict[str, np.ndarray], conf_level: float = 0.95
             "not_estimable": not_est}
 
 
+def effective_counts(x: np.ndarray, n: np.ndarray, n_eff: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """``p n_eff`` successes of ``n_eff`` trials, ``p = x / n`` (exactly ``x`` of ``n``
+    where ``n_eff == n``; ``p n_eff <= n_eff`` holds exactly since ``p <= 1``); 0 of 0
+    where ``n`` is 0 or ``n_eff`` NaN, so a binomial interval of them is NaN there."""
+    x, n, n_eff = (np.asarray(a, dtype="float64") for a in (x, n, n_eff))
+    ok = (n > 0) & np.isfinite(n_eff)
+    p = np.divide(x, n, out=np.zeros_like(x), where=n > 0)
+    return (np.where(ok & (n_eff == n), x, np.where(ok, p * n_eff, 0.0)),
+            np.where(ok, n_eff, 0.0))
+
+
 def effective_interval(x: np.ndarray, n: np.ndarray, n_eff: np.ndarray, *,
                        method: str = "wilson", conf_level: float = 0.95
                        ) -> tuple[np.ndarray, np.ndarray]:
-    """The binomial interval ``method`` at ``p n_eff`` successes of ``n_eff`` trials,
-    ``p = x / n`` (exactly ``x`` of ``n`` where ``n_eff == n``; ``p n_eff <= n_eff`` holds
-    exactly since ``p <= 1``); NaN where ``n`` is 0 or ``n_eff`` NaN."""
-    x, n, n_eff = (np.asarray(a, dtype="float64") for a in (x, n, n_eff))
-    ok = (n > 0) & np.isfinite(n_eff)
-    same = ok & (n_eff == n)
-    p = np.divide(x, n, out=np.zeros_like(x), where=n > 0)
-    return proportion_ci(np.where(same, x, np.where(ok, p * n_eff, 0.0)),
-                         np.where(ok, n_eff, 0.0), method=method, conf_level=conf_level)
+    """The binomial interval ``method`` at the effective counts (:func:`effective_counts`)."""
+    return proportion_ci(*effective_counts(x, n, n_eff), method=method, conf_level=conf_level)
 
 
 def clustered_proportions(member: sparse.spmatrix, cluster: np.ndarray,

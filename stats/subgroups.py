@@ -21,7 +21,8 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
 from stats import bootstrap as bs
-from stats.clustered import FLAG_DEFF, SUFFIX, clustered_proportions, metric_indicators
+from stats.clustered import (FLAG_DEFF, SUFFIX, clustered_proportions, complement_moments,
+                             design_effect, effective_counts, metric_indicators)
 from stats.detection import (BIN_SOURCES, GROUP_COLS, METRICS, OVERALL, PROPORTIONS, CaseMatrix,
                              case_matrix, metric_fractions, ratio)
 from stats.intervals import (AUC_SCALES, PROPORTION_METHODS, AucScale, _auc_ci_from, delong_placements,
@@ -360,8 +361,40 @@ def adjust_p(out: pd.DataFrame, family: list[str]) -> pd.DataFrame:
     return out
 
 
+def _effective_counts_vs_rest(cm: CaseMatrix, conf_level: float
+                              ) -> dict[str, tuple[np.ndarray, ...]]:
+    """Per metric (sensitivity, specificity): the effective counts ``x1, n1, x2, n2`` (G x M)
+    of each cell and of the rest of its axis (:func:`stats.clustered.effective_counts` at
+    Korn & Graubard's effective sizes) and the clusters of each."""
+    keys = ("sensitivity", "specificity")
+    ind = metric_indicators(cm.label, cm.pred, keys)
+    one, rest = complement_moments(cm.member, cm.cells["axis"].to_numpy(), cm.patient,
+                                   np.hstack([ind[k][0] for k in keys]),
+                                   np.hstack([ind[k][1] for k in keys]))
+    e1 = effective_counts(one["x"], one["n"], design_effect(one, conf_level)["n_effective"])
+    e2 = effective_counts(rest["x"], rest["n"], design_effect(rest, conf_level)["n_effective"])
+    arrays = (*e1, *e2, one["n_clusters"], rest["n_clusters"])
+    M = len(cm.models)
+    return {k: tuple(a[:, i * M:(i + 1) * M] for a in arrays) for i, k in enumerate(keys)}
+
+
+def _two_proportions(x1, n1, x2, n2, conf_level: float) -> dict[str, np.ndarray]:
+    """Newcombe's hybrid interval and the pooled two-proportion z test (R's
+    ``prop.test(correct = FALSE)``), vectorized; p = 1 where both samples are constant."""
+    est, lo, hi = newcombe_diff_ci(x1, n1, x2, n2, conf_level=conf_level)
+    pool = ratio(x1 + x2, n1 + n2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = est / np.sqrt(pool * (1 - pool) * (1 / n1 + 1 / n2))
+    z = np.where(np.isfinite(z), z, np.nan)
+    p = 2 * sps.norm.sf(np.abs(z))
+    both_const = (pool == 0) | (pool == 1)
+    p = np.where(both_const & (n1 > 0) & (n2 > 0), 1.0, p)
+    return {"estimate": est, "conf_low": lo, "conf_high": hi, "statistic": z, "p_value": p}
+
+
 def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha: float = 0.05,
-                     adjust: str = "holm", not_applicable="auto") -> pd.DataFrame:
+                     adjust: str = "holm", not_applicable="auto",
+                     cluster: str | None = None) -> pd.DataFrame:
     """Sensitivity and specificity of each subgroup against the rest of its axis.
 
     Parameters
@@ -371,6 +404,9 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
     alpha : level for the sensitivity-collapse flag.
     adjust : "holm" or "fdr_bh": the adjusted p-value the collapse flag uses.
     not_applicable : as in :func:`subgroup_metrics` (missing values are levels).
+    cluster : column whose repeated values mark scans of one patient (e.g.
+        ``"patient_id"``): method "newcombe-z-cluster", the interval and the test on each
+        side's effective counts (Notes).
 
     Returns
     -------
@@ -390,7 +426,16 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
     z = (p1 - p2) / sqrt(p (1 - p) (1/n1 + 1/n2)), p pooled: the square root of R's
     ``prop.test(correct = FALSE)`` statistic, with the same p-value. Families for the
     adjustment: per model and metric, every level of every axis. Subgroup and rest are
-    disjoint sets of scans but may share patients; the tests treat scans as independent.
+    disjoint sets of scans but may share patients; without ``cluster`` the tests treat
+    scans as independent. With ``cluster``: the same interval and test on the effective
+    counts of the subgroup and of the rest, ``p n_eff`` of ``n_eff`` with each side's
+    Korn & Graubard effective size (:mod:`stats.clustered`), i.e. Newcombe's interval
+    from the two cluster-aware Wilson intervals and the z test with each side's binomial
+    variance inflated by its design effect (the rest's computed over its own clusters;
+    the covariance of a patient's scans on both sides is left out, which is conservative
+    when it is positive); extras ``n_effective``, ``n_effective_rest``, ``n_clusters``,
+    ``n_clusters_rest``. Type-I error in simulation: ``bench/cluster_coverage.md``.
+
     A subgroup shows **sensitivity collapse** when its sensitivity is significantly
     below the rest (adjusted p < alpha) while its specificity is not significantly
     below the rest.
@@ -399,29 +444,32 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
     """
     if adjust not in ("holm", "fdr_bh"):
         raise ValueError(f"adjust must be 'holm' or 'fdr_bh'; got {adjust!r}")
-    cm = case_matrix(cases, by, not_applicable=not_applicable)
+    cm = case_matrix(cases, by, not_applicable=not_applicable, cluster=cluster)
     c = cm.cell_counts()
     axis = cm.cells["axis"].to_numpy()
     n_axes = int(axis.max()) + 1
+    eff = _effective_counts_vs_rest(cm, conf_level) if cluster is not None else None
     frames = []
     for metric, x, n in (("sensitivity", c["tp"], c["n_pos"][:, None] + 0 * c["tp"]),
                          ("specificity", c["tn"], c["n_neg"][:, None] + 0 * c["tn"])):
         xa = np.stack([np.bincount(axis, weights=x[:, j], minlength=n_axes) for j in range(x.shape[1])], 1)
         na = np.stack([np.bincount(axis, weights=n[:, j], minlength=n_axes) for j in range(x.shape[1])], 1)
         x2, n2 = xa[axis] - x, na[axis] - n
-        est, lo, hi = newcombe_diff_ci(x, n, x2, n2, conf_level=conf_level)
-        pool = ratio(x + x2, n + n2)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z = est / np.sqrt(pool * (1 - pool) * (1 / n + 1 / n2))
-        z = np.where(np.isfinite(z), z, np.nan)
-        p = 2 * sps.norm.sf(np.abs(z))
-        both_const = (pool == 0) | (pool == 1)
-        p = np.where(both_const & (n > 0) & (n2 > 0), 1.0, p)
+        extra, method = {}, "newcombe-z"
+        if eff is None:
+            res = _two_proportions(x, n, x2, n2, conf_level)
+        else:
+            *counts, c1, c2 = eff[metric]
+            res = _two_proportions(*counts, conf_level)
+            res["estimate"] = ratio(x, n) - ratio(x2, n2)
+            extra = {"n_effective": counts[1], "n_effective_rest": counts[3],
+                     "n_clusters": c1, "n_clusters_rest": c2}
+            method = "newcombe-z-cluster"
         frames.append(_frame(cm, f"{metric}_difference", {
-            "estimate": est, "conf_low": lo, "conf_high": hi, "conf_level": conf_level,
-            "statistic": z, "p_value": p, "method": "newcombe-z",
-            "flag": np.where(np.isnan(p), "not_estimable", ""),
-            "estimate_subgroup": ratio(x, n), "estimate_rest": ratio(x2, n2), "n_rest": n2}, c))
+            **res, "conf_level": conf_level, "method": method,
+            "flag": np.where(np.isnan(res["p_value"]), "not_estimable", ""),
+            "estimate_subgroup": ratio(x, n), "estimate_rest": ratio(x2, n2), "n_rest": n2,
+            **extra}, c))
     out = pd.concat(frames, ignore_index=True)
     out = adjust_p(out[out["group_var"] != OVERALL].reset_index(drop=True), ["model", "estimand"])
     padj = out["p_adjusted"] if adjust == "holm" else out["p_adjusted_bh"]

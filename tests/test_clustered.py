@@ -11,6 +11,9 @@
   and flag ``deff_not_estimable``; one patient with several scans -> n_eff = 1;
 * the same numbers through ``threshold_sweep`` and ``failure_map``; ``cluster`` is also the
   bootstrap's resampling unit;
+* ``subgroup_vs_rest(cluster=)``: the rest's effective size (the rest as a cell of its
+  own, against svymean), prop.test's z and p and Newcombe's interval on the effective
+  counts, against R;
 * coverage (slow): ``bench/cluster_coverage.py`` at fewer replicates.
 """
 from __future__ import annotations
@@ -41,6 +44,15 @@ def cases() -> pd.DataFrame:
 def ref() -> pd.DataFrame:
     """One row per R cell, the quantities as ``r_<name>`` columns."""
     r = pd.read_csv(R / "clustered.csv").rename(columns={"metric": "estimand"})
+    r = r[~r.estimand.str.endswith("_difference")]
+    wide = r.set_index([*KEY, "quantity"])["value"].unstack("quantity")
+    return wide.add_prefix("r_").reset_index()
+
+
+@pytest.fixture(scope="module")
+def ref_vs_rest() -> pd.DataFrame:
+    r = pd.read_csv(R / "clustered.csv").rename(columns={"metric": "estimand"})
+    r = r[r.estimand.str.endswith("_difference")]
     wide = r.set_index([*KEY, "quantity"])["value"].unstack("quantity")
     return wide.add_prefix("r_").reset_index()
 
@@ -86,6 +98,23 @@ def test_clopper_pearson_at_the_effective_counts(cases, ref):
     assert kg.sum() > 100
     np.testing.assert_allclose(j.loc[kg, "conf_low"], j.loc[kg, "r_svyciprop_low"], atol=1e-8)
     np.testing.assert_allclose(j.loc[kg, "conf_high"], j.loc[kg, "r_svyciprop_high"], atol=1e-8)
+
+
+def test_subgroup_vs_rest_matches_prop_test_on_effective_counts(cases, ref_vs_rest):
+    out = stats.subgroup_vs_rest(cases, by=BY, cluster="patient_id")
+    check_tidy(out)
+    j = ref_vs_rest.merge(out, on=KEY, how="left", validate="one_to_one")
+    assert len(j) == 98 and j["estimate"].notna().all()
+    for col in ("n_effective", "n_effective_rest", "statistic", "p_value", "conf_low",
+                "conf_high"):
+        np.testing.assert_allclose(j[col], j[f"r_{col}"], rtol=1e-8, atol=1e-10, err_msg=col)
+    np.testing.assert_array_equal(j["n_clusters_rest"], j["r_n_clusters_rest"])
+    assert (j["method"] == "newcombe-z-cluster").all()
+    assert (j["n_effective_rest"] < j["n_rest"]).sum() > 40  # the rest's clustering counts
+    plain = stats.subgroup_vs_rest(cases, by=BY)
+    assert (plain["method"] == "newcombe-z").all()
+    np.testing.assert_array_equal(plain["estimate"], out["estimate"])
+    assert np.nanmedian(np.abs(out["statistic"]) / np.abs(plain["statistic"])) < 0.97
 
 
 def test_flags_of_the_rules(cases, ref):

@@ -25,6 +25,11 @@
 #       (1 - p) n_eff) (0 and 1 at p = 0 and p = 1): Clopper-Pearson at the effective counts
 #   svyciprop_low/high: svyciprop(~y, design, method = "beta") where the design effect is
 #       estimated (NA elsewhere); it equals cp_low/high where n_eff < n (no truncation)
+# and, for sensitivity and specificity, each level against the rest of its axis (metric
+# "<metric>_difference"): n_effective and n_effective_rest (the rest's rows as a cell of
+# their own), n_clusters_rest, statistic (signed square root) and p_value of
+# prop.test(c(p1 n1_eff, p2 n2_eff), c(n1_eff, n2_eff), correct = FALSE), conf_low/high:
+# Newcombe's hybrid interval from the two prop.test Wilson intervals.
 # Long format: model, metric, group_var, group_level, quantity, value.
 suppressMessages(library(survey))
 options(warn = -1)  # svydesign: 'No weights or probabilities supplied'
@@ -69,6 +74,20 @@ metric <- list(
   ppv = list(den = function(d) d$pred == 1, y = function(d) d$label == 1),
   npv = list(den = function(d) d$pred == 0, y = function(d) d$label == 0),
   accuracy = list(den = function(d) rep(TRUE, nrow(d)), y = function(d) d$pred == d$label))
+# the clustered proportion of a set of rows (columns patient_id, y): the quantities above
+clustered <- function(rows) {
+  nn <- nrow(rows); x <- sum(rows$y); p <- x / nn
+  C <- length(unique(rows$patient_id))
+  repeats <- C < nn
+  se <- NA
+  if (C >= 2) se <- as.numeric(SE(svymean(~y, svydesign(ids = ~patient_id, data = rows))))
+  deff <- if (!repeats) 1 else if (C < 2 || p == 0 || p == 1) NA else se^2 / (p * (1 - p) / nn)
+  neff <- if (!repeats || (C >= 2 && (p == 0 || p == 1))) nn else if (C < 2) 1 else
+    min(nn, nn / deff * (qt(0.025, nn - 1) / qt(0.025, C - 1))^2)
+  list(n = nn, x = x, p = p, C = C, se = se, deff = deff, neff = neff, repeats = repeats)
+}
+wilson <- function(p, neff) suppressWarnings(prop.test(p * neff, neff, correct = FALSE)$conf.int)
+
 out <- list()
 add <- function(...) out[[length(out) + 1]] <<- data.frame(...)
 for (m in unique(d$model)) for (k in names(metric)) {
@@ -79,22 +98,12 @@ for (m in unique(d$model)) for (k in names(metric)) {
       rows <- dm[level == lv & metric[[k]]$den(dm), ]
       if (nrow(rows) == 0) next
       rows$y <- as.numeric(metric[[k]]$y(rows))
-      nn <- nrow(rows); x <- sum(rows$y); p <- x / nn
-      C <- length(unique(rows$patient_id))
-      repeats <- C < nn
-      se <- NA
-      if (C >= 2) {
-        des <- svydesign(ids = ~patient_id, data = rows)
-        se <- as.numeric(SE(svymean(~y, des)))
-      }
-      deff <- if (!repeats) 1 else if (C < 2 || p == 0 || p == 1) NA else se^2 / (p * (1 - p) / nn)
-      neff <- if (!repeats || (C >= 2 && (p == 0 || p == 1))) nn else if (C < 2) 1 else
-        min(nn, nn / deff * (qt(0.025, nn - 1) / qt(0.025, C - 1))^2)
-      w <- suppressWarnings(prop.test(p * neff, neff, correct = FALSE)$conf.int)
-      cp <- c(if (p == 0) 0 else qbeta(0.025, p * neff, (1 - p) * neff + 1),
-              if (p == 1) 1 else qbeta(0.975, p * neff + 1, (1 - p) * neff))
+      e <- clustered(rows)
+      w <- wilson(e$p, e$neff)
+      cp <- c(if (e$p == 0) 0 else qbeta(0.025, e$p * e$neff, (1 - e$p) * e$neff + 1),
+              if (e$p == 1) 1 else qbeta(0.975, e$p * e$neff + 1, (1 - e$p) * e$neff))
       sv <- c(NA, NA)
-      if (!is.na(deff) && repeats) {
+      if (!is.na(e$deff) && e$repeats) {
         sv <- as.numeric(attr(svyciprop(~y, svydesign(ids = ~patient_id, data = rows),
                                         method = "beta"), "ci"))
       }
@@ -102,7 +111,25 @@ for (m in unique(d$model)) for (k in names(metric)) {
           quantity = c("n", "x", "n_clusters", "se", "design_effect", "n_effective",
                        "wilson_low", "wilson_high", "cp_low", "cp_high", "svyciprop_low",
                        "svyciprop_high"),
-          value = c(nn, x, C, se, deff, neff, w[1], w[2], cp[1], cp[2], sv[1], sv[2]))
+          value = c(e$n, e$x, e$C, e$se, e$deff, e$neff, w[1], w[2], cp[1], cp[2], sv[1], sv[2]))
+      # subgroup versus the rest of the axis (stats.subgroup_vs_rest(cluster = )), for
+      # sensitivity and specificity: each side's effective counts, then prop.test and
+      # Newcombe's hybrid interval from the two Wilson intervals
+      if (axis == "overall" || !(k %in% c("sensitivity", "specificity"))) next
+      others <- dm[level != lv & metric[[k]]$den(dm), ]
+      if (nrow(others) == 0) next
+      others$y <- as.numeric(metric[[k]]$y(others))
+      r <- clustered(others)
+      pt <- suppressWarnings(prop.test(c(e$p * e$neff, r$p * r$neff), c(e$neff, r$neff),
+                                       correct = FALSE))
+      w2 <- wilson(r$p, r$neff)
+      dd <- e$p - r$p
+      add(model = m, metric = paste0(k, "_difference"), group_var = axis, group_level = lv,
+          quantity = c("n_effective", "n_effective_rest", "n_clusters_rest", "statistic",
+                       "p_value", "conf_low", "conf_high"),
+          value = c(e$neff, r$neff, r$C, sign(dd) * sqrt(unname(pt$statistic)), pt$p.value,
+                    dd - sqrt((e$p - w[1])^2 + (w2[2] - r$p)^2),
+                    dd + sqrt((w[2] - e$p)^2 + (r$p - w2[1])^2)))
     }
   }
 }
