@@ -7,19 +7,29 @@ place only on success)::
     out/_quarto.yml       so that `quarto render appendix.qmd` works in the folder
     out/appendix.html     self-contained (pandoc --embed-resources, or quarto)
     out/appendix.pdf      pandoc -> typst markup -> typst.compile (or quarto), no LaTeX
+    out/appendix.docx     pandoc's Word writer with out/reference.docx (styles; swap it
+                          with ``reference_docx=`` / ``clinrel report --reference-docx``)
+    out/reference.docx    the Word style reference the .docx (and Quarto's docx) uses
     out/tables/*.csv      every number shown, full precision (figures: tables/fig_*.csv)
     out/figures/*.png|svg PNG for HTML, SVG for the PDF
     out/manifest.json     versions, input sha256, plan hash, seeds, git revision, times
 
-The three markdown variants come from one Jinja template (``templates/appendix.qmd.j2``)
-with ``target`` = quarto | html | typst: Quarto resolves cross-references itself; for
-pandoc the HTML variant writes "Table N" links and the typst variant lets typst number
-figures and resolve ``@labels``.
+The four markdown variants come from one Jinja template (``templates/appendix.qmd.j2``)
+with ``target`` = quarto | html | typst | docx: Quarto resolves cross-references itself;
+for pandoc the HTML and docx variants write "Table N" links and the typst variant lets
+typst number figures and resolve ``@labels``. Tables in the .qmd and the docx are Pandoc
+grid tables that Pandoc writes from each table's AST (``ReportTable.to_pandoc``), so the
+.qmd has one table source Quarto renders to HTML, PDF and Word, and holds no raw block.
+
+Determinism: every file is byte-identical across runs for the same inputs, seeds and
+software (``SOURCE_DATE_EPOCH``, default 1980-01-01, stamps the PDF and the docx); the
+exceptions are ``created_utc`` and ``timings_s`` in ``manifest.json``.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -38,6 +48,13 @@ from .study import load_study
 from .tables import ReportTable
 
 log = logging.getLogger("clinrel.report")
+
+#: 1980-01-01T00:00:00Z: the date stamped into the PDF and the docx unless the
+#: environment sets SOURCE_DATE_EPOCH (https://reproducible-builds.org/specs/source-date-epoch/)
+DEFAULT_EPOCH = 315532800
+REFERENCE_DOCX = "reference.docx"
+MSG_REFERENCE_DOCX = ("--reference-docx {path}: {why}; give a Word .docx file (start from "
+                      "templates/reference.docx, change its styles in Word, save it)")
 
 _REF = re.compile(r"(?<!\\)@((tbl|fig|sec)-[A-Za-z0-9_-]*[A-Za-z0-9])")
 
@@ -80,7 +97,7 @@ def _refs(md: str, target: str, index: dict) -> str:
         if target == "quarto":
             return m.group(0)
         number, title = index[ident]
-        if target == "html":
+        if target in ("html", "docx"):
             label = {"tbl": f"Table {number}", "fig": f"Figure {number}"}.get(kind, title)
             return f"[{label}](#{ident})"
         return f"`@{ident}`{{=typst}}"
@@ -88,10 +105,11 @@ def _refs(md: str, target: str, index: dict) -> str:
     return _REF.sub(sub, md)
 
 
-def _blocks(sections: list[Section], target: str, index: dict, numbers: dict) -> list[dict]:
+def _blocks(sections: list[Section], target: str, index: dict, numbers: dict,
+            grids: dict) -> list[dict]:
     """Template blocks: every string escaped for where it goes (``reports.text``), ids and
     file names checked (``sandbox.check_name``), and each raw block's ``fence`` longer
-    than any backtick run in it."""
+    than any backtick run in it; ``grids``: table id -> grid table (quarto, docx)."""
     out = []
     for s in sections:
         blocks = []
@@ -105,7 +123,9 @@ def _blocks(sections: list[Section], target: str, index: dict, numbers: dict) ->
                      "html": b.to_html() if target != "typst" else "",
                      "typst": b.to_typst() if target != "html" else "",
                      "caption_md": text.md(b.caption),
-                     "caption_typst": text.typst_str(b.caption), "wide": b.wide}
+                     "grid": grids.get(b.id, ""), "notes_md": [text.md(n) for n in b.notes],
+                     "caption_typst": text.typst_str(b.caption), "wide": b.is_wide,
+                     "keep": b.n_rows <= KEEP_ROWS}
                 blocks.append(d | {"fence": text.fence(d["html"], d["typst"], d["caption_typst"])})
             elif isinstance(b, ReportFigure):
                 d = {"kind": "figure", "id": sandbox.check_name("figure id", b.id),
@@ -113,20 +133,60 @@ def _blocks(sections: list[Section], target: str, index: dict, numbers: dict) ->
                      "caption_md": text.md(b.caption),
                      "caption_typst": text.typst_str(b.caption),
                      "alt_attr": _attr(b.alt), "alt_typst": text.typst_str(b.alt),
-                     "width_pct": min(100, int(round(100 * b.width / 7.5)))}
+                     "width_pct": min(100, int(round(100 * b.width / 7.5))),
+                     "width_in": f"{min(b.width, DOCX_TEXT_WIDTH):.2f}"}
                 blocks.append(d | {"fence": text.fence(d["caption_typst"], d["alt_typst"])})
             else:
                 raise TypeError(f"section {s.key}: unknown block {type(b).__name__}")
         out.append({"id": sandbox.check_name("section id", s.id), "title_md": text.md(s.title),
                     "blocks": blocks})
+    flat = [b for s in out for b in s["blocks"]]
+    for i, b in enumerate(flat):  # runs of adjacent wide tables share one landscape part
+        if b["kind"] == "table":
+            wide = b["wide"]
+            b["landscape_open"] = wide and not (i and flat[i - 1].get("wide"))
+            b["landscape_close"] = wide and not (i + 1 < len(flat) and flat[i + 1].get("wide"))
     return out
 
 
-def render_markdown(study, sections: list[Section], target: str = "quarto") -> str:
-    """The appendix as markdown for ``target`` (quarto | html | typst)."""
+#: tables of at most this many printed rows are never split across pages (PDF)
+KEEP_ROWS = 25
+#: text width of templates/reference.docx (A4, 1.6 cm margins), inches
+DOCX_TEXT_WIDTH = 7.0
+_TABLE_END = "CLINREL-TABLE-END"
+
+
+def grid_tables(tables: list[ReportTable]) -> dict[str, str]:
+    """Table id -> the table as a Pandoc grid table at its natural width (columns as wide
+    as their cells, ``ReportTable.char_widths``), written by Pandoc from
+    ``ReportTable.to_pandoc`` (one Pandoc call for all tables; Pandoc escapes every cell)."""
+    import pypandoc
+
+    if not tables:
+        return {}
+    columns = max(72, *(sum(w + 3 for w in t.char_widths()) + 1 for t in tables))
+    end = {"t": "Para", "c": [{"t": "Str", "c": _TABLE_END}]}
+    doc = {"pandoc-api-version": sandbox.api_version(), "meta": {},
+           "blocks": [b for t in tables for b in (t.to_pandoc(columns), end)]}
+    md = pypandoc.convert_text(json.dumps(doc), "markdown-simple_tables-multiline_tables-pipe_tables",
+                               format="json", extra_args=[*sandbox.SANDBOX_ARGS,
+                                                          f"--columns={columns}"])
+    parts = [p.strip("\n") for p in re.split(rf"^{_TABLE_END}$", md, flags=re.M)][:len(tables)]
+    if len(parts) != len(tables) or not all(p.startswith("+") for p in parts):
+        raise RuntimeError("pandoc did not write one grid table per report table")
+    return {t.id: p for t, p in zip(tables, parts)}
+
+
+def render_markdown(study, sections: list[Section], target: str = "quarto",
+                    grids: dict | None = None, reference: Path | None = None) -> str:
+    """The appendix as markdown for ``target`` (quarto | html | typst | docx); ``grids``
+    (from :func:`grid_tables`) is made here when a quarto or docx target needs it;
+    ``reference``: the docx style reference whose page a wide table turns (docx)."""
     import jinja2
 
     tables = [b for s in sections for b in s.tables]
+    if grids is None and target in ("quarto", "docx"):
+        grids = grid_tables(tables)
     figures = [b for s in sections for b in s.figures]
     numbers = {t.id: i + 1 for i, t in enumerate(tables)}
     numbers.update({f.id: i + 1 for i, f in enumerate(figures)})
@@ -145,9 +205,12 @@ def render_markdown(study, sections: list[Section], target: str = "quarto") -> s
                              autoescape=False, comment_start_string="{##",
                              comment_end_string="##}")
     tpl = env.from_string(_template_text("appendix.qmd.j2"))
-    md = tpl.render(target=target, title_yaml=_yaml_str(text.md(plan.title)),
+    portrait, landscape = docx_section_breaks(reference or default_reference_docx()) \
+        if target == "docx" else ("", "")
+    md = tpl.render(target=target, portrait_xml=portrait, landscape_xml=landscape,
+                    title_yaml=_yaml_str(text.md(plan.title)),
                     subtitle_yaml=_yaml_str("Reliability evidence appendix"),
-                    lead=lead, sections=_blocks(sections, target, index, numbers))
+                    lead=lead, sections=_blocks(sections, target, index, numbers, grids or {}))
     return re.sub(r"\n{3,}", "\n\n", md).rstrip() + "\n"
 
 
@@ -179,7 +242,9 @@ def _pandoc_html(md: str, folder: Path, build: Path) -> None:
     (folder / "appendix.html").write_text(html, encoding="utf-8")
 
 
-def _pandoc_pdf(md: str, folder: Path, build: Path) -> None:
+def _pandoc_pdf(md: str, folder: Path, build: Path, epoch: int = DEFAULT_EPOCH) -> None:
+    """PDF through pandoc -> typst markup -> typst, with typst's own fonts only (never
+    the machine's) and ``epoch`` as the creation date: the same bytes on every machine."""
     import pypandoc
     import typst
 
@@ -191,25 +256,101 @@ def _pandoc_pdf(md: str, folder: Path, build: Path) -> None:
     src = folder / ".appendix.typ"
     src.write_text(typ, encoding="utf-8")
     try:
-        typst.compile(str(src), output=str(folder / "appendix.pdf"), root=str(folder))
+        typst.compile(str(src), output=str(folder / "appendix.pdf"), root=str(folder),
+                      ignore_system_fonts=True, timestamp=epoch)
     finally:
         shutil.copyfile(src, build / "appendix.typ")
         src.unlink()
 
 
-def _quarto(folder: Path) -> None:
-    for fmt in ("html", "typst"):
+def _pandoc_docx(md: str, folder: Path, build: Path, epoch: int = DEFAULT_EPOCH,
+                 tables: list[ReportTable] = ()) -> None:
+    """Word: pandoc's docx writer in ``--sandbox`` with ``folder/reference.docx`` (named
+    on the command line) and the figures embedded as ``data:`` URIs from
+    ``folder/figures`` (``sandbox.embed_figures``); dates from ``epoch``. Each table is
+    set at the full text width, its columns as wide as their text
+    (``ReportTable.rel_widths``: the grid's own widths count escapes)."""
+    ast = sandbox.embed_figures(sandbox.to_ast(md, build), folder)
+    sandbox.set_table_widths(ast, {t.id: t.rel_widths(160 if t.is_wide else 110)
+                                   for t in tables})
+    sandbox.write_file(ast, "docx", folder / "appendix.docx", epoch=epoch, cwd=build,
+                       extra_args=[f"--reference-doc={folder / REFERENCE_DOCX}",
+                                   "--number-sections"])
+
+
+def source_date_epoch() -> int:
+    """``SOURCE_DATE_EPOCH`` from the environment, else ``DEFAULT_EPOCH``."""
+    raw = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    return int(raw) if raw.isdigit() else DEFAULT_EPOCH
+
+
+def default_reference_docx() -> Path:
+    return Path(str(resources.files("templates").joinpath(REFERENCE_DOCX)))
+
+
+_PG_ATTR = re.compile(r'w:(w|h|left|right|top|bottom|header|footer|gutter)="(\d+)"')
+
+
+def docx_section_breaks(reference: Path) -> tuple[str, str]:
+    """Raw OpenXML paragraphs that end a portrait and a landscape section, with the page
+    size and margins of ``reference`` (turned for landscape): a wide table sits between
+    them. Only numbers read from the reference go into the XML."""
+    import zipfile
+
+    with zipfile.ZipFile(reference) as z:
+        doc = z.read("word/document.xml").decode("utf-8", errors="replace")
+    sect = doc[doc.rfind("<w:sectPr"):]
+    size = dict(_PG_ATTR.findall(re.search(r"<w:pgSz[^>]*>", sect).group(0))) \
+        if "<w:pgSz" in sect else {"w": "11906", "h": "16838"}
+    mar = dict(_PG_ATTR.findall(re.search(r"<w:pgMar[^>]*>", sect).group(0))) \
+        if "<w:pgMar" in sect else {}
+    w, h = sorted((int(size.get("w", 11906)), int(size.get("h", 16838))))
+    m = " ".join(f'w:{k}="{v}"' for k, v in mar.items())
+
+    def brk(pg: str) -> str:
+        return f"<w:p><w:pPr><w:sectPr>{pg}<w:pgMar {m}/></w:sectPr></w:pPr></w:p>"
+
+    return (brk(f'<w:pgSz w:w="{w}" w:h="{h}"/>'),
+            brk(f'<w:pgSz w:w="{h}" w:h="{w}" w:orient="landscape"/>'))
+
+
+def check_reference_docx(path: str | Path) -> Path:
+    """``path`` if it is a Word document pandoc can take styles from, else ``ValueError``
+    (``MSG_REFERENCE_DOCX``)."""
+    import zipfile
+
+    path = Path(path)
+    why = None
+    if not path.is_file():
+        why = "no such file"
+    else:
+        try:
+            with zipfile.ZipFile(path) as z:
+                if "word/styles.xml" not in z.namelist():
+                    why = "it holds no word/styles.xml"
+        except (zipfile.BadZipFile, OSError) as exc:
+            why = f"not a .docx (zip) file ({exc})"
+    if why:
+        raise ValueError(MSG_REFERENCE_DOCX.format(path=path, why=why))
+    return path
+
+
+def _quarto(folder: Path, formats) -> None:
+    for fmt in [{"pdf": "typst"}.get(f, f) for f in formats]:
         subprocess.run(["quarto", "render", "appendix.qmd", "--to", fmt], cwd=folder, check=True,
                        capture_output=True, timeout=600)
 
 
 def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = True,
-                  formats: tuple[str, ...] = ("html", "pdf"), only=None,
-                  draw: bool = True, strict: bool = False, force: bool = False) -> RenderResult:
+                  formats: tuple[str, ...] = ("html", "pdf", "docx"), only=None,
+                  draw: bool = True, strict: bool = False, force: bool = False,
+                  reference_docx: str | Path | None = None) -> RenderResult:
     """Load the study of ``plan``, build every applicable section and write ``out``.
 
-    ``formats`` selects the rendered documents (``html``, ``pdf``); the .qmd, tables and
-    manifest are always written. ``only`` restricts the sections (keys). ``draw=False``
+    ``formats`` selects the rendered documents (``html``, ``pdf``, ``docx``); the .qmd,
+    tables and manifest are always written. ``reference_docx``: a Word document whose
+    styles (fonts, headings, table style, captions, page size and margins) the .docx
+    takes, copied to ``out/reference.docx`` (default ``templates/reference.docx``). ``only`` restricts the sections (keys). ``draw=False``
     skips drawing the figure images (their tables are still written; for tests).
     ``strict``: a section that raises an unexpected error fails the whole render (nothing
     is written) instead of being left out and named in the methods, CLI output and
@@ -226,8 +367,10 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
 
     t0 = time.perf_counter()
     plan = plan if isinstance(plan, Plan) else load_plan(plan)
-    inputs = [plan.path, *plan.inputs.values()]
+    reference = check_reference_docx(reference_docx or default_reference_docx())
+    inputs = [plan.path, *plan.inputs.values(), *([reference] if reference_docx else [])]
     check_out_dir(out, force=force, inputs=inputs)
+    epoch = source_date_epoch()
     timings: dict[str, float] = {}
     with plan_limits(plan):
         study = load_study(plan)
@@ -259,13 +402,15 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
                     f.save(tmp / "figures")
                 advance()
         timings["tables_figures"] = round(time.perf_counter() - t1, 3)
-        qmd = render_markdown(study, sections, "quarto")
+        grids = grid_tables(tables)
+        qmd = render_markdown(study, sections, "quarto", grids)
         (tmp / "appendix.qmd").write_text(qmd, encoding="utf-8")
         (tmp / "_quarto.yml").write_text(_template_text("_quarto.yml"), encoding="utf-8")
+        shutil.copyfile(reference, tmp / REFERENCE_DOCX)
         t2 = time.perf_counter()
         if renderer == "quarto":
             try:
-                _quarto(tmp)
+                _quarto(tmp, formats)
             except (subprocess.SubprocessError, OSError) as exc:
                 study.note(f"quarto render failed ({exc}); rendered with pandoc and typst instead")
                 renderer = "pandoc+typst"
@@ -275,8 +420,13 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
             timings["html"] = round(time.perf_counter() - t2, 3)
             if "pdf" in formats:
                 t3 = time.perf_counter()
-                _pandoc_pdf(render_markdown(study, sections, "typst"), tmp, build)
+                _pandoc_pdf(render_markdown(study, sections, "typst"), tmp, build, epoch)
                 timings["pdf"] = round(time.perf_counter() - t3, 3)
+            if "docx" in formats:
+                t4 = time.perf_counter()
+                _pandoc_docx(render_markdown(study, sections, "docx", grids, reference),
+                             tmp, build, epoch, tables)
+                timings["docx"] = round(time.perf_counter() - t4, 3)
         seconds = round(time.perf_counter() - t0, 3)
         timings["total"] = seconds
         from .manifest import build_manifest, write_manifest

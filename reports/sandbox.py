@@ -13,8 +13,11 @@ never fire on data, whatever it holds.
 from __future__ import annotations
 
 import base64
+import functools
 import json
+import os
 import re
+import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -76,11 +79,49 @@ def embed_figures(ast: dict, folder: Path) -> dict:
     return ast
 
 
-def to_ast(md: str, cwd: Path) -> dict:
+@functools.lru_cache(maxsize=1)
+def api_version() -> list:
+    """The ``pandoc-api-version`` of the bundled Pandoc (for ASTs built in Python)."""
+    import pypandoc
+
+    return json.loads(pypandoc.convert_text("", "json", format="markdown",
+                                            extra_args=list(SANDBOX_ARGS)))["pandoc-api-version"]
+
+
+def write_file(ast: dict, to: str, output: Path, *, extra_args=(), epoch: int,
+               cwd: Path) -> None:
+    """Pandoc (in ``--sandbox``) writes ``ast`` as ``to`` into ``output``, with
+    ``SOURCE_DATE_EPOCH=epoch`` (the dates inside a docx and its zip entries)."""
+    import pypandoc
+
+    args = [pypandoc.get_pandoc_path(), *SANDBOX_ARGS, "--from=json", f"--to={to}",
+            f"--output={output}", *extra_args]
+    env = {**os.environ, "SOURCE_DATE_EPOCH": str(int(epoch))}
+    done = subprocess.run(args, input=json.dumps(ast).encode(), cwd=str(cwd), env=env,
+                          capture_output=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"pandoc could not write {output.name}: "
+                           f"{done.stderr.decode(errors='replace')[:500]}")
+
+
+def set_table_widths(ast: dict, widths: dict[str, list[float]]) -> dict:
+    """Give each top-level ``Table`` of ``ast`` whose id is in ``widths`` those relative
+    column widths (numbers only; nothing else of the table changes)."""
+    for block in ast["blocks"]:
+        if block.get("t") == "Table" and block["c"][0][0] in widths:
+            specs, new = block["c"][2], widths[block["c"][0][0]]
+            if len(new) == len(specs):
+                block["c"][2] = [[align, {"t": "ColWidth", "c": float(w)}]
+                                 for (align, _), w in zip(specs, new)]
+    return ast
+
+
+def to_ast(md: str, cwd: Path, *extra_args: str) -> dict:
     import pypandoc
 
     return json.loads(pypandoc.convert_text(md, "json", format="markdown",
-                                            extra_args=list(SANDBOX_ARGS), cworkdir=str(cwd)))
+                                            extra_args=[*SANDBOX_ARGS, *extra_args],
+                                            cworkdir=str(cwd)))
 
 
 #: attributes that make a browser fetch or navigate

@@ -87,46 +87,183 @@ class ReportTable:
             table_font_size="13px", data_row_padding="2px", source_notes_font_size="11px")
         return gt.as_raw_html()
 
-    # ------------------------------------------------------------------ typst
-    def to_typst(self) -> str:
+    # ------------------------------------------------------------------ shared layout
+    def alignments(self) -> list[str]:
+        """``left`` for the first column and text columns, ``right`` for numbers."""
+        return ["left" if i == 0 or not _numeric(self.display[c]) else "right"
+                for i, c in enumerate(self.columns)]
+
+    def spans(self) -> list[tuple[int, int, str | None]]:
+        """The spanner row as ``(start, width, label)`` runs covering every column
+        (``label`` None: no spanner over those columns); empty without spanners."""
+        if not self.spanners:
+            return []
         cols = self.columns
-        ncol = len(cols)
-        align = ["left" if i == 0 or not _numeric(self.display[c]) else "right"
-                 for i, c in enumerate(cols)]
-        lines = ["#[", "#set text(size: 7.5pt)", "#table(",
-                 f"  columns: {ncol},", "  stroke: none,", "  inset: (x: 4pt, y: 2.5pt),",
-                 "  align: (" + ", ".join(align) + ",),",
-                 "  table.hline(stroke: 0.8pt),", "  table.header("]
-        if self.spanners:
-            row = []
-            pos = 0
-            spans = sorted(((cols.index(c[0]), len(c), lab) for lab, c in self.spanners),
-                           key=lambda t: t[0])
-            for start, width, lab in spans:
-                if start > pos:
-                    row.append(f"table.cell(colspan: {start - pos}, [])")
-                row.append(f"table.cell(colspan: {width}, align: center, "
-                           f"text(weight: \"bold\", {text.typst_str(lab)}))")
-                pos = start + width
-            if pos < ncol:
-                row.append(f"table.cell(colspan: {ncol - pos}, [])")
-            lines.append("    " + ", ".join(row) + ",")
-            for start, width, _ in spans:
-                lines.append(f"    table.hline(start: {start}, end: {start + width}, stroke: 0.4pt),")
-        lines.append("    " + ", ".join(f"text(weight: \"bold\", {text.typst_str(self.label(c))})"
-                                        for c in cols) + ",")
-        lines.append("  ),")
-        lines.append("  table.hline(stroke: 0.5pt),")
+        out, pos = [], 0
+        for start, width, lab in sorted(((cols.index(c[0]), len(c), lab)
+                                         for lab, c in self.spanners), key=lambda t: t[0]):
+            if start > pos:
+                out.append((pos, start - pos, None))
+            out.append((start, width, lab))
+            pos = start + width
+        if pos < len(cols):
+            out.append((pos, len(cols) - pos, None))
+        return out
+
+    def body(self):
+        """The body in display order: ``("group", heading)`` where a row group starts,
+        then ``("row", [cell, ...])`` per row (strings, the shown columns only)."""
         current = object()
         for _, row in self.display.iterrows():
             if self.group_col is not None and row[self.group_col] != current:
                 current = row[self.group_col]
+                yield "group", str(current)
+            yield "row", [str(row[c]) for c in self.columns]
+
+    @property
+    def n_rows(self) -> int:
+        """Rows as printed: body rows plus row-group headings."""
+        return sum(1 for _ in self.body())
+
+    def char_widths(self) -> list[int]:
+        """Each column's width in characters of markdown: its longest cell as escaped
+        (at most 40; longer text wraps) or half its label (labels wrap onto two lines),
+        at least 4."""
+        return [min(40, max(4, len(self.label(c)) // 2 + 1,
+                            *(len(text.md(v)) for v in self.display[c].astype(str))))
+                for c in self.columns]
+
+    def rel_widths(self, avail: int = 110) -> list[float]:
+        """Column widths as fractions of the table width (sum 1) for a page ``avail``
+        characters wide: every column as wide as its longest cell (label: half, it wraps;
+        never narrower than its longest word) plus the cell margins when that fits;
+        otherwise number columns keep that width and text columns shrink towards their
+        longest word (automatic table layout, as a browser does it)."""
+        pad = 3  # the cell margins, in characters
+        most, least = [], []
+        for c, align in zip(self.columns, self.alignments()):
+            label = self.label(c)
+            words = [len(w) for v in (label, *self.display[c].astype(str)) for w in v.split()]
+            cells = [len(label) // 2 + 1, *map(len, self.display[c].astype(str))]
+            longest_word = max(3, *words) if words else 3
+            most.append(min(40, max(longest_word, *cells)) + pad)
+            least.append(most[-1] if align == "right" else min(most[-1], longest_word + pad))
+        spare, give = avail - sum(least), sum(most) - sum(least)
+        if sum(most) <= avail or give == 0:
+            chosen = most
+        elif spare <= 0:
+            chosen = least
+        else:
+            chosen = [lo + (hi - lo) * spare / give for lo, hi in zip(least, most)]
+        return [k / sum(chosen) for k in chosen]
+
+    @property
+    def is_wide(self) -> bool:
+        """Set landscape in the PDF: ``wide`` asked for, or the columns need more than a
+        portrait A4 text width at the table font size (about 120 characters)."""
+        if self.wide:
+            return True
+        return sum(self.char_widths()) + 2 * len(self.columns) > 120
+
+    # ------------------------------------------------------------------ pandoc (docx, qmd)
+    def to_pandoc(self, columns: int = 72) -> dict:
+        """The table as a Pandoc AST ``Table`` (no caption and no notes: the template writes
+        them next to it): the spanner row and the labels as header rows (repeated on every
+        page in Word), row groups as full-width italic rows. Every string is a ``Str``
+        node: Pandoc's own writer escapes it wherever the table is written (a grid table in
+        the .qmd and the docx markdown). Notes stay out of the grid: a full-width cell
+        holding a long note would widen every column (Pandoc never wraps a spanning cell).
+        Column widths are ``char_widths`` as fractions of ``columns`` (Pandoc's
+        ``--columns``), so a grid table is written at its natural width, unwrapped."""
+        ncol = len(self.columns)
+        align = [{"t": "AlignLeft" if a == "left" else "AlignRight"} for a in self.alignments()]
+        head = []
+        if self.spanners:
+            head.append(_row([_cell(lab or "", width) for _, width, lab in self.spans()]))
+        head.append(_row([_cell(self.label(c)) for c in self.columns]))
+        rows = [_row([_cell(value, ncol, emph=True)]) if kind == "group" else
+                _row([_cell(v) for v in value]) for kind, value in self.body()]
+        return {"t": "Table", "c": [
+            _ATTR, [None, []],
+            [[a, {"t": "ColWidth", "c": (w + 3) / columns}]
+             for a, w in zip(align, self.char_widths())],
+            [_ATTR, head], [[_ATTR, 0, [], rows]], [_ATTR, []]]}
+
+    # ------------------------------------------------------------------ typst
+    def to_typst(self) -> str:
+        """A typst table (typst string literals for every cell), full width; spanners and
+        labels as the header (repeated on every page), row groups as italic full-width
+        rows, the notes in a footer (never separated from the last rows)."""
+        cols = self.columns
+        ncol = len(cols)
+        align = self.alignments()
+        # full text width, columns in proportion to their text (as in the docx): a note in
+        # the footer, which spans every column, cannot widen one
+        fr = ", ".join(f"{w * ncol:.3f}fr" for w in self.rel_widths(195 if self.is_wide else 130))
+        lines = ["#[", "#set text(size: 7.5pt)", "#table(",
+                 f"  columns: ({fr},),", "  stroke: none,", "  inset: (x: 4pt, y: 2.5pt),",
+                 "  align: (" + ", ".join(align) + ",),",
+                 "  table.hline(stroke: 0.8pt),", "  table.header("]
+        spans = self.spans()
+        if spans:
+            lines.append("    " + ", ".join(
+                f"table.cell(colspan: {width}, [])" if lab is None else
+                f"table.cell(colspan: {width}, align: center, "
+                f"text(weight: \"bold\", {text.typst_str(lab)}))"
+                for _, width, lab in spans) + ",")
+            for start, width, lab in spans:
+                if lab is not None:
+                    lines.append(f"    table.hline(start: {start}, end: {start + width}, "
+                                 "stroke: 0.4pt),")
+        lines.append("    " + ", ".join(f"text(weight: \"bold\", {text.typst_str(self.label(c))})"
+                                        for c in cols) + ",")
+        lines.append("  ),")
+        lines.append("  table.hline(stroke: 0.5pt),")
+        for kind, value in self.body():
+            if kind == "group":
                 lines.append(f"  table.cell(colspan: {ncol}, text(style: \"italic\", "
-                             f"{text.typst_str(current)})),")
-            lines.append("  " + ", ".join(text.typst_str(row[c]) for c in cols) + ",")
-        lines.append("  table.hline(stroke: 0.8pt),")
+                             f"{text.typst_str(value)})),")
+            else:
+                lines.append("  " + ", ".join(map(text.typst_str, value)) + ",")
+        if self.notes:  # in the table's footer: never separated from its last rows
+            lines.append("  table.footer(repeat: false, table.hline(stroke: 0.8pt),")
+            lines.extend(f"    table.cell(colspan: {ncol}, inset: (x: 4pt, y: 1.5pt), "
+                         f"text(size: 6.5pt, {text.typst_str(note)}))," for note in self.notes)
+            lines.append("  ),")
+        else:
+            lines.append("  table.hline(stroke: 0.8pt),")
         lines.append(")")
-        for note in self.notes:
-            lines.append(f"#block(above: 3pt, text(size: 6.5pt, {text.typst_str(note)}))")
         lines.append("]")
         return "\n".join(lines)
+
+
+_ATTR = ["", [], []]
+
+
+#: characters Pandoc's markdown writer may leave bare although its reader gives them a
+#: meaning ("&amp;" reads back as "&", "[@key]" as a citation): written escaped
+_ESCAPED = {ch: {"t": "RawInline", "c": ["markdown", "\\" + ch]} for ch in "&@"}
+_SPECIAL = re.compile("([&@])")
+
+
+def _inlines(s: str) -> list:
+    """``s`` (one visible line, ``text.plain``) as Pandoc inlines: words, spaces and, for
+    each ``&`` and ``@``, a constant backslash-escaped character (the only raw inlines,
+    for the markdown writer)."""
+    out: list = []
+    for i, word in enumerate(text.plain(s).split(" ")):
+        if i:
+            out.append({"t": "Space"})
+        out.extend(_ESCAPED[part] if part in _ESCAPED else {"t": "Str", "c": part}
+                   for part in _SPECIAL.split(word) if part)
+    return out
+
+
+def _cell(s: str, colspan: int = 1, *, emph: bool = False) -> list:
+    inl = _inlines(s)
+    blocks = [{"t": "Plain", "c": [{"t": "Emph", "c": inl}] if emph else inl}] if inl else []
+    return [_ATTR, {"t": "AlignDefault"}, 1, colspan, blocks]
+
+
+def _row(cells: list) -> list:
+    return [_ATTR, cells]

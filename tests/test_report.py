@@ -85,9 +85,9 @@ def test_table_and_figure_counts_agree_everywhere(demo, pdf_text):
     html = (out / "appendix.html").read_text(encoding="utf-8")
     n_tab, n_fig = len(result.tables), len(result.figures)
     assert n_tab == len(man["tables"]) >= 8 and n_fig == len(man["figures"]) >= 3
-    assert len(re.findall(r"^::: \{#tbl-", qmd, flags=re.M)) == n_tab
-    assert len(re.findall(r"^```\{=html\}", qmd, flags=re.M)) == n_tab
-    assert len(re.findall(r"^```\{=typst\}", qmd, flags=re.M)) == n_tab
+    # one grid table per table, its caption line carrying the id; no raw block at all
+    assert len(re.findall(r"^: .+ \{#tbl-[\w-]+\}$", qmd, flags=re.M)) == n_tab
+    assert not re.search(r"^`{3,}\{=", qmd, flags=re.M)
     assert len(re.findall(r"^!\[.+\]\(figures/[^)]+\.png\)\{#fig-[^ ]+ fig-alt=", qmd, flags=re.M)) == n_fig
     assert html.count('class="gt_table"') == n_tab
     imgs = re.findall(r"<img [^>]*src=\"data:image/png[^>]*>", html)
@@ -114,18 +114,19 @@ def test_qmd_is_quarto_markdown_with_resolved_crossrefs(demo):
 
 
 def test_qmd_parses_into_the_expected_pandoc_structure(demo):
-    """Quarto reads .qmd with Pandoc: the tables must be Divs #tbl-*, the figures Figures
-    #fig-* with alt text, the sections Headers #sec-*, the cross-references citations."""
+    """Quarto reads .qmd with Pandoc: the tables must be Tables #tbl-* (grid tables, one
+    source for every format), the figures Figures #fig-* with alt text, the sections
+    Headers #sec-*, the cross-references citations; no raw HTML or typst block."""
     import pypandoc
 
     out, result = demo
     ast = json.loads(pypandoc.convert_file(str(out / "appendix.qmd"), "json", format="markdown"))
-    found = {"Div": [], "Figure": [], "Header": [], "Cite": [], "RawBlock": []}
+    found = {"Div": [], "Figure": [], "Header": [], "Cite": [], "RawBlock": [], "Table": []}
 
     def walk(node):
         if isinstance(node, dict):
             t = node.get("t")
-            if t in ("Div", "Figure"):
+            if t in ("Div", "Figure", "Table"):
                 found[t].append(node["c"][0][0])
             elif t == "Header":
                 found[t].append(node["c"][1][0])
@@ -140,11 +141,12 @@ def test_qmd_parses_into_the_expected_pandoc_structure(demo):
                 walk(v)
 
     walk(ast["blocks"])
-    assert sorted(found["Div"]) == sorted(t.id for t in result.tables)
+    assert sorted(found["Table"]) == sorted(t.id for t in result.tables)
+    assert set(found["Div"]) <= {""}  # only the unnamed "Table Note" divs
     assert sorted(found["Figure"]) == sorted(f.id for f in result.figures)
     assert found["Header"] == [s.id for s in result.sections]
-    assert set(found["Cite"]) <= set(found["Div"]) | set(found["Figure"]) | set(found["Header"])
-    assert found["RawBlock"].count("html") == found["RawBlock"].count("typst") == len(result.tables)
+    assert set(found["Cite"]) <= set(found["Table"]) | set(found["Figure"]) | set(found["Header"])
+    assert found["RawBlock"] == []
 
 
 def _numbers_in(values) -> list[str]:

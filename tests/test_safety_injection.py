@@ -279,20 +279,40 @@ def _check_qmd(raw, study, sections, folder, build):
     ast = json.loads(pypandoc.convert_text(qmd, "json", format="markdown"))
     nodes = _ast_types(ast["blocks"], [])
     kinds = [t for t, _ in nodes]
-    assert kinds.count("Div") == 1 and kinds.count("Figure") == 1 and kinds.count("Header") == 1
-    assert sorted(c[0] for t, c in nodes if t == "RawBlock") == ["html", "typst"]
+    assert kinds.count("Table") == 1 and kinds.count("Figure") == 1 and kinds.count("Header") == 1
+    assert kinds.count("Div") == 1  # the table's notes (custom-style "Table Note")
+    assert [c[0][0] for t, c in nodes if t == "Table"] == ["tbl-hostile"]
+    assert "RawBlock" not in kinds and "RawInline" not in kinds
     assert [c[2][0] for t, c in nodes if t == "Image"] == ["figures/hostile.png"]
     assert {t for t, _ in nodes} <= {"Para", "Plain", "Str", "Space", "SoftBreak", "Div",
-                                     "Figure", "Header", "RawBlock", "Image", "Cite",
-                                     "Caption", "Strong", "AuthorInText"}, set(kinds)
+                                     "Figure", "Header", "Image", "Cite", "Caption", "Strong",
+                                     "AuthorInText", "Table", "Emph", "AlignLeft",
+                                     "AlignRight", "AlignDefault", "ColWidth"}, set(kinds)
+    table = next(c for t, c in nodes if t == "Table")
+    cells = [_cell_text(cell[4]) for part in (table[3][1], table[4][0][3])
+             for row in part for cell in row[1]]
+    want = visible(raw)
+    assert cells == ["", want, want, f"Value {want}", want, want, "0.91", "plain", "b", want]
     cites = [cit["citationId"] for t, c in nodes if t == "Cite" for cit in c[0]]
     assert cites == ["tbl-hostile"]
     para = next(b for b in ast["blocks"] if b["t"] == "Para" and b["c"][0].get("c") == "Site")
     assert _norm(_stringify_inlines(para["c"])) == _norm(f"Site {visible(raw)} and @tbl-hostile.")
     fences = [ln for ln in qmd.splitlines() if re.match(r"\s*(`{3,}|~{3,}|:{3,})", ln)]
-    tick = fences[1].split("{")[0]
-    assert fences == ["::: {#tbl-hostile}", tick + "{=html}", tick, tick + "{=typst}", tick, ":::"]
-    assert set(tick) == {"`"} and len(tick) > max(map(len, re.findall("`+", raw)), default=2)
+    assert fences == ['::: {custom-style="Table Note"}', ":::"]
+
+
+def _cell_text(blocks) -> str:
+    """A grid-table cell read back: one Plain of text, or (a row-group heading) of one
+    Emph of text; anything else is markup from data."""
+    if not blocks:
+        return ""
+    (block,) = blocks
+    assert block["t"] == "Plain", block
+    inlines = block["c"]
+    if len(inlines) == 1 and inlines[0]["t"] == "Emph":
+        inlines = inlines[0]["c"]
+    assert {n["t"] for n in inlines} <= {"Str", "Space", "SoftBreak"}, inlines
+    return _stringify_inlines(inlines)
 
 
 def _stringify_inlines(inlines) -> str:
@@ -447,6 +467,8 @@ def hostile_report(tmp_path_factory):
     (tmp / "reference.yaml").write_text(yaml.safe_dump(ref))
     plan = yaml.safe_load((DEMO / "plan.yaml").read_text())
     plan["inputs"].pop("probe_predictions")
+    plan["inputs"].pop("metadata", None)  # not copied: the demo's metadata evidence table
+    plan.pop("metadata", None)  # and its label-error block, which reads it
     plan["title"] = TITLE
     plan["detection"]["bins"]["age"]["labels"][0] = BIN
     plan["detection"]["bootstrap"]["n_boot"] = 50
@@ -497,16 +519,15 @@ def test_full_report_qmd_keeps_its_structure(hostile_report):
     assert set(front) == {"title", "subtitle", "format", "execute"}
     ast = json.loads(pypandoc.convert_text(qmd, "json", format="markdown"))
     nodes = _ast_types(ast["blocks"], [])
-    assert sorted(c[0][0] for t, c in nodes if t == "Div") == sorted(t.id for t in result.tables)
+    assert sorted(c[0][0] for t, c in nodes if t == "Table") == sorted(t.id for t in result.tables)
     images = [c[2][0] for t, c in nodes if t == "Image"]
     assert images == [f"figures/{f.name}.png" for f in result.figures]
     assert not [t for t, _ in nodes if t in ("Link", "RawInline", "Math", "CodeBlock")]
     codes = [c[1] for t, c in nodes if t == "Code"]  # the plan's SHA-256, from the methods
     assert len(codes) == 1 and re.fullmatch("[0-9a-f]{64}", codes[0])
-    raw = [c[0] for t, c in nodes if t == "RawBlock"]
-    assert raw.count("html") == raw.count("typst") == len(result.tables)
-    # every fence line is one of the report's own: a table div, a raw block's open or close
+    assert not [t for t, _ in nodes if t in ("RawBlock", "RawInline")]
+    # every fence line is one of the report's own: a table's notes div, open or close
     fences = [ln for ln in qmd.splitlines() if re.match(r"\s*(`{3,}|~{3,}|:{3,})", ln)]
-    assert len(fences) == 6 * len(result.tables)
-    own = re.compile(r"`{3,}(\{=(html|typst)\})?|::: \{#tbl-[a-z0-9-]+\}|:::")
+    assert len(fences) == 2 * sum(1 for t in result.tables if t.notes)
+    own = re.compile(r'::: \{custom-style="Table Note"\}|:::')
     assert [ln for ln in fences if not own.fullmatch(ln)] == []

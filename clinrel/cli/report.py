@@ -30,21 +30,31 @@ def register(app: typer.Typer) -> None:
         strict: Annotated[bool, typer.Option(
             "--strict", help="Fail (exit 1, nothing written) when a section raises an "
                              "unexpected error, instead of leaving it out and naming it.")] = False,
+        reference_docx: Annotated[Optional[Path], typer.Option(
+            "--reference-docx", help="A Word .docx whose styles appendix.docx takes (fonts, "
+                                     "headings, tables, captions, page); default "
+                                     "templates/reference.docx.")] = None,
         force: ForceOpt = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress or summary output.")] = False,
     ) -> None:
         """Render the reliability appendix of the study described by PLAN into OUT.
 
-        OUT receives appendix.qmd, appendix.html, appendix.pdf, tables/*.csv,
-        figures/*.png|svg and manifest.json. Nothing is written when the plan or an input
+        OUT receives appendix.qmd, appendix.html, appendix.pdf, appendix.docx (styled by
+        reference.docx), tables/*.csv, figures/*.png|svg and manifest.json. Nothing is written when the plan or an input
         is bad (exit 2, the message names the file, key or column and the fix).
         """
         if demo == (plan is not None):
             raise InputError("give exactly one of --plan plan.yaml or --demo")
         import warnings
 
-        from reports.render import render_report
+        from reports.render import check_reference_docx, render_report
         from reports.sections import SectionFailed
+
+        if reference_docx is not None:
+            try:
+                check_reference_docx(reference_docx)
+            except ValueError as exc:
+                raise InputError(str(exc)) from None
 
         logging.getLogger("clinrel.report").setLevel(logging.WARNING)
         with warnings.catch_warnings():
@@ -57,7 +67,8 @@ def register(app: typer.Typer) -> None:
 
                 target = dataclasses.replace(load_plan(target), scheduler=scheduler)
             try:
-                result = render_report(target, out, quiet=quiet, strict=strict, force=force)
+                result = render_report(target, out, quiet=quiet, strict=strict, force=force,
+                                       reference_docx=reference_docx)
             except SectionFailed as exc:
                 typer.echo(f"error: {exc}", err=True)
                 raise typer.Exit(1) from None
@@ -67,4 +78,5 @@ def register(app: typer.Typer) -> None:
                        f"{len(result.figures)} figures; renderer {result.renderer})")
             for _, title, reason in result.skipped:
                 typer.echo(f"  skipped: {title} ({reason})")
-            typer.echo(f"  open {out / 'appendix.html'} or {out / 'appendix.pdf'}")
+            typer.echo(f"  open {out / 'appendix.html'}, {out / 'appendix.pdf'} or "
+                       f"{out / 'appendix.docx'}")
