@@ -32,14 +32,14 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, special
+from scipy import optimize, sparse, special
 
 from ._quantile import percentile_interval
 from ._rng import as_generator
 from .limits import check, ece_bootstrap_work
 from .schema import ContractError, tidy
 
-__all__ = ["ece", "mce", "brier", "nll", "reliability_table", "ece_ci", "temperature_scale",
+__all__ = ["ece", "mce", "brier", "nll", "reliability_table", "ece_ci", "ece_ci_many", "temperature_scale",
            "TemperatureFit", "calibration_repair"]
 
 Strategy = Literal["uniform", "quantile"]
@@ -212,7 +212,9 @@ def reliability_table(label, prob, *, n_bins: int = 15, strategy: Strategy = "un
 
 def _replicate_ece(conf: np.ndarray, out: np.ndarray, idx: np.ndarray, n_bins: int,
                    strategy: str) -> np.ndarray:
-    """ECE of each bootstrap replicate ``conf[idx[b]]`` (idx: (B, n)), vectorized."""
+    """ECE of each bootstrap replicate ``conf[idx[b]]`` (idx: (B, n)), vectorized: the
+    definition, resampling the cases themselves (equal-mass bins, and the reference the
+    uniform-bin fast path is tested against)."""
     B, n = idx.shape
     c, o = conf[idx], out[idx]
     if strategy == "uniform":
@@ -227,12 +229,78 @@ def _replicate_ece(conf: np.ndarray, out: np.ndarray, idx: np.ndarray, n_bins: i
     return np.abs(diff).sum(1) / n
 
 
+#: replicates x cases of one block of the uniform-bin ECE bootstrap (its multiplicity
+#: matrix is float64: 64 MiB; the draws and counts add about as much again)
+_ECE_BLOCK_ELEMENTS = 2 ** 23
+#: a block never has fewer replicates than this (the sparse product streams W's rows)
+_ECE_MIN_BLOCK = 64
+#: replicates per draw of the legacy (equal-mass) path: elements per block
+_ECE_LEGACY_ELEMENTS = 4_000_000
+
+
+def _bin_differences(series: list[tuple[np.ndarray, np.ndarray]], n_bins: int) -> sparse.csc_matrix:
+    """``D`` (series x bins, cases), CSC: case i's ``outcome - confidence`` of series s in
+    row ``s * n_bins + bin_s(i)``; one entry per case and series."""
+    inner = np.linspace(0.0, 1.0, n_bins + 1)[1:-1]
+    n, S = len(series[0][0]), len(series)
+    rows = np.empty((n, S), dtype=np.int64)
+    vals = np.empty((n, S))
+    for s, (conf, out) in enumerate(series):   # one pass per series, vectorized over cases
+        rows[:, s] = np.searchsorted(inner, conf, side="left") + s * n_bins
+        vals[:, s] = out - conf
+    return sparse.csc_matrix((vals.ravel(), rows.ravel(), np.arange(0, n * S + 1, S)),
+                             shape=(S * n_bins, n))
+
+
+def _replicate_ece_uniform(series: list[tuple[np.ndarray, np.ndarray]], n_bins: int,
+                           n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Replicate ECEs (n_boot x series) of equal-width bins for series of equal length n,
+    all resampled with the same draws (``rng.integers(0, n, (block, n))`` per block, the
+    stream :func:`_replicate_ece` consumes).
+
+    A replicate's bin sums of ``outcome - confidence`` are ``D @ w`` for its case
+    multiplicities ``w`` (a bincount of its draws), so a block of replicates is one sparse
+    product ``D @ W^T`` (bins x block) for every series at once: no gathers of resampled
+    values, no binning per replicate. Equal to :func:`_replicate_ece` up to the order of
+    floating-point summation (tested to 1e-12).
+    """
+    n = len(series[0][0])
+    D = _bin_differences(series, n_bins)
+    size = int(min(n_boot, max(_ECE_MIN_BLOCK, _ECE_BLOCK_ELEMENTS // max(n, 1))))
+    out = np.empty((n_boot, len(series)))
+    for start in range(0, n_boot, size):      # blocks of replicates, vectorized inside
+        b = min(size, n_boot - start)
+        idx = rng.integers(0, n, size=(b, n), dtype=np.uint32)
+        flat = (idx.astype(np.int64) * b + np.arange(b)[:, None]).ravel()
+        del idx
+        WT = np.bincount(flat, minlength=n * b).reshape(n, b).astype(np.float64)
+        del flat
+        sums = (D @ WT).reshape(len(series), n_bins, b)      # (series, bins, replicates)
+        out[start:start + b] = np.abs(sums).sum(axis=1).T / n
+    return out
+
+
+def _replicate_eces(series, n_bins: int, strategy: str, n_boot: int, rng) -> np.ndarray:
+    """(n_boot x series) replicate ECEs; every series resampled with the same draws."""
+    if strategy == "uniform":
+        return _replicate_ece_uniform(series, n_bins, n_boot, rng)
+    n = len(series[0][0])
+    block = max(1, int(_ECE_LEGACY_ELEMENTS // max(n * n_bins, 1)))
+    reps = []
+    for start in range(0, n_boot, block):   # blocks of replicates, each vectorized
+        idx = rng.integers(0, n, size=(min(block, n_boot - start), n))
+        reps.append(np.column_stack([_replicate_ece(c, o, idx, n_bins, strategy)
+                                     for c, o in series]))
+    return np.concatenate(reps)
+
+
 def ece_ci(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform", n_boot: int = 2000,
            seed=None, conf_level: float = 0.95) -> pd.DataFrame:
     """ECE with a case-resampling bootstrap percentile CI (tidy, one row).
 
     Each replicate resamples the n cases with replacement and recomputes the ECE (equal-mass
-    edges are recomputed per replicate); replicates run in vectorized blocks.
+    edges are recomputed per replicate); replicates run in vectorized blocks (equal-width
+    bins: one sparse product per block, see :func:`ece_ci_many`).
 
     Returns
     -------
@@ -242,28 +310,48 @@ def ece_ci(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform", n_b
         multiclass: correct / wrong top-label calls), ``method`` "bootstrap-percentile";
         extras ``n_bins``, ``strategy``, ``n_boot``.
     """
-    conf, out = _confidence(label, prob)
-    _edges(conf, n_bins, strategy)  # validates n_bins and strategy
+    return ece_ci_many([(label, prob)], n_bins=n_bins, strategy=strategy, n_boot=n_boot,
+                       seed=seed, conf_level=conf_level)
+
+
+def ece_ci_many(items, *, n_bins: int = 15, strategy: Strategy = "uniform", n_boot: int = 2000,
+                seed=None, conf_level: float = 0.95) -> pd.DataFrame:
+    """:func:`ece_ci` of several ``(label, prob)`` pairs: one row per pair, in order.
+
+    Pairs with the same number of cases are resampled with one set of draws (paired),
+    the draws a single :func:`ece_ci` call with ``seed`` makes for that length: with an
+    int seed every row equals ``ece_ci(label, prob, seed=seed)``, while the resampling is
+    paid once per length instead of once per pair (e.g. a model's ECE before and after
+    temperature scaling, and every model of a paired design). With a Generator, the
+    lengths draw from it one after another.
+    """
+    items = [_confidence(label, prob) for label, prob in items]
+    for conf, _ in items[:1]:
+        _edges(conf, n_bins, strategy)  # validates n_bins and strategy
     if int(n_boot) < 2:
         raise ValueError(f"n_boot must be >= 2; got {n_boot}")
-    check(ece_bootstrap_work(n_boot, len(conf), n_bins, strategy))  # before any block
-    rng = as_generator(seed)
-    n = len(conf)
-    per_elem = n * (n_bins if strategy == "quantile" else 1)
-    block = max(1, int(4_000_000 // max(per_elem, 1)))
-    reps = []
-    for start in range(0, int(n_boot), block):   # blocks of replicates, each vectorized
-        size = min(block, int(n_boot) - start)
-        reps.append(_replicate_ece(conf, out, rng.integers(0, n, size=(size, n)), n_bins, strategy))
-    reps = np.concatenate(reps)
-    lo, hi = percentile_interval(reps, conf_level)
-    df = pd.DataFrame({"estimand": ["ece"], "estimate": [ece(label, prob, n_bins=n_bins,
-                                                                  strategy=strategy)],
-                       "std_error": [reps.std(ddof=1)], "conf_low": [float(lo)], "conf_high": [float(hi)],
-                       "conf_level": [conf_level], "n": [n], "n_pos": [out.sum()],
-                       "n_neg": [n - out.sum()], "method": ["bootstrap-percentile"],
-                       "n_bins": [n_bins], "strategy": [strategy], "n_boot": [float(n_boot)]})
-    return tidy(df)
+    n_boot = int(n_boot)
+    reps = [None] * len(items)
+    by_n: dict[int, list[int]] = {}
+    for i, (conf, _) in enumerate(items):
+        by_n.setdefault(len(conf), []).append(i)
+    for n, members in by_n.items():
+        check(ece_bootstrap_work(n_boot, n, n_bins, strategy))  # before any block
+        r = _replicate_eces([items[i] for i in members], n_bins, strategy, n_boot,
+                            as_generator(seed))
+        for j, i in enumerate(members):
+            reps[i] = r[:, j]
+    rows = []
+    for (conf, out), r in zip(items, reps):
+        n_cases = len(conf)
+        _, s_conf, s_out, _ = _bin_sums(conf, out, n_bins, strategy)
+        lo, hi = percentile_interval(r, conf_level)
+        rows.append({"estimand": "ece", "estimate": float(np.abs(s_out - s_conf).sum() / n_cases),
+                     "std_error": r.std(ddof=1), "conf_low": float(lo), "conf_high": float(hi),
+                     "conf_level": conf_level, "n": n_cases, "n_pos": out.sum(),
+                     "n_neg": n_cases - out.sum(), "method": "bootstrap-percentile",
+                     "n_bins": n_bins, "strategy": strategy, "n_boot": float(n_boot)})
+    return tidy(pd.DataFrame(rows))
 
 
 # --------------------------------------------------------------------------- temperature

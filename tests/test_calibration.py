@@ -3,6 +3,7 @@ items 1 and 5)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy.optimize import brentq, minimize_scalar
 from scipy.special import expit
@@ -157,6 +158,52 @@ def test_ece_ci():
     assert row["n"] == 1500 and row["n_pos"] == y.sum()
     again = cal.ece_ci(y, p, n_boot=500, seed=1)
     assert again["conf_low"].item() == row["conf_low"]
+
+
+def _legacy_replicates(y, p, n_boot, seed, n_bins=15, strategy="uniform"):
+    """The replicate ECEs as first written: blocks of 4 million resampled values, each
+    replicate's cases gathered and binned (the definition)."""
+    out = y.astype(float)
+    rng = np.random.default_rng(seed)
+    n = len(p)
+    block = max(1, 4_000_000 // (n * (n_bins if strategy == "quantile" else 1)))
+    reps = [cal._replicate_ece(p, out, rng.integers(0, n, size=(min(block, n_boot - s), n)),
+                               n_bins, strategy) for s in range(0, n_boot, block)]
+    return np.concatenate(reps)
+
+
+@pytest.mark.parametrize("n, n_bins", [(1500, 15), (333, 7)])
+def test_ece_bootstrap_counts_path_equals_resampling_cases(n, n_bins, monkeypatch):
+    # equal-width bins: one sparse product (bins x cases) @ (cases x replicates) of case
+    # multiplicities per block; same draws as gathering the cases, sums in another order
+    monkeypatch.setattr(cal, "_ECE_BLOCK_ELEMENTS", 37 * n)   # several blocks, odd size
+    rng = np.random.default_rng(n)
+    p = rng.beta(2, 5, n)
+    y = (rng.random(n) < p).astype(int)
+    p2 = np.clip(p + rng.normal(0, 0.1, n), 0, 1)
+    got = cal._replicate_ece_uniform([(p, y.astype(float)), (p2, y.astype(float))], n_bins,
+                                     300, np.random.default_rng(9))
+    np.testing.assert_allclose(got[:, 0], _legacy_replicates(y, p, 300, 9, n_bins), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got[:, 1], _legacy_replicates(y, p2, 300, 9, n_bins), rtol=0, atol=1e-12)
+
+
+def test_ece_ci_many_equals_separate_calls():
+    rng = np.random.default_rng(4)
+    items = []
+    for n in (400, 400, 250):   # two share draws, one has its own length
+        p = rng.uniform(0, 1, n)
+        items.append(((rng.random(n) < p ** 1.5).astype(int), p))
+    for strategy in ("uniform", "quantile"):
+        many = cal.ece_ci_many(items, n_boot=200, seed=3, strategy=strategy)
+        check_tidy(many)
+        one = pd.concat([cal.ece_ci(y, p, n_boot=200, seed=3, strategy=strategy)
+                         for y, p in items], ignore_index=True)
+        pd.testing.assert_frame_equal(many, one)
+    # the percentile limits of the legacy replicates, to 1e-12
+    y, p = items[0]
+    lo, hi = np.percentile(_legacy_replicates(y, p, 200, 3), [2.5, 97.5])
+    row = cal.ece_ci(y, p, n_boot=200, seed=3).iloc[0]
+    assert abs(row["conf_low"] - lo) < 1e-12 and abs(row["conf_high"] - hi) < 1e-12
 
 
 def test_temperature_scaling_lowers_held_out_nll_and_keeps_auroc():

@@ -72,12 +72,12 @@ def wants_probabilities(plan, tables) -> bool:
 def calibration(results) -> dict[str, pd.DataFrame]:
     """``{"summary": ECE/Brier/NLL before and after scaling with ECE CIs,
     "reliability": reliability tables}`` per source x unit."""
-    from ..calibration import ece, ece_ci, reliability_table, temperature_scale
+    from ..calibration import ece, ece_ci_many, reliability_table, temperature_scale
 
     n_boot, seed = boot_settings(results.plan)
     results.decide("calibration.bootstrap.n_boot", n_boot)
     results.decide("seeds.calibration_bootstrap", seed)
-    summary, rel = [], []
+    summary, rel, series = [], [], []
     for source, unit, cal, test in groups(results.plan, results.tables):
         y, p = test["label"].to_numpy(), test["prob"].to_numpy(float)
         stages = [("before", p)]
@@ -90,13 +90,18 @@ def calibration(results) -> dict[str, pd.DataFrame]:
                                "stage": ["before"], "source": [source], "unit": [unit],
                                "temperature": [float("nan")]})
         for stage, prob in stages:
-            ci = ece_ci(y, prob, n_boot=n_boot, seed=seed)
-            hit = (ev["estimand"] == "ece") & (ev["stage"] == stage)
-            ev.loc[hit, "conf_low"] = float(ci["conf_low"].iloc[0])
-            ev.loc[hit, "conf_high"] = float(ci["conf_high"].iloc[0])
+            series.append((ev, stage, y, prob))
             rel.append(reliability_table(y, prob, n_bins=RELIABILITY_BINS).assign(
                 source=source, unit=unit, stage=stage))
         summary.append(ev)
+    # every series' interval in one call: series of equal length (each model before and
+    # after scaling; every model of a paired design) share the seed's draws, as separate
+    # ece_ci calls with that seed would, and pay for the resampling once
+    cis = ece_ci_many([(y, prob) for _, _, y, prob in series], n_boot=n_boot, seed=seed)
+    for (ev, stage, _, _), (_, ci) in zip(series, cis.iterrows()):
+        hit = (ev["estimand"] == "ece") & (ev["stage"] == stage)
+        ev.loc[hit, "conf_low"] = float(ci["conf_low"])
+        ev.loc[hit, "conf_high"] = float(ci["conf_high"])
     return {"summary": pd.concat(summary, ignore_index=True),
             "reliability": pd.concat(rel, ignore_index=True)}
 
