@@ -74,7 +74,8 @@ def test_results_compute_once_and_record_seeds(cases):
     assert res.decisions["seeds.detection_bootstrap"] == 5
     assert res.decisions["detection.bootstrap.n_boot"] == 20
     direct = stats.subgroup_metrics(res["evaluation"], by=[("phase",)], ci="wilson",
-                                    n_boot=20, seed=5, strata=None, boot_ci="percentile")
+                                    n_boot=20, seed=5, strata=None, boot_ci="percentile",
+                                    cluster=res["cluster"])
     pd.testing.assert_frame_equal(first.reset_index(drop=True), direct.reset_index(drop=True))
 
 

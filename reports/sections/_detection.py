@@ -98,9 +98,14 @@ def sort_cells(df: pd.DataFrame, study, axis: tuple[str, ...]) -> pd.DataFrame:
         columns=["_m", "_k"]).reset_index(drop=True)
 
 
-def methods_note(det) -> str:
+def methods_note(study) -> str:
+    """The interval sentence under a table: the method, and the clustering it respects."""
+    det = study.plan.detection
+    cluster = study.results.decisions.get("detection.cluster")
+    how = (f", cluster-aware: at the effective sample size of the {cluster} clusters (Korn & "
+           f"Graubard design effect)" if cluster else "")
     return (f"Intervals: {CI_NAMES[det.ci]} {int(round(det.conf_level * 100))}% "
-            f"confidence intervals. Sensitivity = TP / reference positives; specificity = "
+            f"confidence intervals{how}. Sensitivity = TP / reference positives; specificity = "
             f"TN / reference negatives.")
 
 

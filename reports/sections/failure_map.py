@@ -116,7 +116,7 @@ def build(study) -> Section:
         data=fm, display=disp, group_col="model",
         labels={"level": rows.replace("_", " "), **{f"c_{c}": c for c in order_c}},
         spanners=((cols.replace("_", " "), [f"c_{c}" for c in order_c]),),
-        notes=(D.methods_note(det), f"\u2020 fewer than {det.small_n} reference positives."))
+        notes=(D.methods_note(study), f"\u2020 fewer than {det.small_n} reference positives."))
     pooled_tbl = pooled_table(study, rows, cols, order_r, order_c, models) if det.pooled else None
     coll = collapse_table(study)
     n_coll = len(coll.display)

@@ -71,10 +71,13 @@ def _detection(study) -> list[str]:
     res = study.results
     cluster = res.decisions.get("detection.cluster")
     if cluster:
-        out.append(f"Scans are clustered within {md(cluster)} (some have several scans): the "
+        out.append(f"Scans are clustered within {md(cluster)} (some have several scans): every "
+                   f"proportion's interval is computed at the effective sample size implied by "
+                   f"the cluster-robust variance over the {md(cluster)} clusters of its cell "
+                   f"(Korn & Graubard 1998; design effect floored at 1, shown in the CSVs), the "
                    f"tests of equal sensitivity and specificity across levels use the Rao-Scott "
-                   f"correction for that clustering, and the cluster bootstrap resamples whole "
-                   f"{md(cluster)} clusters.")
+                   f"correction, and the cluster bootstrap resamples whole {md(cluster)} "
+                   f"clusters. AUC intervals (DeLong) treat scans as independent.")
     else:
         out.append("Each patient contributes one scan per model, so scans are treated as "
                    "independent.")

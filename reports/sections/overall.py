@@ -39,7 +39,7 @@ def build(study) -> Section:
     labels = {"model": "Model", "sensitivity": "Sensitivity", "sens_n": "TP/P",
               "specificity": "Specificity", "spec_n": "TN/N", "ppv": "PPV", "npv": "NPV",
               "f1": "F1", "auc": "AUC"}
-    notes = [D.methods_note(det) + " PPV and NPV depend on the prevalence of the evaluation set."]
+    notes = [D.methods_note(study) + " PPV and NPV depend on the prevalence of the evaluation set."]
     if "auc" in est:
         notes.append("AUC of the continuous score with DeLong's variance (Wald interval on the "
                      + ("AUC scale, as pROC)." if det.auc_scale == "auc" else

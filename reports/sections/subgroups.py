@@ -50,7 +50,7 @@ def axis_table(study, axis: tuple[str, ...]) -> ReportTable:
                 "sens_n": "TP/P", "spec": "Specificity", "spec_n": "TN/N"},
         spanners=(("Reference positive", ["sens", "sens_n"]),
                   ("Reference negative", ["spec", "spec_n"])),
-        notes=(D.methods_note(det), heterogeneity_note(study, axis),
+        notes=(D.methods_note(study), heterogeneity_note(study, axis),
                f"\u2020 fewer than {det.small_n} reference positives in the cell (small n); "
                "\u2014 not estimable (no cases)."))
 

@@ -236,7 +236,7 @@ def subgroup_metrics(results) -> pd.DataFrame:
         results.decide("detection.bootstrap.n_boot", det.n_boot)
     return compute(results["evaluation"], by=axes(results.plan), ci=det.ci,
                    conf_level=det.conf_level, auc_scale=det.auc_scale, small_n=det.small_n,
-                   scheduler=results.scheduler, **kw)
+                   scheduler=results.scheduler, cluster=results["cluster"], **kw)
 
 
 @analysis("confusion_counts", wanted=_wants_detection)
@@ -294,7 +294,7 @@ def failure_map(results) -> pd.DataFrame:
     det = results.plan.detection
     rows, cols = det.failure_map
     return compute(results["evaluation"], rows, cols, metric="sensitivity",
-                   ci=closed_form_ci(results),
+                   ci=closed_form_ci(results), cluster=results["cluster"],
                    conf_level=det.conf_level, small_n=det.small_n)
 
 
