@@ -245,6 +245,8 @@ def test_a_plan_may_leave_out_the_detection_half(tmp_path):
     raw.pop("detection")
     raw["inputs"].pop("cases")
     raw["inputs"].pop("probe_predictions", None)
+    raw["inputs"].pop("metadata", None)  # not copied: the demo's metadata evidence table
+    raw.pop("metadata", None)  # and its label-error block, which reads it
     raw["crs"]["bootstrap"]["n_boot"] = 200
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
     with warnings.catch_warnings():
@@ -351,6 +353,8 @@ def test_calibration_with_probe_predictions(tmp_path):
     pd.concat(rows).to_parquet(tmp_path / "probe_predictions.parquet")
     raw = yaml.safe_load((DEMO / "plan.yaml").read_text())
     raw["inputs"]["probe_predictions"] = "probe_predictions.parquet"
+    raw["inputs"].pop("metadata", None)  # not copied: the demo's metadata evidence table
+    raw.pop("metadata", None)  # and its label-error block, which reads it
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -533,6 +537,8 @@ def test_small_cell_interval_options_reach_tables_and_methods(tmp_path):
         shutil.copy(DEMO / name, tmp_path / name)
     raw = yaml.safe_load((DEMO / "plan.yaml").read_text())
     raw["inputs"].pop("probe_predictions", None)
+    raw["inputs"].pop("metadata", None)  # not copied: the demo's metadata evidence table
+    raw.pop("metadata", None)  # and its label-error block, which reads it
     raw["detection"]["auc_scale"] = "logit"
     raw["detection"]["ci"] = "wilson"
     raw["detection"]["bootstrap"]["boot_ci"] = "wilson"
