@@ -353,6 +353,15 @@ def _axes(c: _Checker, value, key: str) -> list[tuple[str, ...]]:
     return out
 
 
+def _conf_level(c: _Checker, value, key: str) -> float:
+    """A confidence level: a number strictly between 0 and 1."""
+    conf = float(c.typed(value, key, (int, float), "a number in (0, 1)"))
+    if not 0 < conf < 1:
+        raise PlanError(MSG_TYPE.format(file=c.file, key=key, expected="a number in (0, 1)",
+                                        got=conf, hint="write e.g. 0.95, not 95"))
+    return conf
+
+
 def _cluster(c: _Checker, value):
     """``detection.cluster``: auto, a column name, or none."""
     if value is None or value == "none":
@@ -391,12 +400,7 @@ def _detection(c: _Checker, d: dict) -> Detection:
                                                 hint="write a proportion, e.g. 0.9"))
     ci = c.choice(d.get("ci", "wilson"), "detection.ci", CI_METHODS)
     auc_scale = c.choice(d.get("auc_scale", "auc"), "detection.auc_scale", AUC_SCALES)
-    conf = float(c.typed(d.get("conf_level", 0.95), "detection.conf_level", (int, float),
-                         "a number in (0, 1)"))
-    if not 0 < conf < 1:
-        raise PlanError(MSG_TYPE.format(file=c.file, key="detection.conf_level",
-                                        expected="a number in (0, 1)", got=conf,
-                                        hint="write e.g. 0.95, not 95"))
+    conf = _conf_level(c, d.get("conf_level", 0.95), "detection.conf_level")
     subgroups = _axes(c, d.get("subgroups", ["phase"]), "detection.subgroups")
     compare_by = _axes(c, d.get("compare_by", []), "detection.compare_by")
     exploratory_axes = _axes(c, d.get("exploratory_subgroups", []),
@@ -581,12 +585,7 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
                             "name the reference panel file (see clinrel/demo_data/reference.yaml)")
         cr = c.keys(raw["crs"], CRS_KEYS, "crs")
         boot = c.keys(cr.get("bootstrap") or {}, CRS_BOOT_KEYS, "crs.bootstrap")
-        conf_crs = float(c.typed(cr.get("conf_level", 0.95), "crs.conf_level", (int, float),
-                                 "a number in (0, 1)"))
-        if not 0 < conf_crs < 1:
-            raise PlanError(MSG_TYPE.format(file=c.file, key="crs.conf_level",
-                                            expected="a number in (0, 1)", got=conf_crs,
-                                            hint="write e.g. 0.95, not 95"))
+        conf_crs = _conf_level(c, cr.get("conf_level", 0.95), "crs.conf_level")
         n_boot = boot.get("n_boot", Crs.n_boot)
         if n_boot != 0 or isinstance(n_boot, bool):  # 0: point scores, no bootstrap
             n_boot = _count(c, n_boot, "crs.bootstrap.n_boot", 2,
