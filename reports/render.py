@@ -22,7 +22,9 @@ grid tables that Pandoc writes from each table's AST (``ReportTable.to_pandoc``)
 .qmd has one table source Quarto renders to HTML, PDF and Word, and holds no raw block.
 
 Determinism: every file is byte-identical across runs for the same inputs, seeds and
-software (``SOURCE_DATE_EPOCH``, default 1980-01-01, stamps the PDF and the docx); the
+software: the PDF's dates are ``SOURCE_DATE_EPOCH`` (default 1980-01-01) and it uses
+typst's own fonts only; the docx's are fixed (Pandoc in ``--sandbox`` reads no clock: core
+properties 1970-01-01, zip entries 1980-01-01); the
 exceptions are ``created_utc`` and ``timings_s`` in ``manifest.json``.
 """
 from __future__ import annotations
@@ -49,7 +51,7 @@ from .tables import ReportTable
 
 log = logging.getLogger("clinrel.report")
 
-#: 1980-01-01T00:00:00Z: the date stamped into the PDF and the docx unless the
+#: 1980-01-01T00:00:00Z: the date stamped into the PDF unless the
 #: environment sets SOURCE_DATE_EPOCH (https://reproducible-builds.org/specs/source-date-epoch/)
 DEFAULT_EPOCH = 315532800
 REFERENCE_DOCX = "reference.docx"
@@ -263,17 +265,17 @@ def _pandoc_pdf(md: str, folder: Path, build: Path, epoch: int = DEFAULT_EPOCH) 
         src.unlink()
 
 
-def _pandoc_docx(md: str, folder: Path, build: Path, epoch: int = DEFAULT_EPOCH,
-                 tables: list[ReportTable] = ()) -> None:
+def _pandoc_docx(md: str, folder: Path, build: Path, tables: list[ReportTable] = ()) -> None:
     """Word: pandoc's docx writer in ``--sandbox`` with ``folder/reference.docx`` (named
     on the command line) and the figures embedded as ``data:`` URIs from
-    ``folder/figures`` (``sandbox.embed_figures``); dates from ``epoch``. Each table is
+    ``folder/figures`` (``sandbox.embed_figures``); fixed dates (the sandbox reads no
+    clock: core properties 1970-01-01, zip entries 1980-01-01). Each table is
     set at the full text width, its columns as wide as their text
     (``ReportTable.rel_widths``: the grid's own widths count escapes)."""
     ast = sandbox.embed_figures(sandbox.to_ast(md, build), folder)
     sandbox.set_table_widths(ast, {t.id: t.rel_widths(160 if t.is_wide else 110)
                                    for t in tables})
-    sandbox.write_file(ast, "docx", folder / "appendix.docx", epoch=epoch, cwd=build,
+    sandbox.write_file(ast, "docx", folder / "appendix.docx", cwd=build,
                        extra_args=[f"--reference-doc={folder / REFERENCE_DOCX}",
                                    "--number-sections"])
 
@@ -425,7 +427,7 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
             if "docx" in formats:
                 t4 = time.perf_counter()
                 _pandoc_docx(render_markdown(study, sections, "docx", grids, reference),
-                             tmp, build, epoch, tables)
+                             tmp, build, tables)
                 timings["docx"] = round(time.perf_counter() - t4, 3)
         seconds = round(time.perf_counter() - t0, 3)
         timings["total"] = seconds

@@ -20,20 +20,23 @@ reference.docx``, so every style Pandoc's docx writer uses is present) and chang
 To use other styles, open ``templates/reference.docx`` (or a report's ``reference.docx``)
 in Word, change the styles (not the text), save it under a new name and pass it with
 ``clinrel report --reference-docx FILE``. The output is committed; re-running this script
-changes only the zip entries' dates.
+with the same Pandoc and python-docx reproduces it byte for byte (dates fixed at 1980-01-01).
 """
 from __future__ import annotations
 
 import subprocess
 import sys
+import datetime
 import tempfile
 import warnings
+import zipfile
 from pathlib import Path
 
 FONT = "Arial"
 INK = "1F2933"
 OUT = Path(__file__).resolve().parent / "reference.docx"
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+EPOCH = datetime.datetime(1980, 1, 1, tzinfo=datetime.timezone.utc)
 
 TABLE_STYLE = f"""
 <w:style xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"
@@ -143,8 +146,21 @@ def main(out: Path = OUT) -> Path:
     sec.top_margin = sec.bottom_margin = Cm(1.8)
     doc.core_properties.author = "clinrel"
     doc.core_properties.title = "clinrel reference document"
+    for prop in ("created", "modified", "last_printed"):
+        setattr(doc.core_properties, prop, EPOCH)
     doc.save(str(out))
+    _fixed_dates(out)
     return out
+
+
+def _fixed_dates(path: Path) -> None:
+    """Rewrite the zip with every entry dated 1980-01-01 (the same bytes on every run)."""
+    with zipfile.ZipFile(path) as z:
+        items = [(i.filename, z.read(i)) for i in z.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in items:
+            z.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data,
+                       compress_type=zipfile.ZIP_DEFLATED)
 
 
 if __name__ == "__main__":

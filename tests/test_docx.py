@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 docx = pytest.importorskip("docx")  # python-docx, in the [test] extra
 
-from reports import render  # noqa: E402
-from reports.render import render_report  # noqa: E402
-from test_safety_injection import _STRINGS  # noqa: E402
+from reports import render
+from reports.render import render_report
+from test_safety_injection import _STRINGS
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 SITE = 'S<b>&amp; "1" #2 $x @y *z* _w_ [a](b) {{< meta title >}}'
@@ -147,7 +147,7 @@ def test_every_table_is_a_word_table_with_the_html_cells(report, word):
 
 
 def test_every_figure_is_embedded_at_print_size(report, word):
-    out, result = report
+    out, result = report  # the PNGs under out/figures are the embedded images
     shapes = word.inline_shapes
     assert len(shapes) == len(result.figures) >= 3
     assert _images(word) == sorted((out / "figures" / f"{f.name}.png").read_bytes()
@@ -159,7 +159,7 @@ def test_every_figure_is_embedded_at_print_size(report, word):
 
 
 def test_captions_are_numbered_and_cross_references_link(report, word):
-    out, result = report
+    result = report[1]
     paras = [p for p in word.paragraphs]
     table_caps = [p.text for p in paras if p.style.name == "Table Caption"]
     fig_caps = [p.text for p in paras if p.style.name == "Image Caption"]
@@ -187,7 +187,7 @@ def _style(p) -> str | None:
 
 
 def test_notes_sit_right_under_their_table(report, word):
-    out, result = report
+    result = report[1]
     blocks = _blocks(word)
     tables = [i for i, b in enumerate(blocks) if b.tag == f"{W}tbl"]
     for t, i in zip(result.tables, tables):
@@ -198,7 +198,7 @@ def test_notes_sit_right_under_their_table(report, word):
 
 
 def test_wide_tables_get_a_landscape_page(report, word):
-    out, result = report
+    result = report[1]
     blocks = _blocks(word)
     tables = [i for i, b in enumerate(blocks) if b.tag == f"{W}tbl"]
 
@@ -339,3 +339,27 @@ def test_docx_pandoc_runs_sandboxed(tmp_path, monkeypatch):
     assert [a for a in args if a.startswith("--reference-doc=")] == [
         f"--reference-doc={tmp_path / render.REFERENCE_DOCX}"]
     assert not any("resource-path" in a or "embed" in a for a in args)
+
+
+def test_reference_docx_script_makes_the_committed_styles(tmp_path):
+    """templates/make_reference_docx.py (run to refresh templates/reference.docx) gives
+    the styles the report relies on, A4 pages with the PDF's margins, and fixed dates."""
+    import importlib.util
+
+    path = Path(render.__file__).resolve().parent.parent / "templates" / "make_reference_docx.py"
+    spec = importlib.util.spec_from_file_location("make_reference_docx", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    made = mod.main(tmp_path / "ref.docx")
+    for ref in (made, render.default_reference_docx()):
+        doc = docx.Document(str(ref))
+        names = {s.name for s in doc.styles}
+        assert {"Table", "Table Caption", "Image Caption", "Table Note", "Compact"} <= names
+        assert doc.styles["Table Caption"].paragraph_format.keep_with_next
+        sec = doc.sections[0]
+        assert (round(sec.page_width.cm, 1), round(sec.page_height.cm, 1)) == (21.0, 29.7)
+        assert round(sec.left_margin.cm, 1) == round(sec.right_margin.cm, 1) == 1.6
+        text_width = docx.shared.Emu(sec.page_width - sec.left_margin - sec.right_margin)
+        assert round(text_width.inches, 1) == render.DOCX_TEXT_WIDTH
+        with zipfile.ZipFile(ref) as z:
+            assert {i.date_time for i in z.infolist()} == {(1980, 1, 1, 0, 0, 0)}
