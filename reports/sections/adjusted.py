@@ -17,6 +17,10 @@ TITLE = "Confounding-adjusted models"
 HALF = "detection"
 METHOD_LABEL = {"glmm": "GLMM", "gee": "GEE", "fixed": "Fixed site",
                 "glmm_cc": "GLMM, known race"}
+#: how each kind of adjusted mean is described
+KIND_TEXT = {"standardized": "standardized over the observed covariate mix, like the crude "
+                             "values",
+             "emmeans": "emmeans, equal-weight reference grid, unlike the crude values' mix"}
 #: fewer clusters than this: a plain sandwich p-value is not shown (its test over-rejects)
 FEW_CLUSTERS = 20
 
@@ -168,7 +172,7 @@ def build(study) -> Section:
                          + cmp["group_level"].astype(str))
         n_cells = cmp["cell"].nunique()
         fig = ReportFigure(
-            name="adjusted_vs_crude", caption="Adjusted (emmeans, equal-weight reference grid, "
+            name="adjusted_vs_crude", caption=f"Adjusted ({KIND_TEXT[res.decisions['adjusted.vs_crude_kind']]}, "
             f"{METHOD_LABEL['glmm' if 'glmm' in fits else next(iter(fits))]}) versus crude "
             "sensitivity per level, per model, with confidence intervals.",
             alt="Dot plot comparing adjusted and crude sensitivity by subgroup level.",

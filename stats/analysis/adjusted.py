@@ -197,10 +197,15 @@ def means_fit_method(fits: dict) -> str:
 
 @analysis("adjusted_vs_crude", wanted=_wants)
 def adjusted_vs_crude(results) -> pd.DataFrame:
-    """Adjusted (emmeans) and crude sensitivity per level of every factor in the model."""
+    """Adjusted and crude sensitivity per level of every factor in the model. Like with like:
+    the adjusted value is standardized (g-computation over the observed covariate mix, the
+    crude value's own population) unless the plan asks for ``means_kind: emmeans`` (the
+    equal-weight reference grid), which is then labelled so."""
     fits = results["adjusted_fits"]
     m = means_fit_method(fits)
     results.decide("adjusted.means_fit", m)
+    kind = results.plan.detection.adjusted.get("means_kind", "standardized")
+    results.decide("adjusted.vs_crude_kind", kind)
     first = fits[m]
     ev = results["evaluation"]
     formula = results.plan.detection.adjusted["formula"]
@@ -213,8 +218,8 @@ def adjusted_vs_crude(results) -> pd.DataFrame:
         if pd.api.types.is_numeric_dtype(ev[var]) and not isinstance(ev[var].dtype,
                                                                      pd.CategoricalDtype):
             continue
-        mm = first.marginal_means(var, kind="emmeans")
-        parts.append(mm.assign(kind="adjusted (emmeans)", variable=var))
+        mm = first.marginal_means(var, kind=kind)
+        parts.append(mm.assign(kind=f"adjusted ({kind})", variable=var))
         cr = crude_all[crude_all["group_var"] == var]
         if len(cr):
             parts.append(cr.assign(kind="crude", variable=var))

@@ -504,7 +504,7 @@ def _detection(c: _Checker, d: dict) -> Detection:
         means = [means] if isinstance(means, str) else means
         for i, m in enumerate(c.typed(means, "detection.adjusted.means", list, "a list of factors")):
             c.typed(m, f"detection.adjusted.means[{i}]", str, "a factor of the model")
-        means_kind = c.choice(a.get("means_kind", "emmeans"), "detection.adjusted.means_kind",
+        means_kind = c.choice(a.get("means_kind", "standardized"), "detection.adjusted.means_kind",
                               MEANS_KINDS)
         adjusted = {"formula": formula, "methods": list(methods), "group": group,
                     "blocks": {b: list(t) for b, t in blocks.items()},

@@ -216,10 +216,12 @@ KEYS: dict[str, Key] = {
     "detection.adjusted.means": Key("list of factors", "`[]`",
                                     "Factors whose adjusted sensitivities are reported.",
                                     "[phase]"),
-    "detection.adjusted.means_kind": Key("text", "`emmeans`",
-                                         "`emmeans`: equal-weight reference grid (as R's "
-                                         "emmeans); `standardized`: g-computation over the "
-                                         "observed cohort.", "emmeans",
+    "detection.adjusted.means_kind": Key("text", "`standardized`",
+                                         "Adjusted sensitivities (and the adjusted-vs-crude "
+                                         "figure): `standardized`, g-computation over the "
+                                         "observed cohort (like with like against the crude "
+                                         "values); `emmeans`, equal-weight reference grid (as "
+                                         "R's emmeans).", "standardized",
                                          _one_of(P.MEANS_KINDS)),
     "detection.failure_map": Key("mapping", "none", "Sensitivity over two axes (a heat "
                                  "map)."),
