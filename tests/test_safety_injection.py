@@ -471,6 +471,9 @@ def hostile_report(tmp_path_factory):
     plan.pop("metadata", None)  # and its label-error block, which reads it
     plan["title"] = TITLE
     plan["detection"]["bins"]["age"]["labels"][0] = BIN
+    levels = plan["detection"]["adjusted"].get("levels", {})
+    if "phase" in levels:  # the hostile phase is a level too (reference levels list them all)
+        levels["phase"] = [PHASE if v == "delayed" else v for v in levels["phase"]]
     plan["detection"]["bootstrap"]["n_boot"] = 50
     plan["crs"]["bootstrap"]["n_boot"] = 50
     (tmp / "plan.yaml").write_text(yaml.safe_dump(plan))

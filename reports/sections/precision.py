@@ -56,5 +56,5 @@ def build(study) -> Section:
           f"many reference positives it would need for a \u00b1{100 * target:.0f}-point "
           f"interval; {text.count(short[['model', 'group_var', 'group_level']].drop_duplicates().shape[0])} "
           f"model \u00d7 cell combinations fall short of that target for sensitivity. "
-          f"`clinrel plan-size` gives the same numbers before data exist.")
+          f"The command clinrel plan-size gives the same numbers before data exist.")
     return Section(KEY, TITLE).add(md, table)
