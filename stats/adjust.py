@@ -212,13 +212,26 @@ def _kept(mf) -> np.ndarray:
     return np.array([d.all_terms.index(t) for t in d.terms], dtype=np.int64)
 
 
+def _level_counts(data: pd.DataFrame, cols: list[str]) -> dict[str, int]:
+    """Fitted rows per combination of the ``cols`` values, keyed ``"\x1f".join(map(str,
+    level))`` (a missing value counts as ``"nan"``): one grouped count, not a string join
+    per row."""
+    sizes = data.groupby(cols, observed=True, dropna=False, sort=False).size()
+    keys = sizes.index if isinstance(sizes.index, pd.MultiIndex) else [(k,) for k in sizes.index]
+    counts: dict[str, int] = {}
+    for key, n in zip(keys, sizes.to_numpy()):   # one entry per level combination
+        k = "\x1f".join(map(str, key))
+        counts[k] = counts.get(k, 0) + int(n)
+    return counts
+
+
 def _emmeans(mf, cols, **_):
     grid = reference_grid(mf)
     Xg = _design_rows(mf, grid, full=True)
     N, kept = null_basis(mf), _kept(mf)
     data = mf.design.data
     keys = grid[cols].astype(str).agg("\x1f".join, axis=1).to_numpy()
-    counts = data[cols].astype(str).agg("\x1f".join, axis=1).value_counts()
+    counts = _level_counts(data, cols)
     for level in itertools.product(*[_levels(data[c]) for c in cols]):
         key = "\x1f".join(map(str, level))
         L_all = Xg[keys == key].mean(axis=0)
@@ -241,7 +254,7 @@ def emmeans_from(mf, cols, beta, vcov):
 
 def _standardized(mf, cols, *, n_nodes=32):
     data = mf.design.data
-    counts = data[cols].astype(str).agg("\x1f".join, axis=1).value_counts()
+    counts = _level_counts(data, cols)
     theta = mf.theta if mf.theta is not None else 0.0
     if mf.theta is not None and n_nodes > 1:
         x, w = np.polynomial.hermite_e.hermegauss(n_nodes)

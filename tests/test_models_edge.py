@@ -335,6 +335,22 @@ def test_block_tests_repeated_index_labels(cohort, model):
     assert set(lr.index.get_level_values("block")) == {"sex", "site"}
 
 
+def test_block_tests_reuse_a_given_full_fit(cohort):
+    """The report passes its primary fit as ``full=``: the same table as fitting it again
+    (to the bit), and a fit of another method or group is refused."""
+    from stats.models import block_tests, fit_adjusted
+
+    d = cohort.data[cohort.data.model.isin(["model_A", "model_B"])]
+    f = "~ phase + sex"
+    full = fit_adjusted(d, f, group="site", method="glmm", threshold=50, conf_level=0.9)
+    a = block_tests(d, f, {"sex": ["sex"]}, threshold=50)
+    b = block_tests(d, f, {"sex": ["sex"]}, threshold=50, full=full)
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    gee = fit_adjusted(d, f, group="site", method="gee", threshold=50)
+    with pytest.raises(ValueError, match="block_tests: full="):
+        block_tests(d, f, {"sex": ["sex"]}, threshold=50, full=gee)
+
+
 def test_r2_only_where_defined(cohort):
     """Latent-scale R2 for GLMM and plain logistic fits; NaN for site-fixed and GEE fits."""
     d = cohort.data

@@ -187,8 +187,9 @@ def adjusted_blocks(results) -> pd.DataFrame:
     results.decide("adjusted.block_method", ml)
     kw = _fit_kw(results)
     kw.pop("conf_level")
+    # the full model is the primary fit of that method (same rows, formula and options)
     return block_tests(results["adjusted_rows"], adj["formula"], adj["blocks"] or None,
-                       method=ml, **kw)
+                       method=ml, full=(results.get("adjusted_fits") or {}).get(ml), **kw)
 
 
 def means_fit_method(fits: dict) -> str:

@@ -305,7 +305,8 @@ def likelihood_ratio_test(full: Fit, reduced: Fit) -> pd.DataFrame:
 
 
 def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] | None = None,
-                *, group: str | None = "site", method: Method = "glmm", **fit_kw) -> pd.DataFrame:
+                *, group: str | None = "site", method: Method = "glmm", full: Fit | None = None,
+                **fit_kw) -> pd.DataFrame:
     """Likelihood-ratio test of each covariate block, and of the group random effect.
 
     For each block (default :data:`DEFAULT_BLOCKS`: protocol, demographics, tumour; a
@@ -324,11 +325,18 @@ def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] 
     models are refitted on the full fit's own rows, whatever the cases index.
     Validated against R's ``anova(glmer, update(glmer, ...))`` (statistics to 5e-7 vs
     converged lme4, 1.2e-2 vs default lme4; tests/test_models_fit.py).
+
+    ``full``: the full model already fitted (``fit_adjusted(cases, formula, group=group,
+    method=method, **fit_kw)``, e.g. the report's primary fit), so it is not fitted twice.
     """
     if method == "gee":
         raise ValueError("block_tests needs a likelihood: use method='glmm' or 'fixed'")
     blocks = DEFAULT_BLOCKS if blocks is None else blocks
-    full = fit_adjusted(cases, formula, group=group, method=method, **fit_kw)
+    if full is None:
+        full = fit_adjusted(cases, formula, group=group, method=method, **fit_kw)
+    elif full.method != method or full.group != group:
+        raise ValueError(f"block_tests: full= is a {full.method!r} fit by {full.group!r}; "
+                         f"the tests need method={method!r}, group={group!r}")
     base: ParsedFormula = full.options["base"]   # parsed, outcome set, group not appended
     out = []
     for name, variables in blocks.items():

@@ -99,17 +99,25 @@ class LaplaceObjective:
         """Conditional modes of u for every group at once: Newton with a capped step,
         halved for the groups where it does not increase ``l_g(u) - u^2 / 2`` (plain
         Newton can cycle, e.g. between u = 0 and u = 3 for a group of four 0/1 outcomes
-        at a large SD, when started away from the warm start)."""
+        at a large SD, when started away from the warm start). Returns ``(u, p)``."""
+        return self._modes(eta0, theta, u0, tol, max_iter)[:2]
+
+    def _modes(self, eta0, theta, u0=None, tol=1e-10, max_iter=100):
+        """:meth:`modes`, plus the group sums ``S = seg(n p (1 - p))`` and
+        ``R = seg(y - n p)`` at the returned modes when the last Newton step computed them
+        (None otherwise), so that :meth:`value_grad` does not compute them again."""
         u = self.u.copy() if u0 is None else u0.copy()
         y, n, g = self.y, self.n, self.g
         f = self._penalised(eta0, theta, u)
         for _ in range(max_iter):
             p = expit(eta0 + theta * u[g])
-            score = theta * self._seg(y - n * p) - u
-            H = 1.0 + theta * theta * self._seg(n * p * (1.0 - p))
+            R = self._seg(y - n * p)
+            S = self._seg(n * p * (1.0 - p))
+            score = theta * R - u
+            H = 1.0 + theta * theta * S
             step = np.clip(score / H, -_MAX_STEP, _MAX_STEP)
             if np.max(np.abs(step)) < tol:
-                break
+                return u, p, S, R        # p, S and R belong to this u
             t = np.ones_like(u)
             for _ in range(40):
                 cand = u + t * step
@@ -120,19 +128,19 @@ class LaplaceObjective:
                 t[worse] *= 0.5
             u, f = np.where(worse, u, cand), np.where(worse, f, f_cand)
         p = expit(eta0 + theta * u[g])
-        return u, p
+        return u, p, None, None
 
     def value_grad(self, params):
         theta, beta = params[0], params[1:]
         X, y, n, g = self.X, self.y, self.n, self.g
         eta0 = X @ beta
-        u, p = self.modes(eta0, theta)
+        u, p, S, R = self._modes(eta0, theta)
         self.u = u
         self.n_eval += 1
         v = n * p * (1.0 - p)
-        S = self._seg(v)
+        if S is None:   # the Newton loop ran out of iterations: sums at the final u
+            S, R = self._seg(v), self._seg(y - n * p)
         H = 1.0 + theta * theta * S
-        R = self._seg(y - n * p)
         if len(self.z) == 1:
             return self._laplace(eta0, theta, u, p, v, S, H, R)
         # Adaptive GHQ. Every beta-derivative is a group-weighted sum of x_i, so the
