@@ -63,8 +63,11 @@ def test_review_resolves_every_queued_value_to_the_truth(built):
     review = ev[ev["extractor"] == "review"].set_index(["case_id", "field"])["value"]
     assert review.index.is_unique
     assert (review == truth.loc[review.index]).all()
-    queued = set(zip(built.review["case_id"], built.review["field"]))
-    assert queued == set(review.index)
+    answered = built.review[built.review["reviewed_value"] != ""]
+    assert set(zip(answered["case_id"], answered["field"])) == set(review.index)
+    # the reviewer answers a fixed share of the queue, by case: the rest stays unreviewed
+    share = answered["case_id"].nunique() / built.review["case_id"].nunique()
+    assert abs(share - md_demo.REVIEW_SHARE) < 0.1 and len(answered) < len(built.review)
     # the queue holds only extractors that both ran on the case
     ran = set(zip(ev["extractor"], ev["case_id"]))
     assert all((a, c) in ran and (b, c) in ran for a, b, c in
@@ -111,7 +114,7 @@ def test_demo_plan_shows_provenance_and_institution_style_effect():
     cov = r["metadata_coverage"]
     anyv = cov[cov["extractor"] == "any source"].set_index("field")["coverage"]
     assert set(anyv.index) == {"age", "sex", "phase"} and (anyv > 0.9).all() and (anyv < 1).all()
-    assert (r["metadata_review"]["not_reviewed"] == 0).all()  # the demo reviews its whole queue
+    assert (r["metadata_review"]["not_reviewed"] > 0).any()  # half the queue stays unreviewed
     test = r["metadata_site_test"].set_index(["field", "extractor_a", "extractor_b"])
     assert test.loc[("sex", "text_classifier", "text_rules"), "p_value"] < 0.01
     by = r["metadata_agreement_by_site"]

@@ -139,6 +139,10 @@ def _header_rows(headers: dict) -> list[dict]:
     return rows
 
 
+#: share of the review queue the demo's reviewer answers (the rest stays unreviewed)
+REVIEW_SHARE = 0.5
+
+
 def _queue(pairs: pd.DataFrame, evidence: pd.DataFrame) -> pd.DataFrame:
     """The review queue: the disagreements between two extractors that both ran on the
     case (gave a value for some field; a case without a header has no header extractor
@@ -166,8 +170,12 @@ def build(cases: pd.DataFrame, *, seed: int = 0) -> DemoMetadata:
     long_truth = truth.melt(id_vars="case_id", value_vars=list(FIELDS), var_name="field")
     long_truth["value"] = [_value(f, v) for f, v in zip(long_truth["field"], long_truth["value"])]
     queue = _queue(disagreements(evidence), evidence)
-    queue["reviewed_value"] = queue.merge(long_truth, on=["case_id", "field"], how="left")[
-        "value"].to_numpy()
+    answer = queue.merge(long_truth, on=["case_id", "field"], how="left")["value"].to_numpy()
+    # the reviewer's time is limited: a fixed share of the queue (by case) is answered, the
+    # rest stays unreviewed, so extraction error remains for the error-aware intervals
+    reviewed = (pd.util.hash_array(queue["case_id"].astype(str).to_numpy()) % 100
+                < round(100 * REVIEW_SHARE))
+    queue["reviewed_value"] = np.where(reviewed, answer, "")
     evidence = merge_reviewed(evidence, queue, source="demo review (truth)")
     order = {e: i for i, e in enumerate((*EXTRACTORS, "review"))}
     evidence = (evidence.assign(_f=evidence["field"].map({f: i for i, f in enumerate(FIELDS)}),
