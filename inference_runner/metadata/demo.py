@@ -20,7 +20,8 @@ them, with no network and no randomness outside this module:
    :func:`.dicom.extract_dataset`) where a header exists.
 4. **Review.** Every case x field where two extractors that ran on the case differ, or
    only one of them answered (:func:`.compare.disagreements`), goes to the review queue; the demo's reviewer
-   answers with the truth, and :func:`.compare.merge_reviewed` adds the ``review`` rows.
+   answers a fixed share of it (:data:`REVIEW_SHARE`, by case) with the truth, the rest stays
+   unreviewed, and :func:`.compare.merge_reviewed` adds the ``review`` rows.
 
 :func:`build` returns the evidence table (columns of the metadata evidence contract,
 :data:`~inference_runner.metadata.EVIDENCE_COLUMNS`) with the texts, headers and queue;
