@@ -69,52 +69,122 @@ def _ordered(values) -> list:
     return list(dict.fromkeys(values))
 
 
-def forest_plot(df: pd.DataFrame, *, overall: pd.DataFrame, xlab: str, facet: str = "model"):
-    """Subgroup estimates with CIs, one panel per ``facet``; dashed line at the overall value.
+#: forest plots: x positions (data units; the estimate axis runs 0..1) of the text columns
+FOREST_COLS = {"count": 1.08, "ci": 1.42}
+FOREST_XMAX = 2.14
 
-    ``df`` columns: ``label`` (row label), ``estimate``, ``conf_low``, ``conf_high``,
-    ``small`` (bool), ``facet``; ``overall``: ``facet``, ``estimate``.
+
+def forest_plot(df: pd.DataFrame, *, overall: pd.DataFrame, xlab: str, count_label: str,
+                facet: str = "model"):
+    """A meta-analysis style forest plot, one panel per ``facet``: per row the estimate
+    with its CI (open circle: small cell), and two text columns right of the axis,
+    ``count`` (``"TP/P"``, with a dagger for small cells) and ``ci_text``
+    (``"0.39 [0.33, 0.45]"``); the overall estimate is a dashed line labelled at the
+    bottom. Rows are drawn top-down in the order of ``df`` (the tables' order); a row
+    without an estimate keeps its place and shows its text only.
+
+    ``df`` columns: ``label``, ``estimate``, ``conf_low``, ``conf_high``, ``small``,
+    ``count``, ``ci_text``, ``facet``; ``overall``: ``facet``, ``estimate``, ``text``.
     """
     import plotnine as p9
 
     d = df.copy()
-    d["label"] = pd.Categorical(d["label"], categories=_ordered(d["label"])[::-1])
-    d["cell"] = d["small"].map({True: "small n", False: "adequate n"})
-    return (p9.ggplot(d, p9.aes(x="estimate", y="label"))
+    labels = _ordered(d["label"])
+    n = len(labels)
+    d["y"] = d["label"].map({lab: n - i for i, lab in enumerate(labels)}).astype(float)
+    d["cell"] = d["small"].map({True: "small n (\u2020)", False: "adequate n"})
+    drawn = d[d["estimate"].notna()]
+    head = pd.DataFrame({"x": list(FOREST_COLS.values()), "y": float(n + 1),
+                         "text": [count_label, "Estimate [95% CI]"]})
+    ov = overall.assign(y=0.15)
+    cols = [d.assign(x=FOREST_COLS["count"], text=d["count"]),
+            d.assign(x=FOREST_COLS["ci"], text=d["ci_text"])]
+    return (p9.ggplot(d, p9.aes(y="y"))
             + p9.geom_vline(p9.aes(xintercept="estimate"), data=overall, linetype="dashed",
                             color="#8d96a3")
-            + p9.geom_errorbarh(p9.aes(xmin="conf_low", xmax="conf_high"), height=0.25,
-                                color="#2e4057")
-            + p9.geom_point(p9.aes(shape="cell"), size=2, fill="white", color="#1b5e8a")
-            + p9.scale_shape_manual(values={"small n": "o", "adequate n": "s"}, name="cells")
+            + p9.geom_text(p9.aes(x="estimate", y="y", label="text"), data=ov, size=6,
+                           color="#4a5560", va="bottom")
+            + p9.geom_errorbarh(p9.aes(xmin="conf_low", xmax="conf_high", y="y"),
+                                data=drawn, height=0.3, color="#2e4057")
+            + p9.geom_point(p9.aes(x="estimate", y="y", shape="cell"), data=drawn, size=2,
+                            fill="white", color="#1b5e8a")
+            + p9.geom_text(p9.aes(x="x", y="y", label="text"), data=pd.concat(cols),
+                           ha="left", size=6.5)
+            + p9.geom_text(p9.aes(x="x", y="y", label="text"), data=head, ha="left",
+                           size=6.5, fontweight="bold")
+            + p9.scale_shape_manual(values={"small n (\u2020)": "o", "adequate n": "s"},
+                                    name="cells")
             + p9.facet_wrap(f"~{facet}", nrow=1)
-            + p9.scale_x_continuous(limits=(0, 1), breaks=[0, 0.25, 0.5, 0.75, 1],
-                                    labels=["0", "0.25", "0.5", "0.75", "1"])
+            + p9.scale_x_continuous(limits=(-0.02, FOREST_XMAX), breaks=[0, 0.25, 0.5, 0.75, 1],
+                                    labels=["0", "0.25", "0.5", "0.75", "1"],
+                                    expand=(0, 0))
+            + p9.scale_y_continuous(breaks=[n - i for i in range(n)], labels=labels,
+                                    limits=(-0.2, n + 1.6), expand=(0, 0))
             + p9.labs(x=xlab, y="")
-            + theme())
+            + theme() + p9.theme(panel_grid_major_y=p9.element_blank(),
+                                 panel_grid_minor=p9.element_blank()))
+
+
+#: the sequential scale of proportions: viridis (perceptually uniform, readable with every
+#: common colour-vision deficiency, and printable in grey); 0 is dark, far from the white
+#: background, 1 is yellow
+SEQUENTIAL = "viridis"
+NA_FILL = "#d9d9d9"
+
+
+def ink(values, cmap: str = SEQUENTIAL, limits=(0.0, 1.0)) -> list[str]:
+    """``"light"`` or ``"dark"`` text for tiles filled with ``values`` on ``cmap``: the
+    ink with the larger contrast against the tile (relative luminance, WCAG)."""
+    import matplotlib
+
+    lo, hi = limits
+    cm = matplotlib.colormaps[cmap]
+    out = []
+    for v in values:
+        if v is None or v != v:  # missing: the light grey NA tile
+            out.append("dark")
+            continue
+        r, g, b, _ = cm(min(1.0, max(0.0, (float(v) - lo) / (hi - lo))))
+        lum = sum(w * (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4)
+                  for w, c in zip((0.2126, 0.7152, 0.0722), (r, g, b)))
+        out.append("light" if (1.05 / (lum + 0.05)) > ((lum + 0.05) / 0.05) else "dark")
+    return out
+
+
+def panels_per_row(n: int) -> int:
+    """Facet columns for ``n`` panels: all in one row up to 2, then 2 or 3 per row."""
+    return n if n <= 2 else (2 if n <= 4 else 3)
 
 
 def heatmap(df: pd.DataFrame, *, x: str, y: str, facet: str, fill_label: str):
-    """Tiles coloured by ``estimate`` with the text ``cell_text`` (estimate and n) in each;
-    small cells (``small`` True) hatched by an outline and marked with an asterisk."""
+    """Tiles coloured by ``estimate`` (``SEQUENTIAL``, 0 to 1; grey where missing) with
+    the text ``cell_text`` (estimate and n) in each, in the ink that reads on the tile;
+    small cells (``small`` True) get a dashed outline of their own tile only, in the same
+    ink (and the asterisk in their text). The colour bar is drawn as rectangles (vector in the SVG,
+    so the PDF's bar matches the tiles)."""
     import plotnine as p9
 
     d = df.copy()
     d[x] = pd.Categorical(d[x].astype(str), categories=_ordered(d[x].astype(str)))
     d[y] = pd.Categorical(d[y].astype(str), categories=_ordered(d[y].astype(str))[::-1])
-    d["ink"] = (d["estimate"] > 0.55).map({True: "light", False: "dark"})
-    small = d[d["small"]]
+    d["ink"] = ink(d["estimate"])
+    small = d[d["small"].astype(bool)]
     return (p9.ggplot(d, p9.aes(x=x, y=y, fill="estimate"))
-            + p9.geom_tile(color="white")
-            + p9.geom_tile(data=small, fill="none", color="#d1495b", size=0.8, linetype="dashed")
+            + p9.geom_tile(color="white", size=0.6, width=1, height=1)
+            # explicit width/height: on a subset, geom_tile would size tiles from the
+            # subset's own spacing and outline whole rows or columns
+            + p9.geom_tile(p9.aes(color="ink"), data=small, fill="none", size=0.7,
+                           linetype="dashed", width=0.86, height=0.86)
             + p9.geom_text(p9.aes(label="cell_text", color="ink"), size=6.5)
             + p9.scale_color_manual(values={"light": "white", "dark": "black"}, guide=None)
-            + p9.scale_fill_gradient(low="#f7f7f7", high="#1b5e8a", limits=(0, 1),
-                                     breaks=[0, 0.5, 1], labels=["0", "0.5", "1"],
-                                     name=fill_label, na_value="#dddddd")
-            + p9.facet_wrap(f"~{facet}", nrow=1)
+            + p9.scale_fill_cmap(SEQUENTIAL, limits=(0, 1), breaks=[0, 0.25, 0.5, 0.75, 1],
+                                 labels=["0", "0.25", "0.5", "0.75", "1"], name=fill_label,
+                                 na_value=NA_FILL,
+                                 guide=p9.guide_colorbar(display="rectangles", nbin=40))
+            + p9.facet_wrap(f"~{facet}", ncol=panels_per_row(d[facet].nunique()))
             + p9.labs(x=x.replace("_", " "), y=y.replace("_", " "))
             + theme() + p9.theme(panel_grid=p9.element_blank(),
+                                 panel_background=p9.element_rect(fill="white"),
                                  axis_text_x=p9.element_text(rotation=30, ha="right")))
 
 

@@ -3,6 +3,7 @@ paired-seed bootstrap CIs, rank probabilities, stability and AUROC-vs-CRS invers
 (``stats.crs_scores``, ``stats.crs_bootstrap``, ``stats.ranking_stability``)."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from .. import text
@@ -205,9 +206,12 @@ def build(study) -> Section:
               + p9.geom_point(p9.aes(size="worst_axis"), color="#1b5e8a")
               + p9.geom_segment(p9.aes(x="dominance", y="similarity", xend="label_x",
                                        yend="label_y"), color="#b0b8c1", size=0.3)
-              + p9.geom_text(p9.aes(x="label_x", y="label_y"), ha="left", size=7)
+              + p9.geom_text(p9.aes(x="label_x", y="label_y"), data=dom[dom["side"] == "right"],
+                             ha="left", size=7)
+              + p9.geom_text(p9.aes(x="label_x", y="label_y"), data=dom[dom["side"] == "left"],
+                             ha="right", size=7)
               + p9.scale_size_continuous(range=(1.5, 5), name="worst axis")
-              + p9.scale_x_continuous(expand=(0.05, 0, 0.18, 0))
+              + p9.scale_x_continuous(expand=(0.08, 0, 0.08, 0))
               + p9.labs(x="Dominance D", y="Similarity S", shape="") + theme()),
         data=dom, width=6.5, height=4.0)
     cr = crs_rows.copy()
@@ -250,14 +254,19 @@ def build(study) -> Section:
 
 
 def _spread_labels(dom: pd.DataFrame) -> pd.DataFrame:
-    """Label positions right of each point, pushed apart vertically where points crowd."""
+    """Label positions beside each point, pushed apart vertically where points crowd:
+    right of the point in the left half of the panel, left of it in the right half, so
+    that no name runs out of the panel."""
     d = dom.sort_values("similarity").reset_index(drop=True)
-    xr = float(d["dominance"].max() - d["dominance"].min()) or 1.0
+    lo, hi = float(d["dominance"].min()), float(d["dominance"].max())
+    xr = (hi - lo) or 1.0
     yr = float(d["similarity"].max() - d["similarity"].min()) or 1.0
-    d["label_x"] = d["dominance"] + 0.03 * xr
+    d["side"] = np.where(d["dominance"] > lo + xr / 2, "left", "right")
+    d["label_x"] = d["dominance"] + np.where(d["side"] == "right", 0.03, -0.03) * xr
     ys: list[float] = []
-    for x, y in zip(d["label_x"], d["similarity"]):
-        near = [yy for xx, yy in zip(d["label_x"][:len(ys)], ys) if abs(xx - x) < 0.15 * xr]
+    for x, y, side in zip(d["label_x"], d["similarity"], d["side"]):
+        near = [yy for xx, yy, ss in zip(d["label_x"][:len(ys)], ys, d["side"][:len(ys)])
+                if ss == side and abs(xx - x) < 0.15 * xr]
         ys.append(max([y, *[yy + 0.06 * yr for yy in near]]))
     d["label_y"] = ys
     return d

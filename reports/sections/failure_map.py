@@ -69,6 +69,16 @@ def collapse_table(study) -> ReportTable:
                   "pooled interval stays below the rest's sensitivity." if pooled else ""),))
 
 
+def _height(d: pd.DataFrame, rows: str) -> float:
+    """Figure height: rows of panels (``figures.panels_per_row``) of about 0.45 in per
+    tile row, plus axis labels and the colour bar; at most 9.5 in."""
+    from ..figures import panels_per_row
+
+    n = d["model"].nunique()
+    lines = -(-n // panels_per_row(n))
+    return min(9.5, 1.9 + lines * (0.45 * d[rows].nunique() + 0.35))
+
+
 def applies(study) -> bool:
     return bool(study.plan.detection and study.plan.detection.failure_map)
 
@@ -97,7 +107,7 @@ def build(study) -> Section:
         alt=f"Heatmap of sensitivity over {rows} and {cols} for each model.",
         plot=heatmap(d, x=cols, y=rows, facet="model", fill_label="Sensitivity"),
         data=d[["model", "row_level", "col_level", "estimate", "conf_low", "conf_high", "n",
-                "n_pos", "small"]], width=7.5, height=3.4)
+                "n_pos", "small"]], width=7.5, height=_height(d, rows))
     wide_rows = []
     models = list(pd.unique(study.cases["model"]))
     d["_m"] = d["model"].map({m: i for i, m in enumerate(models)})

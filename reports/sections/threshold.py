@@ -17,14 +17,26 @@ TITLE = "Threshold sweep and ranking stability"
 HALF = "detection"
 
 
-def _curve(df: pd.DataFrame, logx: bool, vline: float, **kw):
-    """Lines over the threshold (log axis for voxel counts spanning decades)."""
-    import plotnine as p9
+#: the ranking-stability figure needs this many models: with two, Kendall's tau between
+#: two rankings is +1 or -1 and the figure is a flat line that says nothing
+MIN_MODELS_RANKING = 3
 
-    d = df.assign(threshold=df["threshold"].clip(lower=1)) if logx else df
-    p = lines(d, x="threshold", y="estimate", vline=vline,
-              xlab="Threshold (score)" + (", log scale" if logx else ""), **kw)
-    return p + p9.scale_x_log10() if logx else p
+
+def _curve(df: pd.DataFrame, logx: bool, vline: float, **kw):
+    """Lines over the threshold; for voxel counts spanning decades a pseudo-log axis
+    (asinh-like: logarithmic above a few voxels, linear near 0), so a threshold of 0 is
+    drawn at 0, left of 1, never moved onto 1."""
+    import plotnine as p9
+    from mizani.transforms import pseudo_log_trans
+
+    p = lines(df, x="threshold", y="estimate", vline=vline,
+              xlab="Threshold (score)" + (", pseudo-log scale" if logx else ""), **kw)
+    if not logx:
+        return p
+    top = max(float(df["threshold"].max()), 1.0)
+    breaks = [0.0] + [10.0 ** k for k in range(int(np.floor(np.log10(top))) + 1)]
+    return p + p9.scale_x_continuous(trans=pseudo_log_trans(sigma=0.5, base=10),
+                                     breaks=breaks, labels=[f"{b:g}" for b in breaks])
 
 
 def build(study) -> Section:
@@ -46,14 +58,17 @@ def build(study) -> Section:
                             "numerator", "denominator"]], width=7.5, height=3.2)
     tau = sweep[sweep["estimand"] == "kendall_tau"].reset_index(drop=True)
     tau_plot = tau[tau["ranked_by"].isin(["sensitivity", "specificity", "youden"])]
-    fig_t = _curve(tau_plot, logx, vline, color="ranked_by",
-                   ylab="Kendall tau vs operating ranking")
-    fig2 = ReportFigure(
-        name="ranking_stability_threshold", caption="Stability of the model ranking across "
-        "thresholds: Kendall's tau-b between the ranking at each threshold and at the "
-        "operating threshold, by the metric ranked.",
-        alt="Kendall tau of the model ranking against threshold.", plot=fig_t,
-        data=tau_plot[["ranked_by", "threshold", "estimate", "n"]], width=7.5, height=3.0)
+    n_models = ev["model"].nunique()
+    fig2 = None
+    if n_models >= MIN_MODELS_RANKING:
+        fig2 = ReportFigure(
+            name="ranking_stability_threshold", caption="Stability of the model ranking "
+            "across thresholds: Kendall's tau-b between the ranking at each threshold and at "
+            "the operating threshold, by the metric ranked.",
+            alt="Kendall tau of the model ranking against threshold.",
+            plot=_curve(tau_plot, logx, vline, color="ranked_by",
+                        ylab="Kendall tau vs operating ranking"),
+            data=tau_plot[["ranked_by", "threshold", "estimate", "n"]], width=7.5, height=3.0)
     picks = grid[np.linspace(0, len(grid) - 1, min(9, len(grid))).round().astype(int)]
     sel = sweep[sweep["threshold"].isin(picks)]
     rows = []
@@ -80,8 +95,20 @@ def build(study) -> Section:
                "metric, threshold and interval) is in tables/threshold_sweep.csv. "
                "The sweep is exploratory (STARD 12a).",))
     tmin = tau_plot.groupby("ranked_by")["estimate"].min()
-    md = (f"@fig-threshold-sweep shows the trade-off around the operating threshold; "
-          f"@fig-ranking-stability-threshold and @tbl-threshold-sweep show how far the "
-          f"model ranking depends on it (lowest Kendall tau by sensitivity: "
-          f"{text.num(tmin.get('sensitivity', np.nan))}).")
+    lowest = (f"lowest Kendall tau by sensitivity: "
+              f"{text.num(tmin.get('sensitivity', np.nan))}")
+    if fig2 is not None:
+        md = (f"@fig-threshold-sweep shows the trade-off around the operating threshold; "
+              f"@fig-ranking-stability-threshold and @tbl-threshold-sweep show how far the "
+              f"model ranking depends on it ({lowest}).")
+    elif n_models == 2:
+        md = (f"@fig-threshold-sweep shows the trade-off around the operating threshold; "
+              f"@tbl-threshold-sweep shows whether the ranking of the two models depends on "
+              f"it ({lowest}). The ranking stability is not drawn: Kendall's tau between two "
+              f"rankings of two models is +1 (same order) or \u22121 (swapped), so a curve "
+              f"would show nothing the table does not; it is drawn from "
+              f"{MIN_MODELS_RANKING} models on.")
+    else:
+        md = ("@fig-threshold-sweep shows the trade-off around the operating threshold "
+              "(one model: no ranking to compare).")
     return Section(KEY, TITLE).add(md, fig1, fig2, table)
