@@ -70,11 +70,11 @@ def heterogeneity_note(study, axis: tuple[str, ...]) -> str:
             adj = "" if pd.isna(r.p_adjusted) else f", Holm p {text.pvalue(r.p_adjusted)}"
             cells.append(f"{r.model} \u03c7\u00b2({text.count(r.df)}) = {text.num(r.statistic)}, "
                          f"p {text.pvalue(r.p_value)}{adj}")
-        parts.append(f"equal {est} across levels: " + "; ".join(cells))
+        parts.append(f"Equal {est} across levels: " + "; ".join(cells))
     method = h["method"].iloc[0] if len(h) else ""
     how = ("Rao-Scott corrected Pearson chi-square (scans clustered within patients)"
            if method == "rao-scott-chisq" else "Pearson chi-square without continuity correction")
-    return f"Tests ({how}): " + ". ".join(parts) + "." if parts else ""
+    return f"Tests ({how}). " + ". ".join(parts) + "." if parts else ""
 
 
 def build(study) -> Section:
