@@ -263,9 +263,10 @@ def _standardized(mf, cols, *, n_nodes=32):
         x, w = np.zeros(1), np.ones(1)
     N, kept = null_basis(mf), _kept(mf)
     for level in itertools.product(*[_levels(data[c]) for c in cols]):
-        frame = data.copy()
+        frame = data.copy(deep=False)   # columns replaced below, never written into
         for c, v in zip(cols, level):
-            frame[c] = pd.Categorical([v] * len(frame), categories=data[c].cat.categories)
+            cats = data[c].cat.categories
+            frame[c] = pd.Categorical.from_codes(np.full(len(frame), cats.get_loc(v)), categories=cats)
         X_all = _design_rows(mf, frame, full=True)
         nrow = int(counts.get("\x1f".join(map(str, level)), 0))
         if not estimable(X_all, N).all():  # some row's prediction needs an empty cell
