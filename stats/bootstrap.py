@@ -10,10 +10,13 @@ PPV, NPV, accuracy and F1 are functions of cell counts, a replicate never touche
 
 where ``K`` holds, per cluster, the number of positives and negatives in each cell and the
 true and false positive calls of each model in each cell. ``W`` is built per block of
-replicates with ``np.bincount`` on the drawn indices; the product is a float32 BLAS matrix
-product, exact because every entry and partial sum is an integer below 2**24. The test
-suite shows this equals resampling the rows themselves with the same draws, count for
-count (``tests/test_bootstrap.py``).
+replicates with ``np.bincount`` on the drawn indices; the product is taken as the sparse
+product ``(K' W')'`` (``K`` has about 5% nonzeros at 10 models and 57 cells: a cluster
+sits in one cell per axis, and only its positive calls fill the tp/fp columns), about a
+tenth of the multiply-adds of the dense product. Every entry and partial sum is an integer
+below 2**24, so the float32 product is exact in any summation order: the same counts as
+a dense BLAS product. The test suite shows this equals resampling the rows themselves
+with the same draws, count for count (``tests/test_bootstrap.py``).
 
 Replicate blocks are independent given their child seeds (``stats._rng.spawn``) and have a
 size fixed by the data, so running them on a Dask cluster (``scheduler=``) gives the
@@ -45,11 +48,12 @@ CI_METHODS = ("percentile", "bca", "wilson")
 BOOT_METRICS = METRICS
 #: elements (replicates x clusters) of one block (its W is float32: 256 MiB, more only above
 #: 262,144 clusters, where _MIN_BLOCK_REPLICATES takes over: 1 GiB at a million clusters);
-#: large blocks keep the BLAS product efficient (about 1,260 replicates at 53,000 clusters)
+#: about 1,260 replicates at 53,000 clusters. Block sizes fix which child generator draws
+#: which replicate, so changing them changes the numbers (they were chosen for the dense
+#: BLAS product that the sparse one replaced, bench/README.md)
 _BLOCK_ELEMENTS = 2 ** 26
-#: a block never has fewer replicates than this, however many clusters: the W @ K product
-#: costs more per element when W has few rows (BLAS packs K once per product), which made
-#: the cost grow faster than the number of clusters above ~100k (bench/README.md)
+#: a block never has fewer replicates than this, however many clusters (the dense W @ K
+#: product cost more per element when W had few rows; see _BLOCK_ELEMENTS)
 _MIN_BLOCK_REPLICATES = 256
 #: elements of one draw chunk inside a block (bounds the int64 bincount temporaries)
 _DRAW_ELEMENTS = 2 ** 24
@@ -76,6 +80,10 @@ class BootCounts:
     @property
     def n_clusters(self) -> int:
         return self.K.shape[0]
+
+    def sparse_transpose(self) -> sparse.csc_matrix:
+        """``K'`` (S x clusters) as a CSC matrix: one column of counts per cluster."""
+        return sparse.csr_matrix(self.K).T.tocsc()
 
     def block_size(self, n_boot: int) -> int:
         """Replicates per block: fixed by the data only (so Dask runs match local ones)."""
@@ -153,17 +161,21 @@ def block_draws(rng: np.random.Generator, strata: np.ndarray, size: int):
         yield draw_indices(rng, strata, min(step, size - start))
 
 
-def _block(K: np.ndarray, strata: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
-    """Replicate counts (size x S) of one block: W (cluster multiplicities) @ K."""
-    n_cl = K.shape[0]
-    W = np.empty((size, n_cl), dtype=np.float32)
+def _block(KT: sparse.csc_matrix, strata: np.ndarray, rng: np.random.Generator,
+           size: int) -> np.ndarray:
+    """Replicate counts (size x S) of one block: W (cluster multiplicities) @ K, taken as
+    ``(K' W')'`` with ``K'`` sparse (:meth:`BootCounts.sparse_transpose`)."""
+    n_cl = KT.shape[1]
+    WT = np.empty((n_cl, size), dtype=np.float32)   # W', one row per cluster
     row = 0
     for idx in block_draws(rng, strata, size):  # a few chunks per block, never per replicate
         b = idx.shape[0]
         flat = (idx + (np.arange(b, dtype=np.int64) * n_cl)[:, None]).ravel()
-        W[row:row + b] = np.bincount(flat, minlength=b * n_cl).reshape(b, n_cl)
+        WT[:, row:row + b] = np.bincount(flat, minlength=b * n_cl).reshape(b, n_cl).T
         row += b
-    return W @ K  # one product per block: at least _MIN_BLOCK_REPLICATES rows (see there)
+    # one product per block: each cluster's row of W' is read once and added, times its
+    # counts, into the rows of its nonzero columns (exact integers, see the module notes)
+    return np.ascontiguousarray((KT @ WT).T)
 
 
 def replicate_counts(bc: BootCounts, n_boot: int, *, seed=None, scheduler=None) -> np.ndarray:
@@ -179,7 +191,8 @@ def replicate_counts(bc: BootCounts, n_boot: int, *, seed=None, scheduler=None) 
     size = bc.block_size(n_boot)
     sizes = [size] * (n_boot // size) + ([n_boot % size] if n_boot % size else [])
     gens = spawn(seed, len(sizes))
-    out = map_blocks(_block, [(g, s) for g, s in zip(gens, sizes)], shared=(bc.K, bc.strata),
+    out = map_blocks(_block, [(g, s) for g, s in zip(gens, sizes)],
+                     shared=(bc.sparse_transpose(), bc.strata),
                      scheduler=scheduler)
     return np.concatenate(out, axis=0)
 
