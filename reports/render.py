@@ -127,7 +127,7 @@ def _blocks(sections: list[Section], target: str, index: dict, numbers: dict,
                      "caption_md": text.md(b.caption),
                      "grid": grids.get(b.id, ""), "notes_md": [text.md(n) for n in b.notes],
                      "caption_typst": text.typst_str(b.caption), "wide": b.is_wide,
-                     "keep": b.n_rows <= KEEP_ROWS}
+                     "keep": b.keep}
                 blocks.append(d | {"fence": text.fence(d["html"], d["typst"], d["caption_typst"])})
             elif isinstance(b, ReportFigure):
                 d = {"kind": "figure", "id": sandbox.check_name("figure id", b.id),
@@ -151,8 +151,6 @@ def _blocks(sections: list[Section], target: str, index: dict, numbers: dict,
     return out
 
 
-#: tables of at most this many printed rows are never split across pages (PDF)
-KEEP_ROWS = 25
 #: text width of templates/reference.docx (A4, 1.6 cm margins), inches
 DOCX_TEXT_WIDTH = 7.0
 _TABLE_END = "CLINREL-TABLE-END"

@@ -18,6 +18,11 @@ import pandas as pd
 from . import text
 
 
+#: tables of at most this many printed rows are never split across pages (PDF); longer
+#: ones break with their header and notes repeated on every page (as clinical study
+#: report tables do), so a note is never stranded on a page without its table
+KEEP_ROWS = 25
+
 _NUMERIC_CELL = re.compile(r"^[\d\s.,:;\[\]/()%<>=+\-\u2014\u2020\u00d7]*$")
 
 
@@ -125,6 +130,11 @@ class ReportTable:
         """Rows as printed: body rows plus row-group headings."""
         return sum(1 for _ in self.body())
 
+    @property
+    def keep(self) -> bool:
+        """Short enough to keep on one page (``KEEP_ROWS``)."""
+        return self.n_rows <= KEEP_ROWS
+
     def char_widths(self) -> list[int]:
         """Each column's width in characters of markdown: its longest cell as escaped
         (at most 40; longer text wraps) or half its label (labels wrap onto two lines),
@@ -193,7 +203,8 @@ class ReportTable:
     def to_typst(self) -> str:
         """A typst table (typst string literals for every cell), full width; spanners and
         labels as the header (repeated on every page), row groups as italic full-width
-        rows, the notes in a footer (never separated from the last rows)."""
+        rows, the notes in a footer (repeated on every page of a long table: never
+        stranded)."""
         cols = self.columns
         ncol = len(cols)
         align = self.alignments()
@@ -225,8 +236,9 @@ class ReportTable:
                              f"{text.typst_str(value)})),")
             else:
                 lines.append("  " + ", ".join(map(text.typst_str, value)) + ",")
-        if self.notes:  # in the table's footer: never separated from its last rows
-            lines.append("  table.footer(repeat: false, table.hline(stroke: 0.8pt),")
+        if self.notes:  # the footer: a kept table is one block; a long one repeats it
+            lines.append(f"  table.footer(repeat: {str(not self.keep).lower()}, "
+                         "table.hline(stroke: 0.8pt),")
             lines.extend(f"    table.cell(colspan: {ncol}, inset: (x: 4pt, y: 1.5pt), "
                          f"text(size: 6.5pt, {text.typst_str(note)}))," for note in self.notes)
             lines.append("  ),")

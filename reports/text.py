@@ -218,10 +218,10 @@ def pct(k, n, digits: int = 1) -> str:
 
 
 def pvalue(p) -> str:
-    """``"<0.001"`` below 0.001, else three decimals."""
+    """``"< 0.001"`` below 0.001 (no p-value is shown as 0), else three decimals."""
     if not _finite(p):
         return DASH
-    return "<0.001" if float(p) < 0.001 else f"{float(p):.3f}"
+    return "< 0.001" if float(p) < 0.001 else f"{float(p):.3f}"
 
 
 def median_iqr(med, q1, q3, digits: int = 1) -> str:

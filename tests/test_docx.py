@@ -363,3 +363,70 @@ def test_reference_docx_script_makes_the_committed_styles(tmp_path):
         assert round(text_width.inches, 1) == render.DOCX_TEXT_WIDTH
         with zipfile.ZipFile(ref) as z:
             assert {i.date_time for i in z.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+
+
+# --------------------------------------------------------------------------- tables in the PDF
+
+def _pdf_pages(sections, folder: Path) -> list[str]:
+    from types import SimpleNamespace
+
+    from pypdf import PdfReader
+
+    notes: list[str] = []
+    study = SimpleNamespace(plan=SimpleNamespace(title="Layout", path=Path("plan.yaml")),
+                            notes=notes, note=notes.append)
+    (folder / "figures").mkdir(parents=True, exist_ok=True)
+    build = folder / "build"
+    build.mkdir(exist_ok=True)
+    render._pandoc_pdf(render.render_markdown(study, sections, "typst"), folder, build)
+    return [" ".join((p.extract_text() or "").split())
+            for p in PdfReader(str(folder / "appendix.pdf")).pages]
+
+
+def test_pdf_tables_keep_short_tables_whole_and_repeat_long_headers(tmp_path):
+    """Item 5 (PDF): a two-row table pushed to a page end moves whole, with its caption and
+    notes; a long table breaks with its header repeated on every page and its notes after
+    its last row; a wide table gets a landscape page."""
+    from reports.sections import Section
+    from reports.tables import ReportTable
+
+    filler = " ".join(["Filler sentence to fill the page."] * 12)
+    short = pd.DataFrame({"level": ["shortrow1", "shortrow2"], "v": ["0.10", "0.20"]})
+    long = pd.DataFrame({"level": [f"longrow{i}" for i in range(150)], "v": ["0.5"] * 150})
+    wide = pd.DataFrame({f"c{i}": ["0.91 [0.88, 0.93] (123/456)"] for i in range(7)})
+    tables = [ReportTable(name="short", caption="Short table.", data=short, display=short,
+                          labels={"level": "Levelhead", "v": "Valuehead"},
+                          notes=("Shortnote under the table.",)),
+              ReportTable(name="long", caption="Long table.", data=long, display=long,
+                          labels={"level": "Longlevel", "v": "Longvalue"},
+                          notes=("Longnote under the table.",)),
+              ReportTable(name="wide", caption="Wide table.", data=wide, display=wide)]
+    assert [t.keep for t in tables] == [True, False, True]
+    assert [t.is_wide for t in tables] == [False, False, True]
+    landed = set()
+    for n in range(9, 15):  # as the text above grows, the table meets the page end
+        sec = Section("methods", "Methods")
+        for _ in range(n):
+            sec.add(filler)
+        pages = _pdf_pages([sec.add(tables[0])], tmp_path / f"short{n}")
+        where = {piece: [i for i, p in enumerate(pages) if piece in p]
+                 for piece in ("Short table.", "Levelhead", "shortrow1", "shortrow2",
+                               "Shortnote under the table.")}
+        assert len({tuple(v) for v in where.values()}) == 1, (n, where)  # one page
+        landed.add(where["shortrow1"][0])
+    assert len(landed) == 2  # the page end was crossed: the table moved whole
+    sec = Section("methods", "Methods").add(filler, *tables)
+    pages = _pdf_pages([sec], tmp_path / "all")
+    long_pages = [i for i, p in enumerate(pages) if "longrow" in p]
+    assert len(long_pages) >= 2
+    assert all("Longlevel" in pages[i] and "Longvalue" in pages[i] for i in long_pages)
+    assert all("Longnote under the table." in pages[i] for i in long_pages)  # repeated
+    last = pages[long_pages[-1]]
+    assert "longrow149" in last and last.index("longrow149") < last.index("Longnote")
+    from pypdf import PdfReader
+
+    reader = PdfReader(str(tmp_path / "all" / "appendix.pdf"))
+    (wide_page,) = [i for i, p in enumerate(pages) if "Wide table." in p]
+    box = reader.pages[wide_page].mediabox
+    assert box.width > box.height  # landscape
+    assert reader.pages[0].mediabox.width < reader.pages[0].mediabox.height

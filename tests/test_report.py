@@ -22,7 +22,8 @@ from reports.render import render_report
 from stats.analysis import load_tables
 
 DEMO = Path(__file__).resolve().parent.parent / "clinrel" / "demo_data"
-NUMBER = re.compile(r"(?<![\w.<>])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+#: a number as shown; not a bound ("<0.001", "< 0.001", "\u2264 0.02": no CSV value)
+NUMBER = re.compile(r"(?<![\w.<>\u2264])(?<![<>\u2264] )-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 
 @pytest.fixture(scope="module")
