@@ -55,12 +55,11 @@ def plain(text) -> str:
 
 #: escaped wherever they occur: inline markup (emphasis, code, links, images, spans,
 #: attributes, shortcodes, raw HTML/TeX, math, citations, cross-references,
-#: super/subscript, strikeout, tables, line blocks, entities, smart quotes), and ``:``
-#: (fenced divs, definition lists, bare URI schemes)
-_MD_ALWAYS = frozenset("\\`*[]{}<$@^~|&'\":")
+#: super/subscript, strikeout, tables, line blocks, entities, smart quotes)
+_MD_ALWAYS = frozenset("\\`*[]{}<$@^~|&'\"")
 #: escaped when first: block markers (headings, block quotes, lists, rules, setext
-#: underlines, title blocks, example lists)
-_MD_FIRST = frozenset("#>+-=%(!")
+#: underlines, title blocks, example lists, a table caption or definition ``:``)
+_MD_FIRST = frozenset("#>+-=%(!:")
 #: doubled, these become dashes or an ellipsis (smart punctuation)
 _MD_RUNS = frozenset("-.")
 _MD_LIST_START = re.compile(r"[A-Za-z0-9]{1,9}(?=[.)](\s|$))")
@@ -76,8 +75,9 @@ def md(text) -> str:
     A backslash goes before every character that markdown treats as special where it
     stands (``_MD_ALWAYS`` anywhere; ``_`` unless between two letters or digits, which
     Pandoc never reads as emphasis; ``-`` and ``.`` next to another of the same, which
-    smart punctuation would turn into a dash or an ellipsis; a block marker or an
-    ordered-list number as the first character), so ``plan.yaml`` stays ``plan.yaml``.
+    smart punctuation would turn into a dash or an ellipsis; ``:`` unless a space follows
+    it; a block marker or an ordered-list number as the first character), so
+    ``plan.yaml`` stays ``plan.yaml`` and ``Failure map: sensitivity`` stays as written.
     The result is one line (``plain``) and reads as exactly ``text`` wherever it is
     placed in a paragraph, including at the start of a line
     (``tests/test_safety_injection.py`` checks this with Pandoc on generated strings).
@@ -92,6 +92,9 @@ def md(text) -> str:
             esc = not (0 < i < n - 1 and _alnum(s[i - 1]) and _alnum(s[i + 1]))
         elif ch in _MD_RUNS:
             esc = (i > 0 and s[i - 1] == ch) or (i < n - 1 and s[i + 1] == ch)
+        elif ch == ":":  # "Failure map: sensitivity" stays as it is; a colon that could
+            # open a fence (":::"), an emoji (":x:") or a URI scheme ("a:b") is escaped
+            esc = not (i < n - 1 and s[i + 1] == " " and (i == 0 or s[i - 1] != ":"))
         else:
             esc = False
         out.append("\\" + ch if esc else ch)

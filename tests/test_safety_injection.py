@@ -188,6 +188,9 @@ def test_md_leaves_ordinary_punctuation_readable():
     assert text.md("model_A, site-1; 3.5 mm / 40-59 (n=3)?") == "model_A, site-1; 3.5 mm / 40-59 (n=3)?"
     assert text.md("a--b...") == "a\\-\\-b\\.\\.\\."
     assert text.md("_x_ *y*") == "\\_x\\_ \\*y\\*"
+    assert text.md("Failure map: sensitivity (protocol: phase)") == \
+        "Failure map: sensitivity (protocol: phase)"
+    assert text.md(": x a:b :::") == "\\: x a\\:b \\:\\:\\:"
 
 
 #: generated strings: markdown constructs, markdown-special ASCII, letters, digits,
