@@ -69,19 +69,36 @@ def _ordered(values) -> list:
     return list(dict.fromkeys(values))
 
 
-#: forest plots: x positions (data units; the estimate axis runs 0..1) of the text columns
-FOREST_COLS = {"count": 1.08, "ci": 1.42}
-FOREST_XMAX = 2.14
+#: forest plots: where the text columns start (data units; the estimate axis runs 0..1),
+#: and the width of a character of their 6.5 pt text and of the row labels, in inches
+FOREST_TEXT_X = 1.08
+_CHAR_IN = 6.5 * 0.6 / 72
+_LABEL_CHAR_IN = 7.2 * 0.55 / 72
+
+
+def forest_layout(d: pd.DataFrame, *, width: float, n_panels: int,
+                  head: tuple[str, str]) -> tuple[float, float, float]:
+    """``(count_x, ci_x, xmax)`` in data units: the text columns right of the estimate
+    axis, as wide as their longest text at the panel's actual width, so that neither
+    runs into the other or out of the panel."""
+    label_in = _LABEL_CHAR_IN * max((len(str(v)) for v in d["label"]), default=4) + 0.3
+    panel_in = max(1.0, (width - label_in - 0.15 * n_panels) / n_panels)
+    count_chars = max(len(head[0]), *(len(str(v)) for v in d["count"])) + 2
+    ci_chars = max(len(head[1]), *(len(str(v)) for v in d["ci_text"])) + 1
+    k = min(0.68, (count_chars + ci_chars) * _CHAR_IN / panel_in)  # text share of panel
+    xmax = (FOREST_TEXT_X + 0.02 * k) / (1 - k)
+    per_char = (xmax + 0.02) / panel_in * _CHAR_IN
+    return FOREST_TEXT_X, FOREST_TEXT_X + count_chars * per_char, xmax
 
 
 def forest_plot(df: pd.DataFrame, *, overall: pd.DataFrame, xlab: str, count_label: str,
-                facet: str = "model"):
+                facet: str = "model", width: float = 7.5):
     """A meta-analysis style forest plot, one panel per ``facet``: per row the estimate
     with its CI (open circle: small cell), and two text columns right of the axis,
     ``count`` (``"TP/P"``, with a dagger for small cells) and ``ci_text``
-    (``"0.39 [0.33, 0.45]"``); the overall estimate is a dashed line labelled at the
-    bottom. Rows are drawn top-down in the order of ``df`` (the tables' order); a row
-    without an estimate keeps its place and shows its text only.
+    (``"0.39 [0.33, 0.45]"``), placed by :func:`forest_layout`; the overall estimate is a
+    dashed line labelled at the bottom. Rows are drawn top-down in the order of ``df``
+    (the tables' order); a row without an estimate keeps its place and shows its text.
 
     ``df`` columns: ``label``, ``estimate``, ``conf_low``, ``conf_high``, ``small``,
     ``count``, ``ci_text``, ``facet``; ``overall``: ``facet``, ``estimate``, ``text``.
@@ -94,11 +111,12 @@ def forest_plot(df: pd.DataFrame, *, overall: pd.DataFrame, xlab: str, count_lab
     d["y"] = d["label"].map({lab: n - i for i, lab in enumerate(labels)}).astype(float)
     d["cell"] = d["small"].map({True: "small n (\u2020)", False: "adequate n"})
     drawn = d[d["estimate"].notna()]
-    head = pd.DataFrame({"x": list(FOREST_COLS.values()), "y": float(n + 1),
-                         "text": [count_label, "Estimate [95% CI]"]})
+    titles = (count_label, "Estimate [95% CI]")
+    count_x, ci_x, xmax = forest_layout(d, width=width, n_panels=d[facet].nunique(),
+                                        head=titles)
+    head = pd.DataFrame({"x": [count_x, ci_x], "y": float(n + 1), "text": list(titles)})
     ov = overall.assign(y=0.15)
-    cols = [d.assign(x=FOREST_COLS["count"], text=d["count"]),
-            d.assign(x=FOREST_COLS["ci"], text=d["ci_text"])]
+    cols = [d.assign(x=count_x, text=d["count"]), d.assign(x=ci_x, text=d["ci_text"])]
     return (p9.ggplot(d, p9.aes(y="y"))
             + p9.geom_vline(p9.aes(xintercept="estimate"), data=overall, linetype="dashed",
                             color="#8d96a3")
@@ -115,7 +133,7 @@ def forest_plot(df: pd.DataFrame, *, overall: pd.DataFrame, xlab: str, count_lab
             + p9.scale_shape_manual(values={"small n (\u2020)": "o", "adequate n": "s"},
                                     name="cells")
             + p9.facet_wrap(f"~{facet}", nrow=1)
-            + p9.scale_x_continuous(limits=(-0.02, FOREST_XMAX), breaks=[0, 0.25, 0.5, 0.75, 1],
+            + p9.scale_x_continuous(limits=(-0.02, xmax), breaks=[0, 0.25, 0.5, 0.75, 1],
                                     labels=["0", "0.25", "0.5", "0.75", "1"],
                                     expand=(0, 0))
             + p9.scale_y_continuous(breaks=[n - i for i in range(n)], labels=labels,

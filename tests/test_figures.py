@@ -248,3 +248,34 @@ def test_forest_rows_follow_the_tables_with_text_columns(demo):
         assert any(t.startswith("overall ") for t in labels)  # the overall line is labelled
         assert "Estimate [95% CI]" in labels
         assert set(d["ci_text"]) <= set(labels) | {text.DASH}
+
+
+@pytest.mark.parametrize("n_models, count", [(1, "5/9 \u2020"), (2, "8988/10432"),
+                                             (2, "123456/1234567 \u2020")])
+def test_forest_text_columns_never_collide(n_models, count):
+    """Counts of any length (BenchX scale: 8988/10432) neither run into the CI column nor
+    out of the panel."""
+    from reports.figures import ReportFigure, forest_plot
+
+    rows = [{"model": f"m{k}", "label": f"site: site_{i:02d}", "estimate": 0.5,
+             "conf_low": 0.4, "conf_high": 0.6, "small": i == 0, "count": count,
+             "ci_text": "0.50 [0.40, 0.60]"} for k in range(n_models) for i in range(12)]
+    d = pd.DataFrame(rows)
+    overall = pd.DataFrame({"model": [f"m{k}" for k in range(n_models)], "estimate": 0.5,
+                            "text": "overall 0.50"})
+    fig = ReportFigure(name="f", caption="c", alt="a", data=d, width=7.5, height=3.5,
+                       plot=forest_plot(d, overall=overall, xlab="Sensitivity",
+                                        count_label="TP/P", width=7.5))
+    mfig, r = _draw(fig)
+    for ax in mfig.axes:
+        box = ax.get_window_extent(r)
+        found = {t.get_text(): [] for t in ax.texts}
+        for t in ax.texts:
+            found[t.get_text()].append(t.get_window_extent(r))
+        for c_box, ci_box in zip(found[count], found["0.50 [0.40, 0.60]"]):
+            assert c_box.x1 < ci_box.x0 and _inside(ci_box, box)
+        (head_c,), (head_ci,) = found["TP/P"], found["Estimate [95% CI]"]
+        assert head_c.x1 < head_ci.x0 and _inside(head_ci, box)
+        # the estimate axis keeps more than a quarter of the panel even for 7-digit counts
+        x0, x1 = (ax.transData.transform((v, 0))[0] for v in (0, 1))
+        assert (x1 - x0) > box.width * (0.28 if len(count) > 12 else 0.4)

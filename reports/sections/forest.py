@@ -62,7 +62,7 @@ def figure(study, estimand: str, axes, models: list, part: int = 1) -> ReportFig
                 f"beside each row; the dashed line is the model's overall {estimand}; open "
                 f"circles and \u2020 mark cells with fewer than {det.small_n} {who}.",
         alt=f"Forest plot of {estimand} by subgroup for {text.human_list(models)}.",
-        plot=forest_plot(d, overall=overall, xlab=estimand.capitalize(),
+        plot=forest_plot(d, overall=overall, xlab=estimand.capitalize(), width=7.5,
                          count_label="TP/P" if estimand == "sensitivity" else "TN/N"),
         data=data, width=7.5, height=min(1.3 + 0.17 * n_rows, 9.5))
 
