@@ -252,22 +252,19 @@ class ReportTable:
 _ATTR = ["", [], []]
 
 
-#: characters Pandoc's markdown writer may leave bare although its reader gives them a
-#: meaning ("&amp;" reads back as "&", "[@key]" as a citation): written escaped
-_ESCAPED = {ch: {"t": "RawInline", "c": ["markdown", "\\" + ch]} for ch in "&@"}
-_SPECIAL = re.compile("([&@])")
-
-
 def _inlines(s: str) -> list:
-    """``s`` (one visible line, ``text.plain``) as Pandoc inlines: words, spaces and, for
-    each ``&`` and ``@``, a constant backslash-escaped character (the only raw inlines,
-    for the markdown writer)."""
+    """``s`` (one visible line, ``text.plain``) as Pandoc inlines for the markdown writer:
+    each word a raw markdown inline escaped by ``text.md`` as if it began a line, words
+    joined by spaces. Pandoc's own writer leaves too much bare in a cell ("&amp;" reads
+    back as "&", "[@key]" as a citation, a lone "|" as a line block, "1." as a list, an
+    em dash written "---" as a rule); ``md`` is the escaper whose read-back is tested, and
+    escaping word by word keeps that true wherever the writer wraps the cell."""
     out: list = []
-    for i, word in enumerate(text.plain(s).split(" ")):
-        if i:
-            out.append({"t": "Space"})
-        out.extend(_ESCAPED[part] if part in _ESCAPED else {"t": "Str", "c": part}
-                   for part in _SPECIAL.split(word) if part)
+    for word in text.plain(s).split(" "):
+        if word:
+            if out:
+                out.append({"t": "Space"})
+            out.append({"t": "RawInline", "c": ["markdown", text.md(word)]})
     return out
 
 
