@@ -141,11 +141,16 @@ def boot_counts(cm: CaseMatrix, *, strata: str | None = None) -> BootCounts:
     return BootCounts(K=K, strata=codes, G=G, M=M)
 
 
+def strata_order(strata: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The clusters sorted by stratum (stable) and the stratum boundaries in that order."""
+    order = np.argsort(strata, kind="stable")
+    return order, np.r_[0, np.flatnonzero(np.diff(strata[order])) + 1, len(order)]
+
+
 def draw_indices(rng: np.random.Generator, strata: np.ndarray, size: int) -> np.ndarray:
     """Cluster indices of ``size`` replicates (size x clusters, uint32): in each stratum
     ``h`` with ``n_h`` clusters, ``n_h`` draws with replacement from that stratum."""
-    order = np.argsort(strata, kind="stable")
-    bounds = np.r_[0, np.flatnonzero(np.diff(strata[order])) + 1, len(order)]
+    order, bounds = strata_order(strata)
     if len(bounds) == 2:  # one stratum: order is the identity
         return rng.integers(0, len(order), size=(size, len(order)), dtype=np.uint32)
     parts = [order[a:b].astype(np.uint32)[rng.integers(0, b - a, size=(size, b - a), dtype=np.uint32)]
@@ -161,18 +166,25 @@ def block_draws(rng: np.random.Generator, strata: np.ndarray, size: int):
         yield draw_indices(rng, strata, min(step, size - start))
 
 
-def _block(KT: sparse.csc_matrix, strata: np.ndarray, rng: np.random.Generator,
+def _block(KT: sparse.csc_matrix, bounds: np.ndarray, rng: np.random.Generator,
            size: int) -> np.ndarray:
     """Replicate counts (size x S) of one block: W (cluster multiplicities) @ K, taken as
-    ``(K' W')'`` with ``K'`` sparse (:meth:`BootCounts.sparse_transpose`)."""
+    ``(K' W')'`` with ``K'`` sparse (:meth:`BootCounts.sparse_transpose`), its columns in
+    stratum order (:func:`strata_order`; ``bounds`` the strata there).
+
+    The draws are :func:`block_draws`' (the same calls on ``rng``, chunk by chunk and
+    stratum by stratum); with the clusters in stratum order a stratum's draws count
+    straight into its own rows of W', with no index mapping or concatenation."""
     n_cl = KT.shape[1]
     WT = np.empty((n_cl, size), dtype=np.float32)   # W', one row per cluster
-    row = 0
-    for idx in block_draws(rng, strata, size):  # a few chunks per block, never per replicate
-        b = idx.shape[0]
-        flat = (idx + (np.arange(b, dtype=np.int64) * n_cl)[:, None]).ravel()
-        WT[:, row:row + b] = np.bincount(flat, minlength=b * n_cl).reshape(b, n_cl).T
-        row += b
+    step = max(1, _DRAW_ELEMENTS // max(n_cl, 1))
+    for row in range(0, size, step):  # a few chunks per block, never per replicate
+        b = min(step, size - row)
+        for lo, hi in zip(bounds[:-1], bounds[1:]):   # each stratum, as draw_indices
+            n_h = int(hi - lo)
+            idx = rng.integers(0, n_h, size=(b, n_h), dtype=np.uint32)
+            flat = (idx + (np.arange(b, dtype=np.int64) * n_h)[:, None]).ravel()
+            WT[lo:hi, row:row + b] = np.bincount(flat, minlength=b * n_h).reshape(b, n_h).T
     # one product per block: each cluster's row of W' is read once and added, times its
     # counts, into the rows of its nonzero columns (exact integers, see the module notes)
     return np.ascontiguousarray((KT @ WT).T)
@@ -191,8 +203,11 @@ def replicate_counts(bc: BootCounts, n_boot: int, *, seed=None, scheduler=None) 
     size = bc.block_size(n_boot)
     sizes = [size] * (n_boot // size) + ([n_boot % size] if n_boot % size else [])
     gens = spawn(seed, len(sizes))
-    out = map_blocks(_block, [(g, s) for g, s in zip(gens, sizes)],
-                     shared=(bc.sparse_transpose(), bc.strata),
+    order, bounds = strata_order(bc.strata)
+    KT = bc.sparse_transpose()
+    if len(bounds) > 2:           # several strata: clusters in stratum order
+        KT = KT[:, order]
+    out = map_blocks(_block, [(g, s) for g, s in zip(gens, sizes)], shared=(KT, bounds),
                      scheduler=scheduler)
     return np.concatenate(out, axis=0)
 
