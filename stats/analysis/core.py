@@ -20,8 +20,9 @@ from typing import Any
 
 import pandas as pd
 
-#: analyses whose tables have one row per input row (inputs with calls, not results)
-ROW_LEVEL = ("calls", "evaluation")
+#: analyses whose tables have one row per input row (inputs with calls, not results;
+#: adjusted_rows is the evaluation rows with the plan's factor levels)
+ROW_LEVEL = ("calls", "evaluation", "adjusted_rows")
 
 #: name -> Analysis, in registration order (the order :func:`run` computes them)
 ANALYSES: dict[str, "Analysis"] = {}
