@@ -116,10 +116,17 @@ class ReportTable:
         return out
 
     def body(self):
-        """The body in display order: ``("group", heading)`` where a row group starts,
-        then ``("row", [cell, ...])`` per row (strings, the shown columns only)."""
+        """The body: ``("group", heading)`` where a row group starts, then
+        ``("row", [cell, ...])`` per row (strings, the shown columns only). Rows keep the
+        display order within their group; groups come in order of first appearance, each
+        once (as great-tables lays out the HTML, so every format shows the same rows)."""
+        disp = self.display
+        if self.group_col is not None:
+            first = {g: i for i, g in reversed(list(enumerate(disp[self.group_col])))}
+            disp = disp.assign(_g=disp[self.group_col].map(first)).sort_values(
+                "_g", kind="stable").drop(columns="_g")
         current = object()
-        for _, row in self.display.iterrows():
+        for _, row in disp.iterrows():
             if self.group_col is not None and row[self.group_col] != current:
                 current = row[self.group_col]
                 yield "group", str(current)

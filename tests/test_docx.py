@@ -437,3 +437,31 @@ def test_pdf_tables_keep_short_tables_whole_and_repeat_long_headers(tmp_path):
     box = reader.pages[wide_page].mediabox
     assert box.width > box.height  # landscape
     assert reader.pages[0].mediabox.width < reader.pages[0].mediabox.height
+
+
+def test_interleaved_row_groups_show_the_same_rows_everywhere(tmp_path):
+    """great-tables gathers a group's rows under one heading (first appearance order);
+    the docx and typst tables do the same, so every format shows the same rows."""
+    from types import SimpleNamespace
+
+    from reports.sections import Section
+    from reports.tables import ReportTable
+
+    df = pd.DataFrame({"model": ["a", "b", "a", "b"], "axis": ["x", "x", "y", "y"],
+                       "v": ["1", "2", "3", "4"]})
+    t = ReportTable(name="groups", caption="Groups.", data=df, display=df, group_col="model")
+    assert [v for _, v in t.body()] == ["a", ["x", "1"], ["y", "3"], "b", ["x", "2"], ["y", "4"]]
+    notes: list[str] = []
+    study = SimpleNamespace(plan=SimpleNamespace(title="G", path=Path("plan.yaml")),
+                            notes=notes, note=notes.append)
+    sections = [Section("methods", "Methods").add("Text.", t)]
+    build = tmp_path / "build"
+    build.mkdir()
+    (tmp_path / "figures").mkdir()
+    (tmp_path / render.REFERENCE_DOCX).write_bytes(render.default_reference_docx().read_bytes())
+    render._pandoc_html(render.render_markdown(study, sections, "html"), tmp_path, build)
+    render._pandoc_docx(render.render_markdown(study, sections, "docx"), tmp_path, build,
+                        tables=[t])
+    (h,), (d,) = _html_tables(tmp_path), _docx_tables(docx.Document(str(tmp_path / "appendix.docx")))
+    assert d["rows"] == h["rows"] == [["a"], ["x", "1"], ["y", "3"], ["b"], ["x", "2"], ["y", "4"]]
+    assert "#table(" in t.to_typst() and t.to_typst().count('text(style: "italic"') == 2
