@@ -82,7 +82,8 @@ def test_runner_packages_are_an_extra_only():
 #: import name -> distribution, where they differ
 IMPORT_NAMES = {"PIL": "pillow", "sklearn": "scikit-learn", "yaml": "pyyaml",
                 "pypandoc": "pypandoc-binary", "great_tables": "great-tables",
-                "distributed": "dask", "jinja2": "jinja2", "pytest_xdist": "pytest-xdist"}
+                "distributed": "dask", "jinja2": "jinja2", "pytest_xdist": "pytest-xdist",
+                "docx": "python-docx"}
 
 
 def _imports(folders) -> set[str]:
