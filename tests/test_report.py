@@ -75,7 +75,8 @@ def _qmd_text(qmd: str) -> str:
 
 def test_every_output_is_written(demo):
     out, result = demo
-    for name in ("appendix.qmd", "appendix.html", "appendix.pdf", "manifest.json", "_quarto.yml"):
+    for name in ("appendix.qmd", "appendix.html", "appendix.pdf", "appendix.docx",
+                 "reference.docx", "manifest.json", "_quarto.yml"):
         assert (out / name).stat().st_size > 0, name
     man = json.loads((out / "manifest.json").read_text())
     assert man["plan"]["sha256"] == load_plan(DEMO / "plan.yaml").sha256
@@ -123,6 +124,19 @@ def test_table_and_figure_counts_agree_everywhere(demo, pdf_text):
     assert alts == [text.html(f.alt).replace("&#x27;", "'") for f in result.figures]
     assert f"Table {n_tab}:" in pdf_text and f"Table {n_tab + 1}:" not in pdf_text
     assert f"Figure {n_fig}:" in pdf_text and f"Figure {n_fig + 1}:" not in pdf_text
+
+
+def test_docx_tables_equal_the_html(demo):
+    """Every table of the demo: a Word table whose rows read as the HTML table's."""
+    docx = pytest.importorskip("docx")
+    from test_docx import _docx_tables, _html_tables
+
+    out, result = demo
+    word = _docx_tables(docx.Document(str(out / "appendix.docx")))
+    html = _html_tables(out)
+    assert len(word) == len(html) == len(result.tables)
+    for t, w, h in zip(result.tables, word, html):
+        assert w["rows"] == h["rows"], t.name
 
 
 def test_qmd_is_quarto_markdown_with_resolved_crossrefs(demo):
