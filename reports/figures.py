@@ -159,7 +159,7 @@ def ink(values, cmap: str = SEQUENTIAL, limits=(0.0, 1.0)) -> list[str]:
     cm = matplotlib.colormaps[cmap]
     out = []
     for v in values:
-        if v is None or v != v:  # missing: the light grey NA tile
+        if v is None or pd.isna(v):  # missing: the light grey NA tile
             out.append("dark")
             continue
         r, g, b, _ = cm(min(1.0, max(0.0, (float(v) - lo) / (hi - lo))))

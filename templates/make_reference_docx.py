@@ -24,9 +24,9 @@ with the same Pandoc and python-docx reproduces it byte for byte (dates fixed at
 """
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
-import datetime
 import tempfile
 import warnings
 import zipfile
@@ -36,7 +36,7 @@ FONT = "Arial"
 INK = "1F2933"
 OUT = Path(__file__).resolve().parent / "reference.docx"
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
-EPOCH = datetime.datetime(1980, 1, 1, tzinfo=datetime.timezone.utc)
+EPOCH = datetime.datetime(1980, 1, 1, tzinfo=datetime.UTC)
 
 TABLE_STYLE = f"""
 <w:style xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"

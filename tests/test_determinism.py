@@ -17,7 +17,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from test_docx import _study
 
 #: the manifest keys documented to differ between runs (README, reports/render.py)
@@ -94,8 +93,9 @@ def test_no_output_carries_a_clock_time(two_runs):
 
 def test_pdf_dates_follow_source_date_epoch(tmp_path, monkeypatch):
     from pypdf import PdfReader
-    from reports import render
     from test_safety_injection import _hostile_doc
+
+    from reports import render
 
     study, sections, build = _hostile_doc("x", tmp_path)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # 2023-11-14T22:13:20Z

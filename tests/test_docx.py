@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 
 docx = pytest.importorskip("docx")  # python-docx, in the [test] extra
 
+from test_safety_injection import _STRINGS
+
 from reports import render
 from reports.render import render_report
-from test_safety_injection import _STRINGS
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 SITE = 'S<b>&amp; "1" #2 $x @y *z* _w_ [a](b) {{< meta title >}}'
@@ -303,8 +304,9 @@ def test_grid_table_cells_read_back_as_the_same_text(strings):
     """Property: a grid table written by Pandoc from ``ReportTable.to_pandoc`` reads back
     (as Quarto and the docx path read it) with every cell plain text equal to the value,
     whatever markdown, HTML, entities or citations it holds."""
-    from reports.tables import ReportTable
     from test_safety_injection import visible
+
+    from reports.tables import ReportTable
 
     df = pd.DataFrame({"a": strings, "b": strings[::-1]})
     t = ReportTable(name="p", caption="c", data=df, display=df, labels={"a": strings[0]})
@@ -327,8 +329,9 @@ def test_grid_table_cells_read_back_as_the_same_text(strings):
 def test_docx_pandoc_runs_sandboxed(tmp_path, monkeypatch):
     """The docx writer runs with --sandbox and reads only what its command line names:
     the reference docx; the figures arrive as data: URIs."""
-    import reports.sandbox as sb
     from test_safety_injection import _hostile_doc
+
+    import reports.sandbox as sb
 
     calls = []
     real = sb.subprocess.run
