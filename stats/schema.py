@@ -386,20 +386,32 @@ def _require_binary(df, column, *, source, one, zero):
     df[column] = vals.astype("int64")
 
 
+def _text(col: pd.Series, *, lower: bool = False) -> pd.Series:
+    """``col.astype(str).str.strip()`` (then ``.str.lower()``), each distinct value
+    converted once: ids repeat once per model, so this is far fewer string operations
+    than one per row (850,000 rows, 85,000 case ids at BenchX scale)."""
+    codes, uniq = pd.factorize(col.astype(str))
+    text = pd.Series(uniq, dtype=object).str.strip()
+    if lower:
+        text = text.str.lower()
+    return pd.Series(text.to_numpy(dtype=object)[codes], index=col.index, name=col.name)
+
+
 def _require_ids(df, column, *, source):
     col = df[column]
-    empty = col.isna().to_numpy() | (col.astype(str).str.strip() == "").to_numpy()
+    text = _text(col)
+    empty = col.isna().to_numpy() | (text == "").to_numpy()
     bad = np.flatnonzero(empty)
     if len(bad):
         _fail(MSG_EMPTY_ID, source=source, column=column, rows=bad)
-    df[column] = col.astype(str).str.strip()
+    df[column] = text
 
 
 def _require_in(df, column, allowed, template, *, source):
     if column not in df.columns:
         return
     col = df[column]
-    vals = col.astype(str).str.strip().str.lower()
+    vals = _text(col, lower=True)
     bad = np.flatnonzero(col.notna().to_numpy() & ~vals.isin(allowed).to_numpy())
     if len(bad):
         _fail(template, source=source, column=column, rows=bad, values=_values_text(col.iloc[bad]))
@@ -487,7 +499,7 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
         _require_ids(df, col, source=source)
     if "patient_id" in df.columns:
         pid = df["patient_id"]
-        df["patient_id"] = pid.astype(str).str.strip().where(pid.notna(), df["case_id"])
+        df["patient_id"] = _text(pid).where(pid.notna(), df["case_id"])
     else:
         df["patient_id"] = df["case_id"]
     for col in (*CASES_NUMERIC, *extra_numeric):
