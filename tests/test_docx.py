@@ -21,7 +21,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-docx = pytest.importorskip("docx")  # python-docx, in the [test] extra
+import docx  # python-docx, in the [test] extra
 
 from test_safety_injection import _STRINGS
 

@@ -55,6 +55,12 @@ def axis_table(study, axis: tuple[str, ...]) -> ReportTable:
                "\u2014 not estimable (no cases)."))
 
 
+def _p(p) -> str:
+    """"p = 0.615" or "p < 0.001"."""
+    shown = text.pvalue(p)
+    return f"p {shown}" if shown.startswith("<") else f"p = {shown}"
+
+
 def heterogeneity_note(study, axis: tuple[str, ...]) -> str:
     """One line per estimand: the test of equal sensitivity (specificity) across the
     levels, per model, with Holm's p for prespecified axes (``Results['heterogeneity']``)."""
@@ -67,9 +73,9 @@ def heterogeneity_note(study, axis: tuple[str, ...]) -> str:
             if pd.isna(r.statistic):
                 cells.append(f"{r.model} not testable")
                 continue
-            adj = "" if pd.isna(r.p_adjusted) else f", Holm p {text.pvalue(r.p_adjusted)}"
+            adj = "" if pd.isna(r.p_adjusted) else f", Holm {_p(r.p_adjusted)}"
             cells.append(f"{r.model} \u03c7\u00b2({text.count(r.df)}) = {text.num(r.statistic)}, "
-                         f"p {text.pvalue(r.p_value)}{adj}")
+                         f"{_p(r.p_value)}{adj}")
         parts.append(f"Equal {est} across levels: " + "; ".join(cells))
     method = h["method"].iloc[0] if len(h) else ""
     how = ("Rao-Scott corrected Pearson chi-square (scans clustered within patients)"
