@@ -94,8 +94,8 @@ def merge_reviewed(evidence: pd.DataFrame, review: pd.DataFrame, *, source: str 
                     "extractor": "review", "evidence": ev, "start": int(start), "end": int(end),
                     "source": src})
     keys = set(zip(rv["case_id"].astype(str), rv["field"]))
-    old_review = (evidence["extractor"] == "review") & [
-        (str(c), f) in keys for c, f in zip(evidence["case_id"], evidence["field"])]
+    pairs = pd.MultiIndex.from_arrays([evidence["case_id"].astype(str), evidence["field"]])
+    old_review = (evidence["extractor"] == "review").to_numpy() & pairs.isin(list(keys))
     out = pd.concat([evidence[~np.asarray(old_review, bool)], pd.DataFrame(new)], ignore_index=True)
     return out[list(EVIDENCE_COLUMNS)]
 
