@@ -20,3 +20,14 @@ def emit(figures: dict, path: str | None) -> None:
     if path:
         with open(path, "w") as fh:
             json.dump(figures, fh, indent=2, default=str)
+
+
+def flat(figures: dict, prefix: str = "") -> dict:
+    """Nested figures (e.g. a report's timings per analysis) as ``outer.inner`` keys."""
+    out = {}
+    for k, v in figures.items():
+        if isinstance(v, dict):
+            out.update(flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

@@ -1,6 +1,9 @@
 """``make bench``: run every ``bench/bench_*.py`` workload at full scale, plus the demo
 report end to end, and write ``bench/results.json`` and ``bench/README.md``.
 
+``python bench/run.py --only report`` runs one workload alone (here the BenchX-scale
+report, ``bench_report.py``) and replaces its entry in results.json and README.md.
+
 Each workload runs in its own process (so peak memory is its own: ``ru_maxrss`` from
 ``os.wait4``) as ``python bench/bench_<topic>.py --full --json OUT``; the script writes its
 figures (medians of repeats, ratios against a baseline timed in the same run) to OUT.
@@ -21,6 +24,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from _common import flat
 
 
 def run_workload(script: Path, *, quick: bool) -> dict:
@@ -80,7 +85,7 @@ def write_readme(results: dict, path: Path) -> None:
         lines += [f"## {w['script']}", "",
                   f"exit code {w['exit_code']}; process wall {w['process_wall_s']} s; "
                   f"peak RSS {w['process_peak_rss_mb']} MB", "", "| figure | value |", "|---|---|"]
-        lines += [f"| {k} | {_fmt(v)} |" for k, v in w["figures"].items() if not isinstance(v, dict)]
+        lines += [f"| {k} | {_fmt(v)} |" for k, v in flat(w["figures"]).items()]
         lines.append("")
     rep = results.get("report")
     if rep:
