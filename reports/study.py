@@ -38,10 +38,12 @@ class Study:
     input_rows = property(lambda self: self.tables.input_rows)
 
 
-def load_study(plan: Plan, *, scheduler=None) -> Study:
-    """Load the plan's inputs and run every analysis the plan asks for."""
+def load_study(plan: Plan, *, scheduler=None, jobs: int = 1) -> Study:
+    """Load the plan's inputs and run every analysis the plan asks for (``jobs``:
+    :func:`stats.analysis.run`; the results are the same whatever it is)."""
     tables = load_tables(plan)
-    return Study(plan=plan, tables=tables, results=run(plan, tables, scheduler=scheduler))
+    return Study(plan=plan, tables=tables,
+                 results=run(plan, tables, scheduler=scheduler, jobs=jobs))
 
 
 def level_order(values: pd.Series) -> list:

@@ -50,3 +50,54 @@ def map_blocks(fn: Callable, items: Sequence[tuple], *, shared: tuple = (), sche
     finally:
         if client is not scheduler:
             client.close()
+
+
+def can_fork() -> bool:
+    """Whether :func:`forked` (and the report's figure workers) may fork: Linux only
+    (macOS forbids forking a process that has used system frameworks; Windows cannot)."""
+    import multiprocessing as mp
+    import sys
+
+    return sys.platform.startswith("linux") and "fork" in mp.get_all_start_methods()
+
+
+def forked(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """Start ``fn()`` in a forked process (it inherits this one's memory: nothing is
+    pickled on the way in) and return ``join()``: ``fn``'s value, pickled back, or its
+    exception raised here; ``None`` when the process died without an answer (killed,
+    out of memory), so that the caller can compute the same here."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            out = (True, fn())
+        except BaseException as exc:  # handed to the parent, which raises it
+            out = (False, exc)
+        try:
+            send.send(out)
+        except Exception as exc:  # an unpicklable exception or value
+            send.send((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+        finally:
+            send.close()
+
+    proc = ctx.Process(target=child, daemon=True)
+    proc.start()
+    send.close()
+
+    def join():
+        try:
+            ok, value = recv.recv()
+        except EOFError:
+            proc.join()
+            return None
+        finally:
+            recv.close()
+        proc.join()
+        if not ok:
+            raise value
+        return value
+
+    return join

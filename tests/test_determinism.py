@@ -1,8 +1,9 @@
 """Issue 16 item 2: every output file is byte-identical across runs.
 
 A small study (both halves, every section, every format) rendered by the CLI in two
-separate processes with different hash seeds; every file must be byte-identical except
-``manifest.json``, whose only differences may be the documented ones (``created_utc``,
+separate processes with different hash seeds, one with ``--jobs 1`` and one with
+``--jobs 2`` (analyses, figures and documents in forked processes); every file must be
+byte-identical except ``manifest.json``, whose only differences may be the documented ones (``created_utc``,
 ``timings_s``, ``git_revision``). Also: the PDF's dates follow ``SOURCE_DATE_EPOCH``; no
 output carries a clock time (PNG text chunks, SVG dates, docx core properties).
 """
@@ -23,13 +24,13 @@ from test_docx import _study
 VOLATILE = ("created_utc", "timings_s", "git_revision")
 
 
-def _render(plan: Path, out: Path, hash_seed: str) -> None:
+def _render(plan: Path, out: Path, hash_seed: str, jobs: int = 1) -> None:
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
     env.pop("SOURCE_DATE_EPOCH", None)
     clinrel = Path(sys.executable).with_name("clinrel")
     done = subprocess.run([str(clinrel), "report", "--plan", str(plan), "--out", str(out),
-                           "--strict", "--quiet"], env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
+                           "--strict", "--quiet", "--jobs", str(jobs)], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -38,7 +39,7 @@ def two_runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("determinism")
     plan = _study(folder)
     _render(plan, folder / "a", "1")
-    _render(plan, folder / "b", "2")
+    _render(plan, folder / "b", "2", jobs=2)
     return folder / "a", folder / "b"
 
 

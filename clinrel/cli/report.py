@@ -34,6 +34,9 @@ def register(app: typer.Typer) -> None:
             "--reference-docx", help="A Word .docx whose styles appendix.docx takes (fonts, "
                                      "headings, tables, captions, page); default "
                                      "templates/reference.docx.")] = None,
+        jobs: Annotated[Optional[int], typer.Option(
+            min=1, help="Processes that run the analyses, draw figures and render documents (default: the "
+                        "CPUs available; the files are the same bytes either way).")] = None,
         force: ForceOpt = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress or summary output.")] = False,
     ) -> None:
@@ -68,7 +71,7 @@ def register(app: typer.Typer) -> None:
                 target = dataclasses.replace(load_plan(target), scheduler=scheduler)
             try:
                 result = render_report(target, out, quiet=quiet, strict=strict, force=force,
-                                       reference_docx=reference_docx)
+                                       reference_docx=reference_docx, jobs=jobs)
             except SectionFailed as exc:
                 typer.echo(f"error: {exc}", err=True)
                 raise typer.Exit(1) from None

@@ -67,7 +67,7 @@ def _fit_kw(results) -> dict:
                 scheduler=results.scheduler)
 
 
-@analysis("adjusted_rows", wanted=_wants)
+@analysis("adjusted_rows", wanted=_wants, lane="models")
 def adjusted_rows(results) -> pd.DataFrame:
     """The evaluation rows with the plan's factor levels applied (reference level first:
     ``detection.adjusted.levels``); every other factor keeps its own order."""
@@ -91,7 +91,7 @@ def adjusted_rows(results) -> pd.DataFrame:
     return ev
 
 
-@analysis("adjusted_fits", wanted=_wants)
+@analysis("adjusted_fits", wanted=_wants, lane="models")
 def adjusted_fits(results) -> dict:
     """``{method: Fit}`` for every planned method that converged to a fit (plus
     ``glmm_cc``, the complete-case GLMM, when it applies); failures are recorded."""
@@ -130,7 +130,7 @@ def adjusted_fits(results) -> dict:
     return fits
 
 
-@analysis("adjusted_terms", wanted=_wants)
+@analysis("adjusted_terms", wanted=_wants, lane="models")
 def adjusted_terms(results) -> pd.DataFrame:
     """Tidy terms of every fit, ``fit_method`` naming the fit."""
     fits = results["adjusted_fits"]
@@ -138,7 +138,7 @@ def adjusted_terms(results) -> pd.DataFrame:
                      ignore_index=True)
 
 
-@analysis("adjusted_missing", wanted=_wants)
+@analysis("adjusted_missing", wanted=_wants, lane="models")
 def adjusted_missing(results) -> pd.DataFrame:
     """Per model: the scans of the modelled population, how many each fit used, how many it
     left out and why (a missing value in a formula variable, per variable; R's na.omit).
@@ -164,7 +164,7 @@ def adjusted_missing(results) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-@analysis("adjusted_glance", wanted=_wants)
+@analysis("adjusted_glance", wanted=_wants, lane="models")
 def adjusted_glance(results) -> pd.DataFrame:
     """Fit statistics per model and fit (n, groups, group SD, R2, convergence, warnings)."""
     fits = results["adjusted_fits"]
@@ -177,7 +177,8 @@ def block_method(plan) -> str | None:
     return next((m for m in plan.detection.adjusted["methods"] if m in ("glmm", "fixed")), None)
 
 
-@analysis("adjusted_blocks", wanted=lambda p, t: _wants(p, t) and block_method(p) is not None)
+@analysis("adjusted_blocks", wanted=lambda p, t: _wants(p, t) and block_method(p) is not None,
+          lane="models")
 def adjusted_blocks(results) -> pd.DataFrame:
     """Likelihood-ratio tests of covariate blocks and of the group (``stats.block_tests``)."""
     from ..models import block_tests
@@ -196,7 +197,7 @@ def means_fit_method(fits: dict) -> str:
     return "glmm" if "glmm" in fits else next(iter(fits))
 
 
-@analysis("adjusted_vs_crude", wanted=_wants)
+@analysis("adjusted_vs_crude", wanted=_wants, lane="models")
 def adjusted_vs_crude(results) -> pd.DataFrame:
     """Adjusted and crude sensitivity per level of every factor in the model. Like with like:
     the adjusted value is standardized (g-computation over the observed covariate mix, the
@@ -237,7 +238,7 @@ def _wants_means(plan, tables) -> bool:
     return _wants(plan, tables) and bool(plan.detection.adjusted.get("means"))
 
 
-@analysis("adjusted_means", wanted=_wants_means)
+@analysis("adjusted_means", wanted=_wants_means, lane="models")
 def adjusted_means(results) -> pd.DataFrame:
     """Adjusted means (``Fit.marginal_means``, kind ``detection.adjusted.means_kind``) by each
     factor in ``detection.adjusted.means``, from every fit; ``fit_method`` names the fit."""
@@ -248,7 +249,7 @@ def adjusted_means(results) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-@analysis("adjusted_random_effects", wanted=_wants)
+@analysis("adjusted_random_effects", wanted=_wants, lane="models")
 def adjusted_random_effects(results) -> pd.DataFrame:
     """GLMM conditional modes per group, empty when there is no GLMM or the fit is singular
     (``decisions['adjusted.singular']``)."""
@@ -282,7 +283,7 @@ def _levels(rows: pd.DataFrame, var: str) -> list[str]:
     return sorted(str(v) for v in col.dropna().unique())
 
 
-@analysis("adjusted_table", wanted=_wants)
+@analysis("adjusted_table", wanted=_wants, lane="models")
 def adjusted_table(results) -> pd.DataFrame:
     """The odds ratios as a reader uses them: one row per model x fit x variable level,
     the reference level of every factor as its own row (OR 1), a human label

@@ -13,6 +13,7 @@ Pure: no files, no printing, no rounding.
 """
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,18 +36,28 @@ class Analysis:
     #: whether the plan asks for this analysis (``run`` computes only those)
     wanted: Callable[[Any, Any], bool]
     doc: str = ""
+    #: analyses of one lane besides ``MAIN`` may run in a process of their own (``run``)
+    lane: str = "main"
 
 
-def analysis(name: str, *, wanted: Callable[[Any, Any], bool] = lambda plan, tables: True):
+MAIN = "main"
+
+
+def analysis(name: str, *, wanted: Callable[[Any, Any], bool] = lambda plan, tables: True,
+             lane: str = MAIN):
     """Register ``fn(results)`` as the analysis ``name``.
 
     ``wanted(plan, tables)`` says whether a plan asks for it; an analysis that is not
     wanted can still be computed on request (``results[name]``) by another analysis.
+    ``lane``: analyses outside the main lane (the adjusted models: seconds of model
+    fitting that share nothing with the rest but the evaluated rows) are computed after
+    the main lane, in a process of their own when :func:`run` has ``jobs > 1``.
     """
     def deco(fn):
         if name in ANALYSES:
             raise RuntimeError(f"analysis {name!r} registered twice")
-        ANALYSES[name] = Analysis(name, fn, wanted, (fn.__doc__ or "").strip().split("\n")[0])
+        ANALYSES[name] = Analysis(name, fn, wanted, (fn.__doc__ or "").strip().split("\n")[0],
+                                  lane)
         return fn
     return deco
 
@@ -151,7 +162,7 @@ def wanted(plan, tables) -> list[str]:
 
 
 def run(plan, tables: Tables, *, scheduler=None, only: Iterable[str] | None = None,
-        errors: str = "record") -> Results:
+        errors: str = "record", jobs: int = 1) -> Results:
     """Run every analysis the plan asks for (or ``only`` those named) and return Results.
 
     ``scheduler``: a Dask client or address for the resampling and fitting blocks
@@ -159,13 +170,36 @@ def run(plan, tables: Tables, *, scheduler=None, only: Iterable[str] | None = No
     keeps going when an analysis fails (the failure is re-raised when its table is
     read), ``"raise"`` stops at the first failure. Bad input (``ContractError``) always
     raises.
+
+    The main lane's analyses are computed first, then each other lane's (registration
+    order within a lane). ``jobs > 1`` (and no scheduler, on a system that can fork)
+    computes the other lanes in a forked process while this one computes the main lane;
+    its tables, decisions and notes are merged as if computed here after the main lane,
+    so every result is the same whatever ``jobs`` is (tests/test_analysis.py).
     """
-    from ..schema import ContractError
+    from .._parallel import can_fork, forked
 
     from . import _register  # noqa: F401  (registers every analysis)
 
     results = Results(plan, tables, scheduler=scheduler)
     names = list(only) if only is not None else wanted(plan, tables)
+    main = [n for n in names if n not in ANALYSES or ANALYSES[n].lane == MAIN]
+    rest = [n for n in names if n not in main]
+    if rest and jobs > 1 and results.scheduler is None and can_fork():
+        join = forked(functools.partial(_lane, plan, tables, rest, errors))
+        _compute(results, main, errors)
+        payload = join()
+        if payload is not None:   # None: the process died; compute the lane here
+            _merge(results, payload)
+            return results
+    _compute(results, main, errors)
+    _compute(results, rest, errors)
+    return results
+
+
+def _compute(results: Results, names: Iterable[str], errors: str) -> None:
+    from ..schema import ContractError
+
     for name in names:
         try:
             results[name]
@@ -174,4 +208,41 @@ def run(plan, tables: Tables, *, scheduler=None, only: Iterable[str] | None = No
         except Exception:
             if errors == "raise":
                 raise
-    return results
+
+
+def _lane(plan, tables: Tables, names: list[str], errors: str) -> dict:
+    """Compute ``names`` in a fresh Results (in a forked process); what the parent needs
+    to merge: the tables (row-level ones only of this lane), failures, decisions, notes,
+    timings. Failures that cannot be pickled come back as RuntimeError with their text."""
+    import pickle
+
+    r = Results(plan, tables)
+    _compute(r, names, errors)
+    store = {k: v for k, v in r._store.items()
+             if k not in ROW_LEVEL or ANALYSES[k].lane != MAIN}
+    failed = {}
+    for k, exc in r._failed.items():
+        try:
+            pickle.dumps(exc)
+            failed[k] = exc
+        except Exception:
+            failed[k] = RuntimeError(f"{type(exc).__name__}: {exc}")
+    return {"store": store, "failed": failed, "decisions": r.decisions, "notes": r.notes,
+            "timings": r.timings}
+
+
+def _merge(results: Results, payload: dict) -> None:
+    """Add a lane's payload as if its analyses had been computed in ``results`` after
+    what it holds: tables and failures not yet present, decisions updated, new notes
+    appended in order."""
+    for k, v in payload["store"].items():
+        if k not in results._store and k not in results._failed:
+            results._store[k] = v
+    for k, exc in payload["failed"].items():
+        if k not in results._store and k not in results._failed:
+            results._failed[k] = exc
+    results.decisions.update(payload["decisions"])
+    for m in payload["notes"]:
+        results.note(m)
+    for k, v in payload["timings"].items():
+        results.timings.setdefault(k, v)
