@@ -47,13 +47,16 @@ ForceOpt = Annotated[bool, typer.Option(
     "--force", help="Replace an earlier clinrel output at --out: a folder clinrel wrote "
                     "(never one holding other files), or an existing file that is not an input.")]
 
-MSG_SEED = "{option} must be a whole number >= 0 (e.g. 1); got {value}"
-
-
 def check_seed(value: int | None, option: str = "--seed") -> None:
-    """Seeds are non-negative integers (numpy refuses negative ones deep inside)."""
-    if value is not None and value < 0:
-        raise InputError(MSG_SEED.format(option=option, value=value))
+    """The one seed rule (``stats._rng.check_seed``: a whole number from 0 to 2**63 - 1),
+    with the option named; refused before any work, as an ``InputError`` (exit 2)."""
+    from stats._rng import check_seed as rule
+    from stats.schema import ContractError
+
+    try:
+        rule(value, key=option)
+    except ContractError as exc:
+        raise InputError(str(exc)) from None
 
 
 def fail(message: str) -> None:
