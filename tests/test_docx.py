@@ -3,8 +3,10 @@
 A small study with both halves (hostile site and model names) rendered once to HTML and
 docx; the docx is opened with python-docx and compared with the HTML: the same tables
 (real Word tables, same cell text), every figure embedded at print size, numbered
-captions, working "Table N" / "Figure N" links, notes right under their table, wide
-tables on landscape pages, the reference .docx swappable. Also: hostile strings in every
+captions, working "Table N" / "Figure N" links, notes right under their table, short
+tables never split across pages and notes kept with their table (``reports.docx_layout``),
+long tables' headers repeated, wide tables on landscape pages, the reference .docx
+swappable. Also: hostile strings in every
 place stay literal text in the docx.
 """
 from __future__ import annotations
@@ -468,3 +470,94 @@ def test_interleaved_row_groups_show_the_same_rows_everywhere(tmp_path):
     (h,), (d,) = _html_tables(tmp_path), _docx_tables(docx.Document(str(tmp_path / "appendix.docx")))
     assert d["rows"] == h["rows"] == [["a"], ["x", "1"], ["y", "3"], ["b"], ["x", "2"], ["y", "4"]]
     assert "#table(" in t.to_typst() and t.to_typst().count('text(style: "italic"') == 2
+
+
+# --------------------------------------------------------------------------- tables in Word
+
+def _on(el, path: str) -> bool:
+    return el.find(path) is not None
+
+
+def _keeps_next(tr) -> bool:
+    """Every paragraph of the row keeps with the next (``<w:keepNext/>``)."""
+    return all(_on(p, f"{W}pPr/{W}keepNext") for p in tr.iter(f"{W}p"))
+
+
+def _check_table_layout(tbl, table) -> None:
+    """The Word keep and split properties of one table (``reports.docx_layout``)."""
+    from reports.docx_layout import is_header, table_notes
+
+    rows = tbl.findall(f"{W}tr")
+    head = [tr for tr in rows if is_header(tr)]
+    body = [tr for tr in rows if not is_header(tr)]
+    assert rows[:len(head)] == head and len(head) == 1 + bool(table.spanners), table.name
+    assert len(body) == table.n_rows, table.name  # the PDF's count: groups included
+    assert all(_on(tr, f"{W}trPr/{W}cantSplit") for tr in rows), table.name
+    assert all(_keeps_next(tr) for tr in head), table.name  # header never ends a page
+    notes = table_notes(tbl)
+    assert len(notes) == len(table.notes), table.name
+    assert _keeps_next(body[-1]) == bool(notes), table.name  # the notes follow the table
+    chained = [_on(p, f"{W}pPr/{W}keepNext") for p in notes]
+    assert chained == [True] * len(notes[1:]) + [False] * bool(notes), table.name
+    inside = [_keeps_next(tr) for tr in body[:-1]]
+    assert inside == [table.keep] * len(inside), table.name  # short: whole; long: breaks
+
+
+def test_short_tables_never_split_and_notes_stay_with_their_table(report, word):
+    """Every row of every table is kept on one page (cantSplit); a table of at most
+    KEEP_ROWS printed rows keeps every row with the next, its last row with its first
+    note (when it has notes) and each note with the next; the caption keeps with the
+    table (its style), which it precedes."""
+    result = report[1]
+    tables = word.element.body.findall(f"{W}tbl")
+    assert len(tables) == len(result.tables)
+    assert any(t.keep and t.notes for t in result.tables)
+    for tbl, t in zip(tables, result.tables):
+        _check_table_layout(tbl, t)
+        cap = tbl.getprevious()
+        while cap.tag != f"{W}p":
+            cap = cap.getprevious()
+        assert _style(cap) == "TableCaption", t.name
+    assert word.styles["Table Caption"].paragraph_format.keep_with_next
+
+
+def test_long_tables_repeat_their_header_and_the_layout_is_deterministic(tmp_path):
+    """A table of more than KEEP_ROWS rows may break between rows, its header rows
+    repeated on every page (``tblHeader``) and kept with the first body row; a short
+    table without notes does not keep its last row with what follows; the docx is
+    byte-identical when rendered twice, its zip entries dated 1980-01-01."""
+    from types import SimpleNamespace
+
+    from reports.sections import Section
+    from reports.tables import KEEP_ROWS, ReportTable
+
+    long = pd.DataFrame({"level": [f"row{i}" for i in range(KEEP_ROWS + 15)],
+                         "v": ["0.50"] * (KEEP_ROWS + 15)})
+    short = long.head(3)
+    tables = [ReportTable(name="long", caption="Long.", data=long, display=long,
+                          spanners=(("Estimate", ["v"]),), notes=("Note one.", "Note two.")),
+              ReportTable(name="bare", caption="Bare.", data=short, display=short),
+              ReportTable(name="edge", caption="Edge.", data=long, notes=("Only note.",),
+                          display=long.head(KEEP_ROWS))]
+    assert [t.keep for t in tables] == [False, True, True]
+    notes: list[str] = []
+    study = SimpleNamespace(plan=SimpleNamespace(title="L", path=Path("plan.yaml")),
+                            notes=notes, note=notes.append)
+    sections = [Section("methods", "Methods").add("Text.", *tables, "After.")]
+    written = []
+    for run in ("a", "b"):
+        folder = tmp_path / run
+        (folder / "figures").mkdir(parents=True)
+        (folder / "build").mkdir()
+        ref = render.default_reference_docx()
+        (folder / render.REFERENCE_DOCX).write_bytes(ref.read_bytes())
+        render._pandoc_docx(render.render_markdown(study, sections, "docx"), folder,
+                            folder / "build", tables=tables)
+        written.append((folder / "appendix.docx").read_bytes())
+    assert written[0] == written[1]
+    with zipfile.ZipFile(tmp_path / "a" / "appendix.docx") as z:
+        assert {i.date_time for i in z.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+        assert z.namelist()[:3] == ["[Content_Types].xml", "_rels/.rels", "word/document.xml"]
+    doc = docx.Document(str(tmp_path / "a" / "appendix.docx"))
+    for tbl, t in zip(doc.element.body.findall(f"{W}tbl"), tables, strict=True):
+        _check_table_layout(tbl, t)

@@ -1,0 +1,129 @@
+"""Page layout of ``appendix.docx`` that Pandoc's Word writer leaves out: tables kept
+whole and notes kept with their table, as in the PDF (``reports.tables.KEEP_ROWS``).
+
+Pandoc writes each table as its caption paragraph (style "Table Caption", above the
+table; the style keeps it with the next paragraph), the table (header rows marked
+``<w:tblHeader/>``: repeated on every page) and then the notes (paragraphs of style
+"Table Note"; only bookmark ends lie between the table and its first note). This step
+rewrites ``word/document.xml`` so that
+
+- no row of any table breaks across a page (``<w:cantSplit/>`` on every row);
+- a table of at most ``KEEP_ROWS`` body rows never splits: every paragraph of every row
+  keeps with the next (``<w:keepNext/>``), the last row only when notes follow, so the
+  table moves to the next page whole with its caption;
+- a longer table breaks between body rows with its header repeated; its header rows keep
+  with the first body row (a header never ends a page alone);
+- notes are never stranded: the last row of a table with notes keeps with the first note
+  and every note but the last keeps with the next.
+
+The zip is written back with its entries in the same order, with the same dates,
+compression and attributes (the file stays byte-identical across runs).
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+from .tables import KEEP_ROWS
+
+W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+DOCUMENT = "word/document.xml"
+NOTE_STYLE = "TableNote"
+
+#: children of ``w:trPr`` that come before ``w:cantSplit`` in the schema's sequence
+_TRPR_BEFORE_CANTSPLIT = {f"{W}{t}" for t in ("cnfStyle", "divId", "gridBefore", "gridAfter",
+                                                "wBefore", "wAfter")}
+
+
+def _child(parent, tag: str, *, after: set[str] = frozenset(), first: bool = False):
+    """``parent``'s ``tag`` child, made if missing and placed after the children whose
+    tags are in ``after`` (OOXML fixes the order of properties); ``first``: before all."""
+    found = parent.find(tag)
+    if found is not None:
+        return found
+    from lxml import etree
+
+    el = etree.Element(tag)
+    if first:
+        parent.insert(0, el)
+        return el
+    pos = 0
+    for i, c in enumerate(parent):
+        if c.tag in after:
+            pos = i + 1
+    parent.insert(pos, el)
+    return el
+
+
+def _keep_next(p) -> None:
+    ppr = _child(p, f"{W}pPr", first=True)
+    _child(ppr, f"{W}keepNext", after={f"{W}pStyle"})
+
+
+def _cant_split(tr) -> None:
+    trpr = _child(tr, f"{W}trPr", after={f"{W}tblPrEx"})
+    _child(trpr, f"{W}cantSplit", after=_TRPR_BEFORE_CANTSPLIT)
+
+
+def _style(p) -> str | None:
+    s = p.find(f"{W}pPr/{W}pStyle")
+    return None if s is None else s.get(f"{W}val")
+
+
+def is_header(tr) -> bool:
+    """Whether ``tr`` is a header row (repeated on every page)."""
+    h = tr.find(f"{W}trPr/{W}tblHeader")
+    return h is not None and h.get(f"{W}val", "on") not in ("0", "false", "off")
+
+
+def table_notes(tbl) -> list:
+    """The note paragraphs right after ``tbl`` (style ``NOTE_STYLE``; bookmark ends and
+    other non-block elements in between are skipped)."""
+    notes = []
+    for el in tbl.itersiblings():
+        if el.tag == f"{W}p" and _style(el) == NOTE_STYLE:
+            notes.append(el)
+        elif el.tag in (f"{W}p", f"{W}tbl", f"{W}sdt", f"{W}sectPr"):
+            break
+    return notes
+
+
+def layout_tables(body, keep_rows: int = KEEP_ROWS) -> None:
+    """Set the keep and split properties (module docstring) on every top-level table of
+    the document ``body`` element, in place."""
+    for tbl in body.iterchildren(f"{W}tbl"):
+        rows = tbl.findall(f"{W}tr")
+        notes = table_notes(tbl)
+        keep = sum(not is_header(tr) for tr in rows) <= keep_rows
+        for i, tr in enumerate(rows):
+            _cant_split(tr)
+            last = i == len(rows) - 1
+            if (notes if last else keep or is_header(tr)):
+                for p in tr.iter(f"{W}p"):
+                    _keep_next(p)
+        for p in notes[:-1]:
+            _keep_next(p)
+
+
+def keep_tables_together(path: str | Path, keep_rows: int = KEEP_ROWS) -> None:
+    """Rewrite the Word document ``path`` in place with :func:`layout_tables` applied."""
+    from lxml import etree
+
+    path = Path(path)
+    with zipfile.ZipFile(path) as z:
+        items = [(info, z.read(info)) for info in z.infolist()]
+    tmp = path.with_name(path.name + ".layout")
+    with zipfile.ZipFile(tmp, "w") as out:
+        for info, data in items:
+            if info.filename == DOCUMENT:
+                root = etree.fromstring(data, etree.XMLParser(huge_tree=True))
+                layout_tables(root.find(f"{W}body"), keep_rows)
+                data = etree.tostring(root, xml_declaration=True, encoding="UTF-8",
+                                      standalone=True)
+            new = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            new.compress_type = info.compress_type
+            new.create_system = info.create_system
+            new.external_attr = info.external_attr
+            out.writestr(new, data)
+    os.replace(tmp, path)
