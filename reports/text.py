@@ -184,6 +184,15 @@ def _finite(x) -> bool:
 
 DASH = "\u2014"
 
+#: Decimals, one decision each (docs/methods.md, "Numbers in tables"): a table shows every
+#: estimate of one kind with one number of decimals. Proportions, AUCs, differences and
+#: their intervals: ``ci``/``num`` with the ``digits`` the section chooses for the table
+#: (2 by default); percentages whole (``pct``); p-values ``pvalue``; odds ratios
+#: ``ratio_ci`` (``RATIO_DIGITS``); counts ``count``/``frac``.
+PCT_DIGITS = 0
+P_DIGITS = 3
+RATIO_DIGITS = 2
+
 
 def num(x, digits: int = 2) -> str:
     """A number rounded to ``digits`` decimals; em dash when missing."""
@@ -194,13 +203,36 @@ def num(x, digits: int = 2) -> str:
     return f"{float(x):.{digits}f}"
 
 
-def ci(est, low, high, digits: int = 2) -> str:
-    """``"0.91 [0.88, 0.93]"``; the estimate alone when the interval is missing."""
+def _interval(est, low, high, show) -> str:
     if not _finite(est):
         return DASH
     if not (_finite(low) and _finite(high)):
-        return num(est, digits)
-    return f"{num(est, digits)} [{num(low, digits)}, {num(high, digits)}]"
+        return show(est)
+    return f"{show(est)} [{show(low)}, {show(high)}]"
+
+
+def ci(est, low, high, digits: int = 2) -> str:
+    """``"0.91 [0.88, 0.93]"``; the estimate alone when the interval is missing."""
+    return _interval(est, low, high, lambda x: num(x, digits))
+
+
+def ratio(x, digits: int = RATIO_DIGITS) -> str:
+    """A ratio (odds ratio) with ``digits`` decimals; a positive ratio that would round to
+    zero is shown as ``"< 0.01"`` (a ratio is never 0); em dash when missing."""
+    if _finite(x) and 0 <= float(x) < 0.5 * 10 ** -digits:
+        return f"< {10 ** -digits:.{digits}f}"
+    return num(x, digits)
+
+
+def ratio_ci(est, low, high, digits: int = RATIO_DIGITS) -> str:
+    """``"2.31 [0.57, 9.28]"``, ``"< 0.01 [< 0.01, 0.03]"`` (``ratio``); the estimate
+    alone when the interval is missing."""
+    return _interval(est, low, high, lambda x: ratio(x, digits))
+
+
+def ratio_reference(digits: int = RATIO_DIGITS) -> str:
+    """The reference level's ratio, ``"1.00 (reference)"``: as many decimals as the others."""
+    return f"{num(1.0, digits)} (reference)"
 
 
 def count(x) -> str:
@@ -213,18 +245,28 @@ def frac(k, n) -> str:
     return f"{count(k)}/{count(n)}"
 
 
-def pct(k, n, digits: int = 1) -> str:
-    """``"45 (90.0%)"``."""
+def pct(k, n, digits: int = PCT_DIGITS) -> str:
+    """``"45 (90%)"``: whole percentages (``PCT_DIGITS``)."""
     if not (_finite(k) and _finite(n)) or float(n) == 0:
         return f"{count(k)} ({DASH})"
     return f"{count(k)} ({100 * float(k) / float(n):.{digits}f}%)"
 
 
-def pvalue(p) -> str:
-    """``"< 0.001"`` below 0.001 (no p-value is shown as 0), else three decimals."""
+def pvalue(p, floor=None) -> str:
+    """``"0.043"`` (``P_DIGITS`` decimals), ``"< 0.001"`` below 0.001 (no p-value is shown
+    as 0). ``floor``: the smallest p-value the method can give (a bootstrap p-value's
+    resolution 2/(B + 1)); a p-value at it is shown as ``"\u2264 floor"`` rounded up to
+    three decimals, or ``"< 0.001"`` when the floor is below 0.001 (never below the
+    resolution, never more decimals than the other p-values)."""
     if not _finite(p):
         return DASH
-    return "< 0.001" if float(p) < 0.001 else f"{float(p):.3f}"
+    p = float(p)
+    if floor is not None and _finite(floor) and p <= float(floor) * (1 + 1e-9):
+        if float(floor) < 0.001:
+            return "< 0.001"
+        up = math.ceil(float(floor) * 10 ** P_DIGITS - 1e-9) / 10 ** P_DIGITS
+        return f"\u2264 {up:.{P_DIGITS}f}"
+    return "< 0.001" if p < 0.001 else f"{p:.{P_DIGITS}f}"
 
 
 def median_iqr(med, q1, q3, digits: int = 1) -> str:

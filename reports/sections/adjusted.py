@@ -66,10 +66,10 @@ def build(study) -> Section:
                 r = r.iloc[0]
                 mark = " \u00a7" if r["term_flag"] else ""
                 if r["is_reference"]:
-                    row[f"or_{m}"], row[f"p_{m}"] = "1 (reference)", ""
+                    row[f"or_{m}"], row[f"p_{m}"] = text.ratio_reference(), ""
                 else:
-                    row[f"or_{m}"] = text.ci(r["odds_ratio"], r["or_conf_low"],
-                                             r["or_conf_high"]) + mark
+                    row[f"or_{m}"] = text.ratio_ci(r["odds_ratio"], r["or_conf_low"],
+                                                   r["or_conf_high"]) + mark
                     row[f"p_{m}"] = (text.DASH if _naive_few(r) else text.pvalue(r["p_value"]))
             rows.append(row)
     disp = pd.DataFrame(rows)

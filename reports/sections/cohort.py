@@ -50,7 +50,7 @@ def build(study) -> Section:
             if var == "Cases":
                 cells = {g: text.count(piv.loc[(var, lv, "count"), g]) for g in groups}
             else:
-                cells = {g: text.pct(piv.loc[(var, lv, "count"), g], size[g], digits=0)
+                cells = {g: text.pct(piv.loc[(var, lv, "count"), g], size[g])
                          for g in groups}
             vlabel = var.replace("_", " ").capitalize() if var not in ("Cases", "Reference positive") else var
             out_rows.append({"variable": vlabel, "level": lv or ("n" if var == "Cases" else "n (%)"),

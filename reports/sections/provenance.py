@@ -60,9 +60,9 @@ def sources_table(study) -> ReportTable:
     disp = pd.DataFrame({"field": counts["field"].astype(str),
                          "extractor": counts["extractor"].astype(str),
                          "cases": counts["cases"].map(text.count),
-                         "with_span": [text.pct(a, b, 0) for a, b in
+                         "with_span": [text.pct(a, b) for a, b in
                                       zip(counts["with_evidence"], counts["values"])],
-                         "verbatim": [text.pct(a, b, 0) for a, b in
+                         "verbatim": [text.pct(a, b) for a, b in
                                       zip(counts["verbatim"], counts["values"])],
                          "distinct": counts["distinct"].map(text.count)})
     return ReportTable(
