@@ -286,6 +286,8 @@ def _pandoc_docx(md: str, folder: Path, build: Path, tables: list[ReportTable] =
     sandbox.write_file(ast, "docx", folder / "appendix.docx", cwd=build,
                        extra_args=[f"--reference-doc={folder / REFERENCE_DOCX}",
                                    "--number-sections"])
+    from .docx_layout import keep_tables_together  # tables kept whole, notes with them
+    keep_tables_together(folder / "appendix.docx")
 
 
 #: relative cost of each document task (the order they are handed out: longest first)

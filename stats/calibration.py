@@ -40,7 +40,7 @@ from .limits import check, ece_bootstrap_work
 from .schema import ContractError, tidy
 
 __all__ = ["ece", "mce", "brier", "nll", "reliability_table", "ece_ci", "ece_ci_many", "temperature_scale",
-           "TemperatureFit", "calibration_repair"]
+           "TemperatureFit", "calibration_repair", "encoder_ece", "protocol_runs"]
 
 Strategy = Literal["uniform", "quantile"]
 EPS = 1e-15
@@ -512,6 +512,36 @@ def temperature_scale(scores_cal, label_cal, *, kind: Literal["auto", "logits", 
 
 MSG_NO_TS = ("{source}: column 'ece_after_ts' (ECE after temperature scaling) is missing from "
              "the runs table; add it to measure calibration repair")
+MSG_NO_PROTOCOL = ("{source}: no clean runs at label fraction 1 (condition 'clean', "
+                   "label_fraction 1); an encoder's ECE is defined on those runs; add them")
+
+#: the runs that define an encoder's ECE (DESIGN.md, CRS calibration axis): one place for
+#: the CRS axis (:func:`stats.crs.crs_axes`), :func:`calibration_repair` and :func:`encoder_ece`
+PROTOCOL = "clean runs at label fraction 1"
+#: the grouping of an encoder's ECE: per regime x encoder, seed-mean per dataset, then the
+#: mean over datasets
+UNIT_KEYS = ("regime", "encoder")
+
+
+def protocol_runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``PROTOCOL`` (``condition == "clean"`` and ``label_fraction == 1``) of a
+    validated runs or probe_predictions table."""
+    return frame[(frame["condition"] == "clean") & (frame["label_fraction"] == 1.0)]
+
+
+def _seed_dataset_means(per_run: pd.DataFrame, values: dict[str, str]) -> pd.DataFrame:
+    """Seed-means per regime x encoder x dataset of ``values`` (output name -> per-run
+    column), then their means over the encoder's datasets (``dataset == "overall"``);
+    ``n`` counts the runs. The one reduction of every encoder ECE, so that the same runs
+    give the same number, bit for bit, in every table (tested against the CRS axis)."""
+    keys = [*UNIT_KEYS, "dataset"]
+    first = next(iter(values.values()))
+    per = per_run.groupby(keys, sort=True).agg(
+        **{out: (col, "mean") for out, col in values.items()}, n=(first, "size")).reset_index()
+    overall = per.groupby(list(UNIT_KEYS), sort=True).agg(
+        **{out: (out, "mean") for out in values}, n=("n", "sum")).reset_index().assign(
+        dataset="overall")
+    return pd.concat([per, overall], ignore_index=True)
 
 
 def calibration_repair(runs) -> pd.DataFrame:
@@ -520,7 +550,8 @@ def calibration_repair(runs) -> pd.DataFrame:
     At ``condition == "clean"`` and label fraction 1, per regime x encoder x dataset:
     seed-mean ECE before (``ece``) and after temperature scaling (``ece_after_ts``) and
     the relative reduction ``1 - after / before``; ``dataset == "overall"`` rows use the
-    means over the encoder's datasets.
+    means over the encoder's datasets. ECE before is the encoder's ECE of
+    :func:`encoder_ece` and the CRS calibration axis (the same reduction of the same runs).
 
     Returns
     -------
@@ -534,15 +565,9 @@ def calibration_repair(runs) -> pd.DataFrame:
     df = read_runs(runs)
     if "ece_after_ts" not in df.columns:
         raise ContractError(MSG_NO_TS.format(source="<runs>"), column="ece_after_ts")
-    base = df[(df["condition"] == "clean") & (df["label_fraction"] == 1.0)]
-    keys = ["regime", "encoder", "dataset"]
-    g = base.groupby(keys, sort=True)
-    per = g.agg(ece_before=("ece", "mean"), ece_after=("ece_after_ts", "mean"),
-                n=("ece", "size")).reset_index()
-    overall = per.groupby(["regime", "encoder"], sort=True).agg(
-        ece_before=("ece_before", "mean"), ece_after=("ece_after", "mean"),
-        n=("n", "sum")).reset_index().assign(dataset="overall")
-    wide = pd.concat([per, overall], ignore_index=True)
+    keys = [*UNIT_KEYS, "dataset"]
+    wide = _seed_dataset_means(protocol_runs(df),
+                               {"ece_before": "ece", "ece_after": "ece_after_ts"})
     with np.errstate(invalid="ignore", divide="ignore"):
         wide["relative_reduction"] = np.where(wide["ece_before"] > 0,
                                               1.0 - wide["ece_after"] / wide["ece_before"], np.nan)
@@ -552,3 +577,147 @@ def calibration_repair(runs) -> pd.DataFrame:
     long["method"] = "seed-mean"
     long["flag"] = np.where(long["estimate"].isna(), "not_estimable", "")
     return tidy(long, group_cols=("encoder", "regime", "dataset"))
+
+
+# --------------------------------------------------------------------------- encoder ECE
+
+
+def _seed_bootstrap(per_run: pd.DataFrame, units: list[tuple], n_boot: int, seed) -> np.ndarray:
+    """Replicates (n_boot, units) of the seed-mean, dataset-mean ``ece`` of ``per_run``.
+
+    The paired-seed bootstrap of :func:`stats.crs_bootstrap`, with its draws: blocks of
+    ``BLOCK_SIZE`` replicates from ``spawn(seed, blocks)``; per block, regime (sorted) and
+    dataset (sorted), the dataset's seeds drawn with replacement (``_draw_counts``), shared
+    by every encoder and by the regimes with the same seeds; per replicate an encoder's
+    seed-mean over the drawn seeds (with multiplicity) and the mean over the datasets where
+    it has a drawn run (NaN when it has none: not estimable). With the CRS bootstrap's seed
+    and replicate count on the same runs, these are the CRS calibration axis' replicates.
+    """
+    from ._rng import spawn
+    from .crs_resample import BLOCK_SIZE, _draw_counts, _seed_means
+
+    col = {u: j for j, u in enumerate(units)}
+    packed = []
+    for regime, part in per_run.groupby("regime", sort=True):
+        encoders = sorted(pd.unique(part["encoder"]))
+        arrays = []
+        for ds, sub in part.groupby("dataset", sort=True):
+            seeds = np.sort(pd.unique(sub["seed"]))
+            e_idx = pd.Index(encoders).get_indexer(sub["encoder"])
+            s_idx = np.searchsorted(seeds, sub["seed"].to_numpy())
+            ece_ = np.full((len(encoders), len(seeds)), np.nan)
+            ece_[e_idx, s_idx] = sub["ece"].to_numpy(dtype=float)
+            has = ~np.isnan(ece_)
+            complete = bool(has[has.any(1)].all())
+            arrays.append((ds, seeds, np.nan_to_num(ece_, nan=0.0),
+                           None if complete else has.astype(float), has.astype(float)))
+        packed.append(([col[(regime, e)] for e in encoders], arrays))
+    sizes = [min(BLOCK_SIZE, n_boot - s) for s in range(0, n_boot, BLOCK_SIZE)]
+    out = np.empty((n_boot, len(units)))
+    start = 0
+    for rng, b in zip(spawn(seed, len(sizes)), sizes):   # blocks, vectorized inside
+        shared = {}
+        for cols, arrays in packed:                          # regimes
+            per = np.empty((b, len(cols), len(arrays)))
+            present = np.empty(per.shape, dtype=bool)
+            for d, (ds, seeds, values, mask, runs_) in enumerate(arrays):
+                key = (ds, tuple(seeds.tolist()))
+                if key not in shared:
+                    shared[key] = _draw_counts(rng, b, len(seeds))[1]
+                W = shared[key].astype(float)
+                present[:, :, d] = (W @ runs_.T) > 0
+                per[:, :, d] = _seed_means(W, values, mask, len(seeds))
+            num = np.where(present, per, 0.0).sum(2)
+            n_ds = present.sum(2)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[start:start + b, cols] = np.where(n_ds > 0, num / n_ds, np.nan)
+        start += b
+    return out
+
+
+def encoder_ece(predictions, *, probs=("prob",), n_bins: int = 15, n_boot: int = 10_000,
+                seed=None, conf_level: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """An encoder's ECE from its probes' per-case predictions, as the CRS protocol defines it.
+
+    Per run (regime x encoder x dataset x seed) of ``PROTOCOL`` (clean, label fraction 1):
+    the ECE of the run's cases (:func:`ece`, ``n_bins`` equal-width bins); per dataset its
+    mean over seeds; per regime x encoder the mean over datasets. When the runs table's
+    ``ece`` is this per-run ECE (as the runner writes it), the result is the CRS
+    calibration axis (:func:`stats.crs.crs_axes`) and ECE before of
+    :func:`calibration_repair` bit for bit (the same reduction of the same numbers).
+
+    Parameters
+    ----------
+    predictions : DataFrame
+        A validated probe_predictions table (:func:`stats.schema.read_probe_predictions`):
+        the run keys, ``regime`` (default "frozen"), ``label`` and every column of
+        ``probs``; rows other than ``PROTOCOL`` are ignored.
+    probs : sequence of str
+        Probability columns, each one ``stage`` of the output (e.g. before and after
+        temperature scaling); rows with a missing value in a column are left out of it.
+    n_boot, seed, conf_level
+        The interval: the paired-seed bootstrap of the CRS protocol (:func:`_seed_bootstrap`;
+        DESIGN.md, "Paired-seed bootstrap"): seeds drawn with replacement per dataset,
+        shared by every encoder. Where a seed fixes the run's train/test split (as the
+        runner's do), it reflects the variation of both the probe and its test cases.
+        Replicates in which an encoder has no drawn run are left out of its interval and
+        counted (``n_boot_not_estimable``).
+
+    Returns
+    -------
+    (summary, per_run)
+        ``summary`` (tidy), one row per regime x encoder x stage: ``estimand`` "ece",
+        ``estimate``, ``std_error`` (bootstrap SD), ``conf_low``, ``conf_high``,
+        ``conf_level``, ``n`` (cases, summed over runs), ``n_pos``, ``n_neg``, ``method``
+        "paired-seed-bootstrap-percentile", ``flag``; extras ``stage`` (the column of
+        ``probs``), ``n_runs``, ``n_datasets``, ``n_seeds`` (distinct seeds), ``n_bins``,
+        ``n_boot``, ``n_boot_not_estimable``. ``per_run``: regime, encoder, dataset, seed,
+        stage, ``ece`` and ``n`` (cases) per run.
+    """
+    if int(n_boot) < 2:
+        raise ValueError(f"n_boot must be >= 2; got {n_boot}")
+    n_boot = int(n_boot)
+    df = protocol_runs(predictions)
+    if not len(df):
+        raise ContractError(MSG_NO_PROTOCOL.format(source="<probe_predictions>"))
+    if "regime" not in df.columns:
+        df = df.assign(regime="frozen")
+    run_keys = [*UNIT_KEYS, "dataset", "seed"]
+    per_run = []
+    for key, run in df.groupby(run_keys, sort=True):
+        for stage in probs:
+            keep = run[stage].notna().to_numpy()
+            if keep.any():
+                y = run["label"].to_numpy()[keep]
+                per_run.append({**dict(zip(run_keys, key)), "stage": stage,
+                                "ece": ece(y, run[stage].to_numpy(float)[keep], n_bins=n_bins),
+                                "n": float(keep.sum()), "n_pos": float(np.sum(y == 1))})
+    per_run = pd.DataFrame(per_run)
+    rows = []
+    for stage in probs:
+        part = per_run[per_run["stage"] == stage]
+        if not len(part):
+            continue
+        point = _seed_dataset_means(part, {"ece": "ece"})
+        point = point[point["dataset"] == "overall"]
+        units = list(zip(point["regime"], point["encoder"]))
+        reps = _seed_bootstrap(part, units, n_boot, seed)
+        lo, hi = percentile_interval(reps, conf_level)
+        bad = np.isnan(reps).sum(axis=0)
+        for u, (regime, encoder) in enumerate(units):
+            g = part[(part["regime"] == regime) & (part["encoder"] == encoder)]
+            ok = reps[~np.isnan(reps[:, u]), u]
+            rows.append({"estimand": "ece", "regime": regime, "encoder": encoder,
+                         "estimate": float(point["ece"].iloc[u]),
+                         "std_error": float(ok.std(ddof=1)) if len(ok) > 1 else np.nan,
+                         "conf_low": float(lo[u]), "conf_high": float(hi[u]),
+                         "conf_level": conf_level, "n": g["n"].sum(), "n_pos": g["n_pos"].sum(),
+                         "n_neg": (g["n"] - g["n_pos"]).sum(),
+                         "method": "paired-seed-bootstrap-percentile",
+                         "flag": "replicates_not_estimable" if bad[u] else "",
+                         "stage": stage, "n_runs": float(len(g)),
+                         "n_datasets": float(g["dataset"].nunique()),
+                         "n_seeds": float(g["seed"].nunique()), "n_bins": n_bins,
+                         "n_boot": float(n_boot), "n_boot_not_estimable": float(bad[u])})
+    summary = tidy(pd.DataFrame(rows), group_cols=("encoder", "regime"))
+    return summary, per_run[[*run_keys, "stage", "ece", "n"]]

@@ -2,7 +2,8 @@
 validation (calibration) split and evaluated on the test split (``stats.temperature_scale``,
 ``stats.reliability_table``). Sources: the detection models' ``max_prob`` in the cases
 table, and per-case probe probabilities (``inputs.probe_predictions``, clean runs at label
-fraction 1) when given."""
+fraction 1) when given. An encoder's ECE is the one of the CRS calibration axis and the
+calibration-repair table (``stats.analysis.calibration``)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -57,23 +58,60 @@ def _repair(study) -> list:
         labels={"encoder": "Encoder", "before": "ECE before", "after": "ECE after",
                 "reduction": "Relative reduction (1 \u2212 after/before)"},
         notes=("From the runs table's ece and ece_after_ts columns; per-dataset values are in "
-               "tables/calibration_repair.csv.",))
+               "tables/calibration_repair.csv. ECE before is the encoder's ECE of the CRS "
+               "calibration axis and of the calibration summary.",))
     return ["@tbl-calibration-repair shows how much of each encoder's miscalibration "
             "temperature scaling removes; the CRS calibration axis uses the ECE before "
             "scaling.", table]
 
 
+def definitions(study, summ: pd.DataFrame) -> list[str]:
+    """What each kind of ECE is and how its interval was drawn (the table note and the
+    methods text say it alike)."""
+    from stats.analysis.calibration import DETECTION, PROBE, boot_settings
+
+    out = []
+    if ((summ["source"] == DETECTION) & (summ["estimand"] == "ece")).any():
+        n_boot, seed = boot_settings(study.plan)
+        out.append(f"Detection models: ECE of the test-split predictions, case-bootstrap "
+                   f"percentile interval ({n_boot} replicates, seed {seed}).")
+    enc = summ[(summ["source"] == PROBE) & (summ["estimand"] == "ece")]
+    if len(enc):
+        boot = study.results.decisions.get("calibration.encoder_bootstrap", {})
+        bad = enc["n_boot_not_estimable"]
+        lost = (f"; {text.count(bad.min())} to {text.count(bad.max())} of them not estimable "
+                "(an encoder without a drawn run) and left out" if bad.max() > 0 else "")
+        same = (", the CRS table's replicates" if boot.get("from") == "crs.bootstrap" else "")
+        out.append(
+            "Encoder probes: one ECE per encoder, as the CRS protocol defines it: the ECE of "
+            "each clean run at label fraction 1 (held-out predictions), its mean over seeds "
+            "per dataset, then the mean over datasets; the same value as the CRS calibration "
+            "axis and the calibration-repair table's ECE before. Interval: paired-seed "
+            f"bootstrap (seeds resampled per dataset, shared by every encoder; "
+            f"{text.count(enc['n_boot'].iloc[0])} replicates drawn, seed "
+            f"{boot.get('seed', '')}{same}{lost}).")
+    return out
+
+
 def _probabilities(study) -> list:
     import plotnine as p9
 
-    from stats.analysis.calibration import RELIABILITY_BINS, boot_settings
+    from stats.analysis.calibration import PROBE, RELIABILITY_BINS
 
-    n_boot = boot_settings(study.plan)[0]
     cal = study.results["calibration"]
     summ, rel = cal["summary"], cal["reliability"]
+    if "regime" not in summ:
+        summ = summ.assign(regime=None)
+        rel = rel.assign(regime=None)
+    regimes = summ.loc[summ["source"] == PROBE, "regime"].nunique()
+
+    def label(unit, regime) -> str:
+        return f"{unit} ({regime})" if regimes > 1 and isinstance(regime, str) else str(unit)
+
     rows = []
-    for (source, unit), g in summ.groupby(["source", "unit"], sort=False):
-        row = {"source": source, "unit": unit,
+    for (source, unit, regime), g in summ.groupby(["source", "unit", "regime"], sort=False,
+                                                  dropna=False):
+        row = {"source": source, "unit": label(unit, regime),
                "temperature": text.num(g["temperature"].iloc[0], 3)
                if "temperature" in g and g["temperature"].notna().any() else text.DASH}
         for e in ("ece", "brier", "nll"):
@@ -88,6 +126,14 @@ def _probabilities(study) -> list:
                     row[f"{e}_{stage}"] = text.num(v["estimate"].iloc[0], 3)
         rows.append(row)
     disp = pd.DataFrame(rows)
+    notes = ["Temperature T minimises the validation negative log-likelihood of "
+             "sigmoid(logit(p) / T); ECE with 15 equal-width bins. The reliability diagram "
+             f"uses {RELIABILITY_BINS} equal-width bins (tables/fig_reliability.csv)."]
+    notes += definitions(study, summ)
+    if (summ["source"] == PROBE).any():
+        notes.append("Per-run ECEs are in results/calibration_encoder_runs.csv; without a "
+                     "calibration split no temperature is fitted (\u2014), with one each run is "
+                     "scaled by its own temperature.")
     table = ReportTable(
         name="calibration_summary", caption="Calibration on the test split before and after "
         "temperature scaling fitted on the validation split.", data=summ, display=disp,
@@ -97,12 +143,8 @@ def _probabilities(study) -> list:
                 "nll_before": "before", "nll_after": "after"},
         spanners=(("ECE (15 bins) [95% CI]", ["ece_before", "ece_after"]),
                   ("Brier", ["brier_before", "brier_after"]), ("NLL", ["nll_before", "nll_after"])),
-        notes=("Temperature T minimises the validation negative log-likelihood of "
-               "sigmoid(logit(p) / T); ECE with 15 equal-width bins and a case-bootstrap "
-               f"percentile interval ({n_boot} replicates). The reliability diagram "
-               f"uses {RELIABILITY_BINS} equal-width bins (tables/fig_reliability.csv). Encoder probes: "
-               "held-out predictions of the clean runs at label fraction 1, pooled over seeds; "
-               "without a calibration split no temperature is fitted (\u2014).",))
+        notes=(" ".join(notes),))
+    rel = rel.assign(unit=[label(u, r) for u, r in zip(rel["unit"], rel["regime"])])
     d = rel[rel["n"] > 0].copy()
     n_units = d["unit"].nunique()
     d["unit"] = pd.Categorical(d["unit"], categories=list(dict.fromkeys(d["unit"])))
@@ -122,8 +164,10 @@ def _probabilities(study) -> list:
             + p9.labs(x="Mean predicted probability", y="Observed frequency") + theme())
     fig = ReportFigure(
         name="reliability", caption="Reliability diagrams on the test split before and after "
-        "temperature scaling, with Wilson intervals per bin; the dashed diagonal is perfect "
-        "calibration.", alt="Reliability diagrams per model before and after temperature scaling.",
+        "temperature scaling, with Wilson intervals per bin (encoder probes: the held-out "
+        "predictions of their clean runs at label fraction 1, pooled over seeds and datasets); "
+        "the dashed diagonal is perfect calibration.",
+        alt="Reliability diagrams per model before and after temperature scaling.",
         plot=plot, data=rel[["source", "unit", "stage", "bin", "bin_low", "bin_high",
                              "mean_confidence", "estimate", "conf_low", "conf_high", "n"]],
         width=7.5, height=1.0 + 2.3 * -(-n_units // 4))

@@ -94,8 +94,10 @@ def build(study) -> Section:
                 **{f"norm_{a}": AXIS_LABEL[a].split(" (")[0] for a in AXES}},
         spanners=(("Raw axis", list(AXES)), ("Normalized (0-1, higher better)",
                                              [f"norm_{a}" for a in AXES])),
-        notes=("\u2021 reference panel member. Calibration is the ECE (lower is better; its "
-               "normalization is flipped). Anchors (lo, hi) per axis are in "
+        notes=("\u2021 reference panel member. Calibration is the encoder's ECE: per run "
+               "(clean, label fraction 1) with 15 equal-width bins, the mean over seeds, then "
+               "over datasets; the same value as in the calibration tables (lower is better; "
+               "its normalization is flipped). Anchors (lo, hi) per axis are in "
                "tables/crs_axes.csv.",))
     # ---- scores table with CIs and ranks
     rp = res["rank_probabilities"]

@@ -118,13 +118,15 @@ def _crs(study) -> list[str]:
     runs = study.runs
     panel = list(ref.panel) if ref is not None else []
     ref_hash = ref.hash if ref is not None else ""
+    ref_name = md(study.plan.reference.name) if study.plan.reference else "not given"
     out = [f"**Clinical Reliability Score.** The runs table ({md(study.plan.runs.name)}, "
            f"{len(runs)} runs) covers {runs['encoder'].nunique()} encoders on "
            f"{runs['dataset'].nunique()} datasets. Axes: discrimination (seed-mean AUROC, clean, "
-           f"full labels), calibration (seed-mean ECE, lower is better), label efficiency and "
-           f"robustness, averaged over datasets. Each axis is normalized against the fixed "
-           f"reference panel ({md(text.human_list(panel))}; reference file "
-           f"{md(study.plan.reference.name) if study.plan.reference else 'not given'}, "
+           f"full labels), calibration (seed-mean ECE with 15 equal-width bins, clean, full "
+           f"labels; lower is better; the encoder's one ECE, shown also in the calibration "
+           f"section), label efficiency and robustness, averaged over datasets. Each axis is "
+           f"normalized against the fixed reference panel ({md(text.human_list(panel))}; "
+           f"reference file {ref_name}, "
            f"reference hash {ref_hash[:16]}, the hash recorded with every score in the CSV "
            f"files), and "
            f"CRS = weighted dominance + similarity + worst axis."]
@@ -134,6 +136,15 @@ def _crs(study) -> list[str]:
     out.append(f"Uncertainty: {replicates_text(scores, crs)}, anchors held fixed; rank "
                f"probabilities use top k = {crs.k}.")
     return out
+
+
+def _calibration(study) -> list[str]:
+    from .calibration import definitions
+
+    return ["**Calibration.** ECE with 15 equal-width bins (an edge value in the lower bin), "
+            "Brier score and negative log-likelihood; temperature scaling is fitted on the "
+            "validation (calibration) split and evaluated on the test split.",
+            *definitions(study, study.results["calibration"]["summary"])]
 
 
 def build(study) -> Section:
@@ -149,6 +160,8 @@ def build(study) -> Section:
         sec.add(" ".join(_detection(study)))
     if plan.crs is not None and study.runs is not None:
         sec.add(" ".join(_crs(study)))
+    if "calibration" in study.results:
+        sec.add(" ".join(_calibration(study)))
     if plan.privacy.pseudonymize_ids:
         sec.add("Case and patient identifiers were replaced by salted SHA-256 pseudonyms "
                 "before analysis; columns that look like direct identifiers are refused.")

@@ -1,28 +1,39 @@
 """Calibration analyses: temperature scaling fitted on the validation (calibration) split
-and evaluated on the test split, ECE with case-bootstrap intervals, reliability tables,
-and the runs table's ECE before/after temperature scaling.
+and evaluated on the test split, ECE with bootstrap intervals, reliability tables, and the
+runs table's ECE before/after temperature scaling.
 
-Sources: the detection models' ``max_prob`` in the cases table, and per-case probe
-probabilities (``inputs.probe_predictions``; clean runs at label fraction 1, pooled over
-seeds). Replicates and seed of the ECE intervals come from the plan
-(``calibration.bootstrap``), defaulting to ``DEFAULT_BOOT`` and to the detection
-bootstrap's seed; both are recorded in ``Results.decisions``.
+Sources: the detection models' ``max_prob`` in the cases table (one model's predictions:
+ECE of the test split, case-bootstrap interval), and per-case probe probabilities
+(``inputs.probe_predictions``). An encoder has one ECE, the CRS protocol's
+(``stats.calibration.encoder_ece``): per run (clean, label fraction 1) the ECE with 15
+equal-width bins, the mean over seeds per dataset, the mean over datasets: the number the
+CRS calibration axis and the calibration-repair table show. Its interval is the CRS
+paired-seed bootstrap, with the CRS bootstrap's replicates and seed when the plan has a
+``crs`` block (then its replicates are the CRS table's), else ``calibration.bootstrap``.
+Replicates and seeds are recorded in ``Results.decisions``; so is the largest difference
+between the per-run ECEs recomputed here and the runs table's ``ece``.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from .core import analysis
 
 #: equal-width bins of the reliability table (the ECE keeps its own 15 bins)
 RELIABILITY_BINS = 10
+ECE_BINS = 15
 DEFAULT_BOOT = 1000
 DEFAULT_SEED = 0
 CAL_SPLITS = ("validation", "calibration")
+#: per-run ECEs closer than this to the runs table's count as the same number
+SAME_ECE = 1e-12
+PROBE = "encoder probe"
+DETECTION = "detection model"
 
 
 def groups(plan, tables) -> list[tuple]:
-    """(source, unit, calibration frame or None, test frame) with columns label, prob."""
+    """(model, calibration frame, test frame) of the detection models, columns label, prob."""
     out = []
     c = tables.cases
     if c is not None and getattr(plan, "detection", None) is not None \
@@ -30,31 +41,31 @@ def groups(plan, tables) -> list[tuple]:
         for model, g in c.groupby("model", sort=False):
             cal, test = g[g["split"].isin(CAL_SPLITS)], g[g["split"] == "test"]
             if len(cal) and len(test):
-                out.append(("detection model", str(model),
+                out.append((str(model),
                             cal[["label", "max_prob"]].rename(columns={"max_prob": "prob"}),
                             test[["label", "max_prob"]].rename(columns={"max_prob": "prob"})))
-    pp = tables.probe_predictions
-    if pp is not None and {"encoder", "label", "prob"} <= set(pp.columns):
-        sel = pp
-        if "condition" in sel.columns:
-            sel = sel[sel["condition"].astype(str).str.lower() == "clean"]
-        if "label_fraction" in sel.columns:
-            sel = sel[sel["label_fraction"] == 1.0]
-        for enc, g in sel.groupby("encoder", sort=False):
-            if "split" in g.columns:
-                cal, test = g[g["split"].isin(CAL_SPLITS)], g[g["split"] == "test"]
-            else:  # held-out predictions only: reliability before scaling, no temperature
-                cal, test = None, g
-            if len(test) and (cal is None or len(cal)):
-                out.append(("encoder probe", str(enc),
-                            None if cal is None else cal[["label", "prob"]],
-                            test[["label", "prob"]]))
     return out
 
 
+def probe_rows(tables) -> pd.DataFrame | None:
+    """The probe predictions that define an encoder's ECE: clean runs at label fraction 1
+    (``stats.calibration.protocol_runs``); None when there are none, or when a split column
+    marks none of them as test rows."""
+    from ..calibration import protocol_runs
+
+    pp = tables.probe_predictions
+    need = {"encoder", "label", "prob", "condition", "label_fraction"}
+    if pp is None or not need <= set(pp.columns):
+        return None
+    sel = protocol_runs(pp)
+    if "split" in sel.columns and not (sel["split"] == "test").any():
+        return None
+    return sel if len(sel) else None
+
+
 def boot_settings(plan) -> tuple[int, int]:
-    """(replicates, seed) of the ECE bootstrap intervals: ``calibration.bootstrap`` of the
-    plan; without a seed there, the detection bootstrap's, else ``DEFAULT_SEED``."""
+    """(replicates, seed) of the detection models' ECE intervals: ``calibration.bootstrap``
+    of the plan; without a seed there, the detection bootstrap's, else ``DEFAULT_SEED``."""
     cal = getattr(plan, "calibration", None)
     n = DEFAULT_BOOT if cal is None else cal.n_boot
     seed = None if cal is None else cal.seed
@@ -64,46 +75,129 @@ def boot_settings(plan) -> tuple[int, int]:
     return int(n), int(seed)
 
 
+def encoder_boot_settings(plan) -> tuple[int, int, str]:
+    """(replicates, seed, plan key) of the encoders' paired-seed bootstrap: the CRS
+    bootstrap's when the plan has a ``crs`` block with a seed (the same replicates as the
+    CRS table's calibration axis), else :func:`boot_settings`."""
+    crs = getattr(plan, "crs", None)
+    if crs is not None and crs.seed is not None:
+        return int(crs.n_boot), int(crs.seed), "crs.bootstrap"
+    return (*boot_settings(plan), "calibration.bootstrap")
+
+
 def wants_probabilities(plan, tables) -> bool:
-    return bool(groups(plan, tables))
+    return bool(groups(plan, tables)) or probe_rows(tables) is not None
+
+
+def _scaled_runs(rows: pd.DataFrame):
+    """Per run: the test rows with ``prob_after`` (the run's temperature, fitted on its
+    calibration rows, applied; NaN without them) and the run's temperature. Without a
+    split column every row is a test row and nothing is scaled."""
+    from ..calibration import temperature_scale
+
+    if "split" not in rows.columns:
+        return rows.assign(prob_after=np.nan), pd.DataFrame()
+    keys = ["regime", "encoder", "dataset", "seed"]
+    parts, temps = [], []
+    for key, g in rows.groupby(keys, sort=True):
+        cal, test = g[g["split"].isin(CAL_SPLITS)], g[g["split"] == "test"]
+        if not len(test):
+            continue
+        after = np.full(len(test), np.nan)
+        if len(cal):
+            tf = temperature_scale(cal["prob"].to_numpy(float), cal["label"].to_numpy())
+            after = tf.apply(test["prob"].to_numpy(float))
+            temps.append({**dict(zip(keys, key)), "temperature": tf.temperature})
+        parts.append(test.assign(prob_after=after))
+    return pd.concat(parts, ignore_index=True), pd.DataFrame(temps)
+
+
+def _encoders(results, rows: pd.DataFrame):
+    """The encoder rows of the summary, the pooled reliability tables and the per-run ECEs."""
+    from ..calibration import encoder_ece, protocol_runs, reliability_table
+
+    n_boot, seed, key = encoder_boot_settings(results.plan)
+    results.decide("calibration.encoder_ece", "seed-mean of per-run ECE (15 equal-width "
+                   "bins), clean runs at label fraction 1, mean over datasets (the CRS "
+                   "calibration axis)")
+    results.decide("calibration.encoder_bootstrap", {"method": "paired-seed", "n_boot": n_boot,
+                                                     "seed": seed, "from": key})
+    results.decide("seeds.calibration_encoder_bootstrap", seed)
+    test, temps = _scaled_runs(rows)
+    stages = {"prob": "before"}
+    if test["prob_after"].notna().any():
+        stages["prob_after"] = "after"
+    summ, per_run = encoder_ece(test, probs=tuple(stages), n_bins=ECE_BINS, n_boot=n_boot,
+                                seed=seed)
+    summ = summ.assign(stage=summ["stage"].map(stages), source=PROBE, unit=summ["encoder"])
+    per_run = per_run.assign(stage=per_run["stage"].map(stages))
+    if len(temps):
+        per_run = per_run.merge(temps, on=["regime", "encoder", "dataset", "seed"], how="left")
+        summ["temperature"] = np.nan   # one temperature per run: in the per-run table
+    runs = results.tables.runs
+    if runs is not None:   # the same runs in the runs table: the same per-run ECE?
+        ref = protocol_runs(runs)[["regime", "encoder", "dataset", "seed", "ece"]]
+        per_run = per_run.merge(ref.rename(columns={"ece": "ece_runs_table"}),
+                                on=["regime", "encoder", "dataset", "seed"], how="left")
+        before = per_run[per_run["stage"] == "before"]
+        diff = (before["ece"] - before["ece_runs_table"]).abs()
+        results.decide("calibration.encoder_ece_vs_runs", {
+            "runs_compared": int(diff.notna().sum()), "runs_missing": int(diff.isna().sum()),
+            "max_abs_difference": float(diff.max()) if diff.notna().any() else None})
+        if diff.isna().any() or (diff > SAME_ECE).any():
+            results.note("The encoders' ECEs in the calibration table are recomputed from the "
+                         "probe predictions; for some runs they differ from (or are missing in) "
+                         "the runs table's ece, which the CRS calibration axis and the "
+                         "calibration-repair table use (calibration_encoder_runs.csv).")
+    rel = []
+    for (regime, enc), g in test.groupby(["regime", "encoder"], sort=False):
+        y = g["label"].to_numpy()
+        for col, stage in stages.items():
+            keep = g[col].notna().to_numpy()
+            rel.append(reliability_table(y[keep], g[col].to_numpy(float)[keep],
+                                         n_bins=RELIABILITY_BINS).assign(
+                source=PROBE, unit=str(enc), regime=regime, stage=stage))
+    return summ, rel, per_run
 
 
 @analysis("calibration", wanted=wants_probabilities)
 def calibration(results) -> dict[str, pd.DataFrame]:
     """``{"summary": ECE/Brier/NLL before and after scaling with ECE CIs,
-    "reliability": reliability tables}`` per source x unit."""
-    from ..calibration import ece, ece_ci_many, reliability_table, temperature_scale
+    "reliability": reliability tables, "encoder_runs": per-run ECEs}`` per source x unit."""
+    from ..calibration import ece_ci_many, reliability_table, temperature_scale
 
-    n_boot, seed = boot_settings(results.plan)
-    results.decide("calibration.bootstrap.n_boot", n_boot)
-    results.decide("seeds.calibration_bootstrap", seed)
     summary, rel, series = [], [], []
-    for source, unit, cal, test in groups(results.plan, results.tables):
+    det = groups(results.plan, results.tables)
+    if det:
+        n_boot, seed = boot_settings(results.plan)
+        results.decide("calibration.bootstrap.n_boot", n_boot)
+        results.decide("seeds.calibration_bootstrap", seed)
+    for unit, cal, test in det:
         y, p = test["label"].to_numpy(), test["prob"].to_numpy(float)
-        stages = [("before", p)]
-        if cal is not None:
-            tf = temperature_scale(cal["prob"].to_numpy(float), cal["label"].to_numpy())
-            ev = tf.evaluate(p, y).assign(source=source, unit=unit)
-            stages.append(("after", tf.apply(p)))
-        else:
-            ev = pd.DataFrame({"estimand": ["ece"], "estimate": [ece(y, p)], "n": [len(y)],
-                               "stage": ["before"], "source": [source], "unit": [unit],
-                               "temperature": [float("nan")]})
-        for stage, prob in stages:
+        tf = temperature_scale(cal["prob"].to_numpy(float), cal["label"].to_numpy())
+        ev = tf.evaluate(p, y).assign(source=DETECTION, unit=unit)
+        for stage, prob in (("before", p), ("after", tf.apply(p))):
             series.append((ev, stage, y, prob))
             rel.append(reliability_table(y, prob, n_bins=RELIABILITY_BINS).assign(
-                source=source, unit=unit, stage=stage))
+                source=DETECTION, unit=unit, stage=stage))
         summary.append(ev)
-    # every series' interval in one call: series of equal length (each model before and
-    # after scaling; every model of a paired design) share the seed's draws, as separate
-    # ece_ci calls with that seed would, and pay for the resampling once
-    cis = ece_ci_many([(y, prob) for _, _, y, prob in series], n_boot=n_boot, seed=seed)
-    for (ev, stage, _, _), (_, ci) in zip(series, cis.iterrows()):
-        hit = (ev["estimand"] == "ece") & (ev["stage"] == stage)
-        ev.loc[hit, "conf_low"] = float(ci["conf_low"])
-        ev.loc[hit, "conf_high"] = float(ci["conf_high"])
+    if series:
+        # every series' interval in one call: series of equal length (each model before and
+        # after scaling; every model of a paired design) share the seed's draws, as separate
+        # ece_ci calls with that seed would, and pay for the resampling once
+        cis = ece_ci_many([(y, prob) for _, _, y, prob in series], n_boot=n_boot, seed=seed)
+        for (ev, stage, _, _), (_, ci) in zip(series, cis.iterrows()):
+            hit = (ev["estimand"] == "ece") & (ev["stage"] == stage)
+            ev.loc[hit, "conf_low"] = float(ci["conf_low"])
+            ev.loc[hit, "conf_high"] = float(ci["conf_high"])
+    out = {}
+    rows = probe_rows(results.tables)
+    if rows is not None:
+        summ, prel, out["encoder_runs"] = _encoders(results, rows)
+        summary.append(summ)
+        rel += prel
     return {"summary": pd.concat(summary, ignore_index=True),
-            "reliability": pd.concat(rel, ignore_index=True)}
+            "reliability": pd.concat(rel, ignore_index=True), **out}
 
 
 def wants_repair(plan, tables) -> bool:

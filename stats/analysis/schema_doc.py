@@ -268,7 +268,11 @@ KEYS: dict[str, Key] = {
                           "Confidence level of the CRS intervals.", "0.95"),
     "calibration": Key("mapping", "", "The calibration section (needs "
                        "`inputs.probe_predictions`)."),
-    "calibration.bootstrap": Key("mapping", "", "Bootstrap of the ECE intervals."),
+    "calibration.bootstrap": Key("mapping", "", "Bootstrap of the ECE intervals: the "
+                                 "detection models' case bootstrap, and the encoders' "
+                                 "paired-seed bootstrap when the plan has no `crs` block with "
+                                 "a seed (with one, the encoders' ECE intervals use the CRS "
+                                 "bootstrap's replicates, as the CRS calibration axis)."),
     "calibration.bootstrap.n_boot": Key("whole number >= 2", f"`{P.Calibration.n_boot}`",
                                         "Replicates.", "1000"),
     "calibration.bootstrap.seed": Key(_SEED[0], _SEED[1], "Seed of the replicates.", "11"),
