@@ -31,6 +31,7 @@ from reports import render
 from reports.render import render_report
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+PIC = "{http://schemas.openxmlformats.org/drawingml/2006/picture}"
 SITE = 'S<b>&amp; "1" #2 $x @y *z* _w_ [a](b) {{< meta title >}}'
 MODEL = "m<1>&'q' `{=typst}`"
 SECTIONS = ("methods", "twobytwo", "overall", "subgroups", "forest", "failure_map", "crs")
@@ -160,6 +161,18 @@ def test_every_figure_is_embedded_at_print_size(report, word):
         assert shape.width.inches == pytest.approx(min(f.width, render.DOCX_TEXT_WIDTH), abs=0.01)
         assert shape.height.inches == pytest.approx(
             shape.width.inches * f.height / f.width, rel=0.02), f.name
+
+
+def test_pictures_are_described_by_their_caption_not_their_data(report, word):
+    """Pandoc writes a picture's source as its description; an embedded figure's source
+    is its data: URI (megabytes of base64). Every picture is described by its caption."""
+    xml = (zipfile.ZipFile(report[0] / "appendix.docx").read("word/document.xml")
+           .decode("utf-8"))
+    assert "data:image" not in xml
+    pics = word.element.body.findall(f".//{PIC}cNvPr")
+    assert len(pics) == len(report[1].figures)
+    for pic, f in zip(pics, report[1].figures):
+        assert pic.get("descr").startswith("Figure ") and f.caption[:40] in pic.get("descr")
 
 
 def test_captions_are_numbered_and_cross_references_link(report, word):
