@@ -76,7 +76,8 @@ def _detection(study) -> list[str]:
                    f"the cluster-robust variance over the {md(cluster)} clusters of its cell "
                    f"(Korn & Graubard 1998; design effect floored at 1, shown in the CSVs), the "
                    f"tests of equal sensitivity and specificity across levels use the Rao-Scott "
-                   f"correction, and the cluster bootstrap resamples whole {md(cluster)} "
+                   f"second-order correction with an F reference (R's survey::svychisq "
+                   f"default), and the cluster bootstrap resamples whole {md(cluster)} "
                    f"clusters. AUC intervals (DeLong) treat scans as independent.")
     else:
         out.append("Each patient contributes one scan per model, so scans are treated as "

@@ -74,12 +74,14 @@ def heterogeneity_note(study, axis: tuple[str, ...]) -> str:
                 cells.append(f"{r.model} not testable")
                 continue
             adj = "" if pd.isna(r.p_adjusted) else f", Holm {_p(r.p_adjusted)}"
-            cells.append(f"{r.model} \u03c7\u00b2({text.count(r.df)}) = {text.num(r.statistic)}, "
-                         f"{_p(r.p_value)}{adj}")
+            dist = (f"F({text.num(r.df, 1)}, {text.num(r.df_denominator, 0)})"
+                    if r.method == "rao-scott-f" else f"\u03c7\u00b2({text.count(r.df)})")
+            cells.append(f"{r.model} {dist} = {text.num(r.statistic)}, {_p(r.p_value)}{adj}")
         parts.append(f"Equal {est} across levels: " + "; ".join(cells))
     method = h["method"].iloc[0] if len(h) else ""
-    how = ("Rao-Scott corrected Pearson chi-square (scans clustered within patients)"
-           if method == "rao-scott-chisq" else "Pearson chi-square without continuity correction")
+    how = ("Rao-Scott second-order corrected Pearson chi-square, F reference (scans clustered "
+           "within patients)" if method == "rao-scott-f"
+           else "Pearson chi-square without continuity correction")
     return f"Tests ({how}). " + ". ".join(parts) + "." if parts else ""
 
 

@@ -12,7 +12,10 @@
 #   rao-scott: svychisq(~level + outcome, svydesign(ids = ~patient_id, data = .),
 #              statistic = "Chisq") (Rao & Scott first-order correction): its statistic
 #              (the uncorrected X^2), p, and the design effect mean(diag(Delta)) as
-#              X^2 / qchisq(p, df, lower.tail = FALSE).
+#              X^2 / qchisq(p, df, lower.tail = FALSE);
+#   rao-scott-f: svychisq(..., statistic = "F") (survey's default: Rao & Scott's second-order
+#              correction with an F reference): F = X^2 / trace(Delta), ndf = d, ddf = d * (K - 1),
+#              d = trace(Delta)^2 / trace(Delta^2), p.
 # Long format: model, estimand, axis, test, quantity, value.
 suppressMessages(library(survey))
 options(digits = 15)
@@ -56,6 +59,10 @@ for (m in unique(d$model)) for (est in c("sensitivity", "specificity")) {
         value = c(rs$statistic, rs$parameter, rs$p.value,
                   rs$statistic / qchisq(rs$p.value, rs$parameter, lower.tail = FALSE),
                   length(unique(pop$patient_id))))
+    rf <- svychisq(~level + outcome, des, statistic = "F")
+    add(model = m, estimand = est, axis = axis, test = "rao-scott-f",
+        quantity = c("statistic", "ndf", "ddf", "p_value"),
+        value = c(rf$statistic, rf$parameter[["ndf"]], rf$parameter[["ddf"]], rf$p.value))
   }
 }
 write.csv(do.call(rbind, out), "tests/r/heterogeneity.csv", row.names = FALSE)
