@@ -110,3 +110,31 @@ def test_hash_changes_with_the_file(plan_dir):
     h1 = load_plan(write(plan_dir, raw)).sha256
     raw["title"] = "another title"
     assert load_plan(write(plan_dir, raw)).sha256 != h1
+
+
+@pytest.mark.parametrize("units, pattern", [
+    ({"height": 10}, r"detection\.adjusted\.units\.height' names 'height', which is not a "
+                     r"continuous term.*candidates in this formula: .*tumor_size_mm"),
+    ({"tumor_size_mm": 1}, r"detection\.adjusted\.units\.tumor_size_mm' must be a positive "
+                           r"number.*got 1; a log term changes by a k-fold change"),
+    ({"tumor_size_mm": -2}, r"detection\.adjusted\.units\.tumor_size_mm' must be a positive"),
+    ({"tumor_size_mm": "sds"}, r"detection\.adjusted\.units\.tumor_size_mm' must be .* or sd"),
+    ({"tumor_size_mm": True}, r"detection\.adjusted\.units\.tumor_size_mm' must be"),
+    ({"tumor_size_mm": float("nan")}, r"detection\.adjusted\.units\.tumor_size_mm' must be"),
+    ([10], r"key 'detection\.adjusted\.units' must be a mapping variable -> .*write e\.g\. "
+           r"units: \{age: 10, tumor_size_mm: sd\}"),
+])
+def test_adjusted_units_errors_name_the_key_and_the_fix(plan_dir, units, pattern):
+    raw = demo_raw()
+    raw["detection"]["adjusted"]["units"] = units
+    with pytest.raises(PlanError, match=pattern):
+        load_plan(write(plan_dir, raw))
+
+
+def test_adjusted_units_are_read(plan_dir):
+    raw = demo_raw()
+    assert load_plan(DEMO / "plan.yaml").detection.adjusted["units"] == {}
+    raw["detection"]["adjusted"]["units"] = {"tumor_size_mm": "SD"}
+    assert load_plan(write(plan_dir, raw)).detection.adjusted["units"] == {"tumor_size_mm": "sd"}
+    raw["detection"]["adjusted"]["units"] = {"tumor_size_mm": 10}
+    assert load_plan(write(plan_dir, raw)).detection.adjusted["units"] == {"tumor_size_mm": 10.0}

@@ -31,6 +31,14 @@ def _naive_few(r) -> bool:
             and pd.notna(r["n_clusters"]) and r["n_clusters"] < FEW_CLUSTERS)
 
 
+def _term_label(r) -> str:
+    """The row label; a per-SD unit states the SD (``unit_step``)."""
+    if str(r["unit"]).startswith("per SD"):
+        return (f"{str(r['variable']).replace('_', ' ')} ({r['unit']} = "
+                f"{text.num(r['unit_step'])})")
+    return str(r["label"])
+
+
 def applies(study) -> bool:
     return bool(study.plan.detection and study.plan.detection.adjusted)
 
@@ -57,7 +65,8 @@ def build(study) -> Section:
     rows = []
     for mdl in models:
         for label in order.loc[order["model"] == mdl, "label"]:
-            row = {"model": str(mdl), "term": label}
+            first = tab[(tab["model"] == mdl) & (tab["label"] == label)].iloc[0]
+            row = {"model": str(mdl), "term": _term_label(first)}
             for m in fits:
                 r = tab[(tab["model"] == mdl) & (tab["label"] == label) & (tab["fit_method"] == m)]
                 if not len(r):
@@ -85,7 +94,8 @@ def build(study) -> Section:
                 f"exchangeable within {group}, robust sandwich SE")
     notes = [f"Model: {formula} (outcome: {outcome}); odds ratios with Wald "
              f"{int(round(det.conf_level * 100))}% CIs; each factor's reference level is its "
-             f"first row; log-transformed sizes are per doubling. "
+             f"first row; each continuous term per the unit in its label (log terms per "
+             f"doubling unless the plan says otherwise). "
              + "; ".join(f"{METHOD_LABEL[m]}: {stats_method}" for m, stats_method in
                          (("glmm", f"random intercept per {group}, Laplace ML"),
                           ("gee", gee_text),

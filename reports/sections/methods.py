@@ -107,6 +107,14 @@ def _detection(study) -> list[str]:
                    f"the full model with the model without each block ("
                    + md("; ".join(f"{b}: {', '.join(t)}" for b, t in a["blocks"].items()))
                    + ").")
+        units = study.results.decisions.get("adjusted.units") or {}
+        if units:
+            out.append("Odds ratios of continuous terms are reported per a stated unit: "
+                       + md("; ".join(f"{t} {u}" for t, u in units.items()))
+                       + (" (per SD: the standard deviation of the variable, as the term "
+                          "uses it, among the model's modelled rows)"
+                          if any(u.startswith("per SD") for u in units.values()) else "")
+                       + ".")
     out.append("Paired model comparisons on the same cases use the exact McNemar test and "
                "Newcombe's interval for differences of proportions, and DeLong's paired test "
                "for AUCs.")

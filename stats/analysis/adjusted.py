@@ -9,6 +9,7 @@ uses; whether the site random-intercept SD is at the boundary (singular fit).
 """
 from __future__ import annotations
 
+import math
 import re
 
 import pandas as pd
@@ -272,8 +273,35 @@ def adjusted_random_effects(results) -> pd.DataFrame:
 TERM_FLAGS = ("separation", "empty_level", "aliased", "not_estimable")
 _FACTOR_TERM = re.compile(r"^(?:C\((?P<c>[A-Za-z_][A-Za-z0-9_]*)[^\[]*\)|Q\(\"(?P<q>[^\"]+)\"\)|"
                           r"(?P<v>[A-Za-z_][A-Za-z0-9_.]*))\[T\.(?P<level>.+)\]$")
-_LOG_TERM = re.compile(r"^(?:np\.)?log\((?P<v>[A-Za-z_][A-Za-z0-9_]*)\)$")
-_LOG2_TERM = re.compile(r"^(?:np\.)?log2\((?P<v>[A-Za-z_][A-Za-z0-9_]*)\)$")
+#: log transforms of the grammar and their base (``np.log`` natural)
+LOG_BASES = {"np.log": math.e, "log": math.e, "np.log2": 2.0, "log2": 2.0,
+             "np.log10": 10.0, "log10": 10.0}
+#: ``detection.adjusted.units``: a variable's value is a positive number (per that many
+#: units; for a log term, per that-fold change) or this word (per one SD)
+SD = "sd"
+MSG_UNITS_FACTOR = ("{file}: key 'detection.adjusted.units.{variable}' asks for odds ratios of "
+                    "{variable} per {value}, but {variable} enters the fitted model as a factor "
+                    "(a text column), not as a continuous term; remove it from units, or make "
+                    "the column numeric")
+
+
+def continuous_terms(formula: str) -> dict[str, tuple[str, float | None]]:
+    """The main-effect continuous terms of ``formula`` that ``detection.adjusted.units`` can
+    rescale: term name -> (column, log base or None). A plain column (numeric in the data,
+    or it is a factor) or a log of one (``np.log``, ``log2``, ``log10``); ``I()``, ``sqrt``,
+    ``scale`` and interactions stay per one unit of the term as fitted."""
+    from ..formula import parse_formula
+
+    out = {}
+    for t in parse_formula(formula).terms:
+        if len(t.factors) != 1 or type(t.factors[0].arg).__name__ != "Column":
+            continue
+        f = t.factors[0]
+        if f.kind == "column":
+            out[t.name] = (f.arg.name, None)
+        elif f.kind == "transform" and f.function in LOG_BASES:
+            out[t.name] = (f.arg.name, LOG_BASES[f.function])
+    return out
 
 
 def _levels(rows: pd.DataFrame, var: str) -> list[str]:
@@ -283,23 +311,59 @@ def _levels(rows: pd.DataFrame, var: str) -> list[str]:
     return sorted(str(v) for v in col.dropna().unique())
 
 
+def _on_term_scale(values: pd.Series, base: float | None) -> pd.Series:
+    """The variable as the term uses it (the log of its base for a log term); values the
+    term cannot use (a log of a value <= 0) are left out."""
+    import numpy as np
+
+    x = pd.to_numeric(values, errors="coerce").astype(float)
+    if base is not None:
+        x = np.log(x.where(x > 0)) / math.log(base)
+    return x.dropna()
+
+
+def unit_step(value, base: float | None, values: pd.Series | None = None) -> tuple[float, str]:
+    """(step on the term's scale, unit text) of a continuous term: the odds ratio is
+    reported as OR^step. ``value``: the plan's ``units`` entry (None: the default, per one
+    unit, or per doubling for a log term), a positive number (per that many units; for a
+    log term, per that-fold change) or ``"sd"`` (per one SD, ``values.std()``: pandas,
+    ddof 1, of the variable on the term's scale over the model's rows)."""
+    if value == SD:
+        return float(_on_term_scale(values, base).std()), ("per SD" if base is None
+                                                             else "per SD of log")
+    if base is None:
+        k = 1.0 if value is None else float(value)
+        return k, f"per {k:g} unit" + ("" if k == 1 else "s")
+    k = 2.0 if value is None else float(value)
+    return math.log(k) / math.log(base), ("per doubling" if k == 2 else f"per {k:g}-fold change")
+
+
 @analysis("adjusted_table", wanted=_wants, lane="models")
 def adjusted_table(results) -> pd.DataFrame:
     """The odds ratios as a reader uses them: one row per model x fit x variable level,
     the reference level of every factor as its own row (OR 1), a human label
-    ("phase: delayed vs arterial"), log terms per doubling (OR^ln 2; ``unit``), only
-    term-specific flags on a term (``term_flag``; the fit's flags are in ``fit_flag``).
+    ("phase: delayed vs arterial"), continuous terms per a stated unit (``unit``; OR^step,
+    ``unit_step`` the step on the term's scale): per the plan's ``detection.adjusted.units``
+    (per k units, per k-fold change of a log term, or per one SD of the variable among the
+    model's rows in the modelled population, the same for every fit of the model), by
+    default per 1 unit and per doubling for log terms; only term-specific flags on a term
+    (``term_flag``; the fit's flags are in ``fit_flag``).
 
     The reference of a factor is its first level (the plan's ``detection.adjusted.levels``
     sets it; otherwise the sorted first level, as R and patsy do)."""
-    import math
-
     import numpy as np
+
+    from ..schema import ContractError
 
     terms = results["adjusted_terms"]
     rows = results["adjusted_rows"]
+    adj = results.plan.detection.adjusted
+    units = adj.get("units") or {}
+    continuous = continuous_terms(adj["formula"])
+    positives = adj.get("population", "positives") == "positives"
+    population = rows[rows["label"] == (1 if positives else 0)]
     fixed = terms[(terms["effect"] == "fixed") & (terms["estimand"] != "Intercept")]
-    out = []
+    out, steps = [], {}
     seen_ref: set = set()
     for r in fixed.itertuples(index=False):  # display rows: one per term (few), not per case
         flags = [f for f in str(r.flag or "").split(";") if f and f != "nan"]
@@ -319,25 +383,32 @@ def adjusted_table(results) -> pd.DataFrame:
                 seen_ref.add(key)
                 out.append(dict(base, term=f"{var}[reference]", variable=var, level=ref,
                                 reference=ref, label=f"{var.replace('_', ' ')}: {ref}",
-                                unit="reference", odds_ratio=1.0, or_conf_low=np.nan,
-                                or_conf_high=np.nan, p_value=np.nan, term_flag="",
-                                is_reference=True))
+                                unit="reference", unit_step=np.nan, odds_ratio=1.0,
+                                or_conf_low=np.nan, or_conf_high=np.nan, p_value=np.nan,
+                                term_flag="", is_reference=True))
             level = m.group("level")
             out.append(dict(base, variable=var, level=level, reference=ref,
                             label=f"{var.replace('_', ' ')}: {level} vs {ref}", unit="vs reference",
-                            odds_ratio=r.odds_ratio, or_conf_low=r.or_conf_low,
-                            or_conf_high=r.or_conf_high))
+                            unit_step=np.nan, odds_ratio=r.odds_ratio,
+                            or_conf_low=r.or_conf_low, or_conf_high=r.or_conf_high))
             continue
-        scale, unit, var = 1.0, "per unit", r.estimand
-        lm, l2 = _LOG_TERM.match(r.estimand), _LOG2_TERM.match(r.estimand)
-        if lm:  # natural log: per doubling of the variable
-            scale, unit, var = math.log(2.0), "per doubling", lm.group("v")
-        elif l2:
-            unit, var = "per doubling", l2.group("v")
+        var, log_base = continuous.get(r.estimand, (r.estimand, None))
+        if r.estimand in continuous:
+            mine = population[population["model"] == r.model]
+            step, unit = unit_step(units.get(var), log_base,
+                                   (mine if len(mine) else population)[var])
+        else:  # I(), sqrt(), interactions: per one unit of the term as fitted
+            step, unit = unit_step(None, None)
+        steps[r.estimand] = unit
         out.append(dict(base, variable=var, level="", reference="",
-                        label=f"{var.replace('_', ' ')} ({unit})", unit=unit,
-                        odds_ratio=float(np.exp(scale * np.log(r.odds_ratio))),
-                        or_conf_low=float(np.exp(scale * np.log(r.or_conf_low))),
-                        or_conf_high=float(np.exp(scale * np.log(r.or_conf_high)))))
-    results.decide("adjusted.log_terms", "per doubling (OR^ln 2)")
+                        label=f"{var.replace('_', ' ')} ({unit})", unit=unit, unit_step=step,
+                        odds_ratio=float(np.exp(step * np.log(r.odds_ratio))),
+                        or_conf_low=float(np.exp(step * np.log(r.or_conf_low))),
+                        or_conf_high=float(np.exp(step * np.log(r.or_conf_high)))))
+    used = {v for t, (v, _) in continuous.items() if t in steps}
+    for var in units:
+        if var not in used:
+            raise ContractError(MSG_UNITS_FACTOR.format(
+                file=getattr(results.plan, "path", "plan"), variable=var, value=units[var]))
+    results.decide("adjusted.units", {t: u for t, u in steps.items()})
     return pd.DataFrame(out)

@@ -264,7 +264,7 @@ BIN_KEYS = {"name": "", "breaks": "", "labels": ""}
 BOOT_KEYS = {"n_boot": "", "seed": "", "strata": "", "boot_ci": ""}
 ADJ_KEYS = {"formula": "", "methods": "", "group": "", "blocks": "", "population": "",
             "nagq": "", "levels": "", "model": "", "bias_reduced": "", "means": "",
-            "means_kind": ""}
+            "means_kind": "", "units": ""}
 MEANS_KINDS = get_args(MeansKind)
 FMAP_KEYS = {"rows": "", "cols": "", "pooled": ""}
 PRECISION_KEYS = {"target_half_width": "", "icc": ""}
@@ -506,12 +506,13 @@ def _detection(c: _Checker, d: dict) -> Detection:
             c.typed(m, f"detection.adjusted.means[{i}]", str, "a factor of the model")
         means_kind = c.choice(a.get("means_kind", "standardized"), "detection.adjusted.means_kind",
                               MEANS_KINDS)
+        units = _units(c, a.get("units"), formula)
         adjusted = {"formula": formula, "methods": list(methods), "group": group,
                     "blocks": {b: list(t) for b, t in blocks.items()},
                     "population": population, "nagq": nagq,
                     "levels": {str(k): [str(x) for x in v] for k, v in levels.items()},
                     "model": model, "bias_reduced": bias_reduced, "means": list(means),
-                    "means_kind": means_kind}
+                    "means_kind": means_kind, "units": units}
     if ci == "bootstrap" and not bn:
         raise PlanError(f"{c.file}: key 'detection.ci' is bootstrap, which needs "
                         "'detection.bootstrap.n_boot' (e.g. 2000 replicates); add it or choose "
@@ -666,6 +667,49 @@ def _bin_name(c: _Checker, name: str, key: str, earlier: list[Bin]) -> None:
         if name in (b.name, b.column):
             raise PlanError(MSG_BIN_NAME_TWICE.format(file=c.file, key=key, name=name,
                                                       other=f"detection.bins.{b.column}"))
+
+
+MSG_UNITS_VARIABLE = ("{file}: key 'detection.adjusted.units.{variable}' names {variable!r}, "
+                      "which is not a continuous term of detection.adjusted.formula ({formula}); "
+                      "units apply to a numeric column, or a log of one, entering as a main "
+                      "effect (candidates in this formula: {known}); fix the name or remove it")
+UNITS_EXPECTED = ("a positive number (odds ratios per that many units; for a log term, per "
+                  "that-fold change) or sd (per one SD)")
+
+
+def _units(c: _Checker, value, formula: str) -> dict[str, float | str]:
+    """``detection.adjusted.units``: variable -> a positive number or ``sd``, for the
+    formula's continuous terms (``stats.analysis.adjusted.continuous_terms``)."""
+    from .adjusted import SD, continuous_terms
+
+    key = "detection.adjusted.units"
+    units = c.typed(value or {}, key, dict, "a mapping variable -> " + UNITS_EXPECTED,
+                    "write e.g. units: {age: 10, tumor_size_mm: sd}")
+    terms = continuous_terms(formula)
+    bases: dict[str, list] = {}
+    for col, base in terms.values():
+        bases.setdefault(col, []).append(base)
+    out: dict[str, float | str] = {}
+    for var, v in units.items():
+        var = str(var)
+        if var not in bases:
+            raise PlanError(MSG_UNITS_VARIABLE.format(
+                file=c.file, variable=var, formula=formula,
+                known=", ".join(bases) or "the formula has none"))
+        where = f"{key}.{var}"
+        if isinstance(v, str) and v.strip().lower() == SD:
+            out[var] = SD
+            continue
+        log = any(b is not None for b in bases[var])
+        ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+              and v > 0 and not (log and v == 1))
+        if not ok:
+            raise PlanError(MSG_TYPE.format(
+                file=c.file, key=where, expected=UNITS_EXPECTED, got=v,
+                hint=("a log term changes by a k-fold change of its variable, k != 1; write "
+                      "e.g. 2 (per doubling) or 10" if log else "write e.g. 10 or sd")))
+        out[var] = float(v)
+    return out
 
 
 def _check_formula(c: _Checker, text: str, key: str) -> None:

@@ -29,7 +29,8 @@ TABLES: dict[str, str] = {
 }
 #: keys whose children are named by the user (a column), not by the schema
 USER_KEYED = {"detection.bins": "detection.bins.<column>",
-              "detection.adjusted.levels": "detection.adjusted.levels.<column>"}
+              "detection.adjusted.levels": "detection.adjusted.levels.<column>",
+              "detection.adjusted.units": "detection.adjusted.units.<variable>"}
 
 
 def schema_keys() -> list[str]:
@@ -223,6 +224,18 @@ KEYS: dict[str, Key] = {
                                          "values); `emmeans`, equal-weight reference grid (as "
                                          "R's emmeans).", "standardized",
                                          _one_of(P.MEANS_KINDS)),
+    "detection.adjusted.units": Key("mapping variable -> number or `sd`", "`{}` (per 1 unit; "
+                                    "log terms per doubling)",
+                                    "The unit of each continuous term's odds ratio (a numeric "
+                                    "column, or `np.log`/`log2`/`log10` of one, as a main "
+                                    "effect); stated in the table's label and `unit` column.",
+                                    "{age: 10, tumor_size_mm: sd}"),
+    "detection.adjusted.units.<variable>": Key(
+        "positive number, or `sd`", "", "A number k: odds ratio per k units of the variable "
+        "(a log term: per k-fold change, k != 1; 2 is per doubling). `sd`: per one standard "
+        "deviation (pandas, ddof 1) of the variable as the term uses it (its log for a log "
+        "term) among the model's rows in the modelled population, the same unit for every "
+        "fit of that model; the label states its value.", "10"),
     "detection.failure_map": Key("mapping", "none", "Sensitivity over two axes (a heat "
                                  "map)."),
     "detection.failure_map.rows": Key("column name", "required", "Rows of the map.",
