@@ -211,6 +211,22 @@ def test_complete_case(cohort):
     assert n["complete_case"] < n["unknown_as_level"]
 
 
+def test_complete_case_keeps_the_reference_level(cohort):
+    """The primary fit's reference level (the categorical's first: here White) stays the
+    reference after Unknown is dropped; pandas' remove_categories would sort the rest
+    and make Asian the reference (the report then read 'race: White vs White')."""
+    d = cohort.data.copy()
+    order = ["White", "Asian", "Black", "Other", "Unknown"]
+    assert set(d["race"].astype(str)) <= set(order)
+    d["race"] = pd.Categorical(d["race"].astype(str), categories=order)
+    primary = set(fit_adjusted(d, FORMULA, threshold=50, model="model_A",
+                               method="fixed").tidy().estimand)
+    cc = set(fit_complete_case(d, FORMULA, threshold=50, model="model_A",
+                               method="fixed").tidy().estimand)
+    assert "race[T.Asian]" in primary and "race[T.White]" not in primary
+    assert cc == primary - {"race[T.Unknown]"}
+
+
 def test_lrt_checks_rows(cohort):
     d = cohort.data
     full = fit_adjusted(d, FORMULA, threshold=50, model="model_A", method="fixed", group=None)

@@ -393,8 +393,10 @@ def fit_complete_case(cases: pd.DataFrame, formula: str, *, column: str = "race"
     keep = ~cases[column].astype(str).isin([str(v) for v in drop])
     sub = cases.loc[keep].copy()
     if isinstance(sub[column].dtype, pd.CategoricalDtype):
-        sub[column] = sub[column].cat.remove_categories(
-            [c for c in drop if c in sub[column].cat.categories])
+        # set_categories keeps the order (the first level is the reference);
+        # remove_categories sorts what is left (pandas' Index.difference)
+        sub[column] = sub[column].cat.set_categories(
+            [c for c in sub[column].cat.categories if str(c) not in {str(v) for v in drop}])
     return fit_adjusted(sub, formula, **fit_kw)
 
 
