@@ -31,13 +31,6 @@ def p_floor(df: pd.DataFrame) -> pd.Series:
     return 2.0 / (usable + 1.0)
 
 
-def boot_pvalue(p, floor) -> str:
-    """A bootstrap p-value, never shown below the resolution of its replicates."""
-    if pd.notna(p) and pd.notna(floor) and p <= floor * (1 + 1e-9):
-        return f"\u2264 {floor:.2g}"
-    return text.pvalue(p)
-
-
 def replicates_text(df: pd.DataFrame, crs) -> str:
     """'B paired-seed bootstrap replicates (seed s)', with the replicates that could not be
     estimated counted wherever B is stated."""
@@ -143,7 +136,7 @@ def build(study) -> Section:
     disp_d = pd.DataFrame({
         "pair": diff["encoder"].astype(str) + " \u2212 " + diff["comparator"].astype(str),
         "diff": text.ci_vec(diff, 3),
-        "p": [boot_pvalue(p, f) for p, f in zip(diff["p_value"], p_floor(diff))],
+        "p": [text.pvalue(p, floor=f) for p, f in zip(diff["p_value"], p_floor(diff))],
         "p_adj": [text.pvalue(p) for p in diff["p_adjusted"]]})
     t_diff = ReportTable(
         name="crs_differences", caption="Pairwise CRS differences (higher-ranked minus lower-"
