@@ -56,7 +56,7 @@ import numpy as np
 from scipy import sparse
 from scipy import stats as sps
 
-from stats.intervals import proportion_ci
+from stats.intervals import group_sum as _group_sum, proportion_ci
 
 #: the flag of a cell whose design effect could not be estimated (module docstring)
 FLAG_DEFF = "deff_not_estimable"
@@ -73,19 +73,21 @@ def pair_sums(member: sparse.spmatrix, cluster: np.ndarray, values: np.ndarray
     sums (pairs x K).
     """
     coo = sparse.coo_matrix(member)
+    pair, cell, clu = pair_codes(coo.row, coo.col, cluster)
+    S = sparse.csr_matrix((np.ones(len(pair)), (pair, coo.col)),
+                          shape=(len(cell), member.shape[1]))
+    return cell, clu, np.asarray(S @ values)
+
+
+def pair_codes(cell: np.ndarray, case: np.ndarray, cluster: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (cell, cluster) pair of each membership (``cell``, ``case`` arrays of equal
+    length; ``cluster`` the cluster code of each case): the pair code of each membership
+    and the cell and the cluster of each pair (pairs sorted by cell, then cluster)."""
     n_cl = int(cluster.max()) + 1 if len(cluster) else 1
-    key = coo.row.astype(np.int64) * n_cl + cluster[coo.col].astype(np.int64)
+    key = np.asarray(cell, dtype=np.int64) * n_cl + np.asarray(cluster)[case].astype(np.int64)
     uniq, pair = np.unique(key, return_inverse=True)
-    S = sparse.csr_matrix((np.ones(len(pair)), (pair.ravel(), coo.col)),
-                          shape=(len(uniq), member.shape[1]))
-    return uniq // n_cl, uniq % n_cl, np.asarray(S @ values)
-
-
-def _group_sum(group: np.ndarray, n_groups: int, values: np.ndarray) -> np.ndarray:
-    """Column sums of ``values`` (rows x K) per group code (one sparse product)."""
-    T = sparse.csr_matrix((np.ones(len(group)), (group, np.arange(len(group)))),
-                          shape=(n_groups, len(group)))
-    return np.asarray(T @ np.asarray(values, dtype="float64"))
+    return pair.ravel(), uniq // n_cl, uniq % n_cl
 
 
 def _moments(cell: np.ndarray, a: np.ndarray, m: np.ndarray, G: int) -> dict[str, np.ndarray]:

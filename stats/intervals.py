@@ -2,14 +2,19 @@
 
 Closed forms only, vectorized over cells: binomial intervals (Wilson, Clopper-Pearson,
 Jeffreys), Newcombe's hybrid score intervals for unpaired and paired differences of
-proportions, the exact McNemar test, and DeLong's AUC variance (the fast O(n log n)
-algorithm of Sun & Xu 2014) with the paired DeLong test.
+proportions, the exact McNemar test, DeLong's AUC variance (the fast O(n log n)
+algorithm of Sun & Xu 2014) with the paired DeLong test, and Obuchowski's (1997)
+clustered-data AUC variance (DeLong's placement values summed per cluster) for patients
+with several scans.
 
 Every function here is validated against R (``tests/r/intervals.R`` -> ``intervals.csv``):
 ``binom.test`` (Clopper-Pearson), ``prop.test(correct = FALSE)`` (Wilson), ``qbeta``
 (Jeffreys), ``binom.test`` on discordant pairs (exact McNemar), pROC 1.18 ``auc``,
 ``ci.auc(method = "delong")`` and ``roc.test(paired = TRUE, method = "delong")``;
-agreement is 1e-10 or better (see ``tests/test_intervals.py``).
+agreement is 1e-10 or better (see ``tests/test_intervals.py``). No R package in reach
+implements Obuchowski's variance (pROC's ``method = "obuchowski"`` is another method); it
+is checked against a plain double-loop recomputation of the paper's definitions and
+against DeLong (pROC) with every cluster of size 1 (``tests/test_auc_cluster.py``).
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from scipy import special
+from scipy import sparse, special
 from scipy import stats as sps
 
 from stats.schema import ContractError, tidy
@@ -297,6 +302,84 @@ def delong_placements(group, label, score, n_groups: int | None = None, *,
     return out
 
 
+def group_sum(group: np.ndarray, n_groups: int, values: np.ndarray) -> np.ndarray:
+    """Column sums of ``values`` (rows x K) per group code (one sparse product)."""
+    group = np.asarray(group, dtype=np.int64)
+    T = sparse.csr_matrix((np.ones(len(group)), (group, np.arange(len(group)))),
+                          shape=(n_groups, len(group)))
+    return np.asarray(T @ np.asarray(values, dtype="float64"))
+
+
+def clustered_auc_variance(pair, pair_group, label, v, auc) -> dict[str, np.ndarray]:
+    """Obuchowski's (1997) variance of the AUC for clustered observations, vectorized over
+    groups (e.g. subgroup cells) and score columns (e.g. models).
+
+    Parameters
+    ----------
+    pair : int array (rows,): the (group, cluster) pair of each observation, codes 0..P-1.
+    pair_group : int array (P,): the group of each pair.
+    label : bool array (rows,).
+    v : float array (rows, K): DeLong placement values of each observation within its
+        group (``delong_placements(...)["v"]``), one column per score.
+    auc : float array (G, K): the AUC of each group and column.
+
+    Returns
+    -------
+    dict with ``var`` (G x K; NaN where fewer than two clusters hold a positive or a
+    negative, or the AUC is NaN), and per group ``n_clusters`` (I), ``n_clusters_pos``
+    (I10), ``n_clusters_neg`` (I01) and ``repeats`` (some cluster holds more than one of
+    the group's observations).
+
+    Notes
+    -----
+    With ``m_i`` positives and ``n_i`` negatives in cluster ``i`` (``M = sum m_i``,
+    ``N = sum n_i``), the cluster sums of the placement values
+    ``V10_i = sum_j V10(X_ij)`` (positives) and ``V01_i = sum_j V01(Y_ij)`` (negatives),
+    ``d10_i = V10_i - m_i A`` and ``d01_i = V01_i - n_i A``::
+
+        S10 = I10 / ((I10 - 1) M) sum_i d10_i^2
+        S01 = I01 / ((I01 - 1) N) sum_i d01_i^2
+        S11 = I / (I - 1) sum_i d10_i d01_i
+        var(A) = S10 / M + S01 / N + 2 S11 / (M N)
+
+    (Obuchowski 1997, section 2; clusters without a positive add 0 to S10, without a
+    negative 0 to S01). With every cluster of size 1, ``S11 = 0`` and S10, S01 are
+    DeLong's sample variances of the placement values: the variance is DeLong's.
+    Each group's sums run over its own observations: a cluster's scans outside the
+    group do not enter. One sparse product over (pair, label) codes and one over groups;
+    no loop over groups, clusters or observations.
+
+    References
+    ----------
+    Obuchowski NA (1997) Nonparametric analysis of clustered ROC curve data. Biometrics
+    53:567-578.
+    """
+    pair = np.asarray(pair, dtype=np.int64)
+    pair_group = np.asarray(pair_group, dtype=np.int64)
+    y = np.asarray(label, dtype=bool)
+    v = np.asarray(v, dtype="float64").reshape(len(pair), -1)
+    auc = np.asarray(auc, dtype="float64").reshape(-1, v.shape[1])
+    P, G = len(pair_group), auc.shape[0]
+    half = 2 * pair + y                                  # (pair, label): negatives even
+    sums = group_sum(half, 2 * P, v)                     # placement sums per half-pair
+    cnt = np.bincount(half, minlength=2 * P).astype("float64")
+    n_i, m_i = cnt[0::2], cnt[1::2]
+    a = auc[pair_group]
+    d10 = sums[1::2] - m_i[:, None] * a
+    d01 = sums[0::2] - n_i[:, None] * a
+    T = sparse.csr_matrix((np.ones(P), (pair_group, np.arange(P))), shape=(G, P))
+    ss10, ss01, ss11 = (np.asarray(T @ x) for x in (d10 ** 2, d01 ** 2, d10 * d01))
+    per = np.asarray(T @ np.column_stack([m_i, n_i, m_i > 0, n_i > 0, np.ones(P),
+                                          m_i + n_i > 1]))
+    M, N, I10, I01, I = (per[:, j:j + 1] for j in range(5))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        var = (I10 / ((I10 - 1) * M) * ss10 / M + I01 / ((I01 - 1) * N) * ss01 / N
+               + 2 * I / (I - 1) * ss11 / (M * N))
+    var = np.where((I10 > 1) & (I01 > 1), var, np.nan)
+    return {"var": var, "n_clusters": I[:, 0], "n_clusters_pos": I10[:, 0],
+            "n_clusters_neg": I01[:, 0], "repeats": per[:, 5] > 0}
+
+
 def delong_covariance(group, label, v_a, v_b, auc_a, auc_b, m, k) -> np.ndarray:
     """DeLong covariance of two AUCs on the same observations, per group."""
     group = np.asarray(group, dtype=np.int64)
@@ -349,8 +432,17 @@ def auc_boundary(auc) -> np.ndarray:
     return (auc == 0.0) | (auc == 1.0)
 
 
-def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auc") -> pd.DataFrame:
-    """AUC with DeLong's variance and a Wald interval on the AUC scale (as pROC).
+def auc_method(clustered, scale: AucScale = "auc"):
+    """The ``method`` of an AUC interval: "delong", "delong-logit", "delong-cluster" or
+    "delong-cluster-logit" (``clustered`` a bool or a bool array, vectorized)."""
+    tail = "-logit" if scale == "logit" else ""
+    return np.where(clustered, "delong-cluster" + tail, "delong" + tail).astype(object)
+
+
+def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auc",
+           cluster=None) -> pd.DataFrame:
+    """AUC with DeLong's variance (Obuchowski's with clustered scans) and a Wald interval
+    on the AUC scale (as pROC).
 
     Parameters
     ----------
@@ -359,14 +451,22 @@ def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auc") -
     scale : "auc" (default, as ``pROC::ci.auc``) or "logit": the Wald interval on the
         logit of the AUC, back-transformed (method "delong-logit"). Prefer it for small
         cells: at 15 positives it covers 94-96% where the AUC scale covers 91-93%.
+    cluster : array-like, optional
+        Cluster id of each observation (e.g. the patient of each scan), same length as
+        ``label``; no missing values. When a cluster holds more than one observation the
+        variance is Obuchowski's (1997) clustered-data variance
+        (:func:`clustered_auc_variance`; method "delong-cluster" or
+        "delong-cluster-logit"); when every cluster has one observation it is DeLong's
+        (identical; method "delong"). Adds the column ``n_clusters``.
 
     Returns
     -------
     Tidy one-row DataFrame: ``estimand`` "auc", ``estimate`` (AUC, ties counted 1/2),
     ``std_error`` (DeLong), ``conf_low``/``conf_high`` (``auc +- z se`` clipped to
     [0, 1], as ``pROC::ci.auc``), ``conf_level``, ``n``, ``n_pos``, ``n_neg``,
-    ``method`` "delong" (or "delong-logit"), ``flag`` ("not_estimable" when a class is
-    missing, "small_n" when a class has one observation and no variance, "auc_boundary"
+    ``method`` "delong" (or "delong-logit", "delong-cluster", "delong-cluster-logit"),
+    ``flag`` ("not_estimable" when a class is missing, "small_n" when a class has one
+    observation, or with repeated clusters lies within one cluster, and no variance, "auc_boundary"
     when the AUC is exactly 0 or 1: the AUC-scale interval is then pROC's zero-width
     [A, A] and the logit-scale limits are NaN; neither is a usable interval, and pROC
     warns likewise).
@@ -375,7 +475,10 @@ def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auc") -
     -----
     Direction is fixed: cases are expected to score higher (pROC ``direction = "<"``).
     Midranks handle ties exactly as pROC's placement values. Variance
-    ``S10/m + S01/n`` with sample (n - 1) variances of the placement values.
+    ``S10/m + S01/n`` with sample (n - 1) variances of the placement values; with
+    clusters ``S10/M + S01/N + 2 S11/(M N)`` from the per-cluster sums of the placement
+    values (:func:`clustered_auc_variance`). Coverage of the clustered interval:
+    ``bench/auc_cluster_coverage.md``.
 
     References
     ----------
@@ -383,6 +486,7 @@ def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auc") -
     Sun X, Xu W (2014) IEEE Signal Processing Letters 21:1389-1393.
     Pepe MS (2003) The Statistical Evaluation of Medical Tests, sec. 5.2 (logit interval);
     Qin G, Hotilovac L (2008) Stat Methods Med Res 17:207-221.
+    Obuchowski NA (1997) Biometrics 53:567-578 (clustered data).
 
     Validated against pROC 1.18 ``ci.auc(roc(..., direction = "<"), method = "delong")``
     on pROC::aSAH and simulator data to 1e-10.
@@ -398,14 +502,35 @@ def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auc") -
          auc     0.875    0.5921        1.0    4.0 delong
     """
     y, (s,) = _labels(label, score)
-    d = delong_placements(np.zeros(len(y), dtype=np.int64), y, s, 1)
-    se, low, high = _auc_ci_from(d["auc"], d["var"], conf_level, scale)
-    flag = ("not_estimable" if np.isnan(d["auc"][0]) else "small_n" if np.isnan(d["var"][0])
+    zero = np.zeros(len(y), dtype=np.int64)
+    d = delong_placements(zero, y, s, 1, placements=cluster is not None)
+    var, extra, clustered = d["var"], {}, False
+    if cluster is not None:
+        pair = _cluster_codes(cluster, len(y))
+        c = clustered_auc_variance(pair, np.zeros(int(pair.max()) + 1 if len(pair) else 0,
+                                                  dtype=np.int64), y, d["v"], d["auc"])
+        clustered = bool(c["repeats"][0])
+        var = c["var"][:, 0] if clustered else var
+        extra = {"n_clusters": c["n_clusters"]}
+    se, low, high = _auc_ci_from(d["auc"], var, conf_level, scale)
+    flag = ("not_estimable" if np.isnan(d["auc"][0]) else "small_n" if np.isnan(var[0])
             else "auc_boundary" if auc_boundary(d["auc"])[0] else "")
     return tidy({"estimand": ["auc"], "estimate": d["auc"], "std_error": se, "conf_low": low,
                  "conf_high": high, "conf_level": conf_level, "n": [len(y)], "n_pos": d["m"],
-                 "n_neg": d["k"], "method": "delong" if scale == "auc" else "delong-logit",
-                 "flag": flag})
+                 "n_neg": d["k"], "method": auc_method([clustered], scale), "flag": flag,
+                 **extra})
+
+
+def _cluster_codes(cluster, n: int) -> np.ndarray:
+    """Codes 0..C-1 of cluster ids (first-appearance order); missing ids are refused."""
+    ids = pd.Series(np.asarray(cluster, dtype=object).ravel())
+    if len(ids) != n:
+        raise ContractError(f"cluster must have one id per observation ({n}); got {len(ids)}")
+    na = np.flatnonzero(ids.isna().to_numpy())
+    if len(na):
+        raise ContractError(f"cluster: positions {', '.join(map(str, na[:5]))} have no id; "
+                            f"give every observation a cluster (a scan alone is its own)")
+    return pd.factorize(ids)[0].astype(np.int64)
 
 
 def delong_test(label, score_a, score_b, *, conf_level: float = 0.95) -> pd.DataFrame:

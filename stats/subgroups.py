@@ -9,7 +9,9 @@ add up to the overall n.
 
 With ``cluster`` (e.g. ``"patient_id"``) every closed-form proportion interval is
 cluster-aware: the chosen interval at Korn & Graubard's effective sample size, from the
-cluster-robust variance of the cell's ratio estimator (:mod:`stats.clustered`).
+cluster-robust variance of the cell's ratio estimator (:mod:`stats.clustered`); the AUC's
+interval uses Obuchowski's (1997) clustered-data variance in every cell where a patient
+has several scans (:func:`stats.intervals.clustered_auc_variance`).
 """
 from __future__ import annotations
 
@@ -23,11 +25,12 @@ from statsmodels.stats.multitest import multipletests
 
 from stats import bootstrap as bs
 from stats.clustered import (FLAG_DEFF, SUFFIX, clustered_proportions, complement_moments,
-                             design_effect, effective_counts, metric_indicators)
+                             design_effect, effective_counts, metric_indicators, pair_codes)
 from stats.detection import (BIN_SOURCES, GROUP_COLS, METRICS, OVERALL, PROPORTIONS, CaseMatrix,
                              case_matrix, metric_fractions, ratio)
-from stats.intervals import (AUC_SCALES, PROPORTION_METHODS, AucScale, _auc_ci_from, delong_placements,
-                             newcombe_diff_ci, proportion_ci)
+from stats.intervals import (AUC_SCALES, PROPORTION_METHODS, AucScale, _auc_ci_from, auc_method,
+                             clustered_auc_variance, delong_placements, newcombe_diff_ci,
+                             proportion_ci)
 from stats.schema import ContractError, tidy
 
 ALL_METRICS = (*METRICS, "auc")
@@ -81,20 +84,36 @@ def _frame(cm: CaseMatrix, estimand: str, values: Mapping[str, np.ndarray], coun
         "n_neg": np.tile(counts["n_neg"], M), **cols})
 
 
-def grouped_auc(cm: CaseMatrix, *, placements: bool = True) -> dict[str, np.ndarray]:
+def grouped_auc(cm: CaseMatrix, *, placements: bool = True, clustered: bool = False
+                ) -> dict[str, np.ndarray]:
     """DeLong AUC per cell x model (G x M arrays ``auc``, ``var``) plus the placement
-    values ``v`` (memberships x M) and the membership arrays, in one vectorized pass."""
+    values ``v`` (memberships x M) and the membership arrays, in one vectorized pass.
+
+    ``clustered``: also Obuchowski's clustered-data variance over the clusters
+    ``cm.patient`` within each cell (``var_cluster``, G x M) and ``repeats`` (G: some
+    cluster has more than one scan in the cell), from the same placement values
+    (:func:`stats.intervals.clustered_auc_variance`); skipped (``repeats`` all False)
+    when no cluster repeats at all."""
     coo = cm.member.tocoo()
     cell, case = coo.row.astype(np.int64), coo.col.astype(np.int64)
     G, M = cm.n_cells, len(cm.models)
+    repeats = clustered and len(np.unique(cm.patient)) < len(cm.patient)
     grp = (cell[:, None] * M + np.arange(M)[None, :]).ravel()
     y = np.repeat(cm.label[case], M)
     d = delong_placements(grp, y, cm.score[case].ravel(), G * M,
-                          ranks=dense_ranks(cm.score)[case].ravel(), placements=placements)
+                          ranks=dense_ranks(cm.score)[case].ravel(),
+                          placements=placements or repeats)
     out = {"auc": d["auc"].reshape(G, M), "var": d["var"].reshape(G, M),
            "m": d["m"].reshape(G, M), "k": d["k"].reshape(G, M), "cell": cell, "case": case}
-    if placements:
+    if placements or repeats:
         out["v"] = d["v"].reshape(-1, M)
+    if clustered:
+        out["repeats"] = np.zeros(G, dtype=bool)
+        out["var_cluster"] = out["var"]
+    if repeats:
+        pair, pair_cell, _ = pair_codes(cell, case, cm.patient)
+        c = clustered_auc_variance(pair, pair_cell, cm.label[case], out["v"], out["auc"])
+        out["repeats"], out["var_cluster"] = c["repeats"], c["var"]
     return out
 
 
@@ -149,8 +168,11 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         Every closed-form proportion interval (sensitivity, specificity, PPV, NPV,
         accuracy) becomes the ``ci`` interval at Korn & Graubard's effective sample size
         (``n / deff`` with a degrees-of-freedom factor, at most ``n``; method
-        ``"<ci>-cluster"``, e.g. "wilson-cluster"; :mod:`stats.clustered`), and the
-        cluster bootstrap resamples this column. None (default): closed-form intervals
+        ``"<ci>-cluster"``, e.g. "wilson-cluster"; :mod:`stats.clustered`), the AUC's
+        interval uses Obuchowski's clustered-data variance in each cell where a cluster
+        has more than one scan (method "delong-cluster" or "delong-cluster-logit"; DeLong's,
+        identical there, in cells without repeats), and the cluster bootstrap resamples
+        this column. None (default): closed-form intervals
         treat scans as independent; the bootstrap resamples ``patient_id``.
     not_applicable : "auto" (default), None, list of columns or ``{column: "negatives"}``
         Which missing values read "not applicable" rather than "Missing": by default
@@ -160,11 +182,12 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     Returns
     -------
     Tidy DataFrame, one row per metric x model x cell (overall first): ``estimand``,
-    ``model``, ``group_var``, ``group_level``, ``estimate``, ``std_error`` (DeLong for
-    AUC, bootstrap SD for bootstrapped metrics, else NaN), ``conf_low``, ``conf_high``,
+    ``model``, ``group_var``, ``group_level``, ``estimate``, ``std_error`` (DeLong, or
+    Obuchowski with ``cluster``, for AUC, bootstrap SD for bootstrapped metrics, else NaN),
+    ``conf_low``, ``conf_high``,
     ``conf_level``, ``n`` (cases in the cell), ``n_pos``, ``n_neg``, ``method`` (wilson,
-    clopper-pearson, jeffreys, delong, delong-logit, bootstrap-percentile, bootstrap-bca,
-    bootstrap-wilson or none),
+    clopper-pearson, jeffreys, delong, delong-logit, delong-cluster, delong-cluster-logit,
+    bootstrap-percentile, bootstrap-bca, bootstrap-wilson or none),
     ``flag`` ("", empty, not_estimable, small_n, deff_not_estimable; several joined by
     ";"), extras ``numerator`` and ``denominator`` (the counts behind a proportion; NaN for
     AUC), ``n_clusters`` (clusters with a scan in the row's denominator: the ``cluster``
@@ -182,14 +205,18 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     the test rows only (the CLI does). sensitivity = TP/(TP+FN), specificity = TN/(TN+FP), PPV = TP/(TP+FP),
     NPV = TN/(TN+FN), accuracy = (TP+TN)/n, F1 = 2TP/(2TP+FP+FN); AUC with DeLong's
     variance and a Wald interval clipped to [0, 1] (as pROC). Without ``cluster``
-    closed-form intervals treat scans as independent; with it the proportions' intervals
-    respect patients with several scans (the AUC's DeLong interval still treats scans as
-    independent); the cluster bootstrap always respects them.
+    closed-form intervals treat scans as independent; with it the proportions' and the
+    AUC's intervals respect patients with several scans (Obuchowski 1997 for the AUC:
+    DeLong's placement values summed per patient within the cell; a cell whose positives
+    or negatives all belong to one patient has no such variance: NaN interval, flag
+    deff_not_estimable); the cluster bootstrap always respects them.
 
     Validated against R: proportions and AUC via ``tests/r/intervals.R`` (binom.test,
     prop.test, pROC) to 1e-10; cell counts against a pandas groupby recomputation; the
-    cluster-robust SE and design effect against ``survey::svymean`` (tests/r/clustered.R).
-    Coverage of "wilson-cluster": ``bench/cluster_coverage.md``.
+    cluster-robust SE and design effect against ``survey::svymean`` (tests/r/clustered.R);
+    the clustered AUC variance against a plain recomputation of Obuchowski's definitions
+    (tests/test_auc_cluster.py). Coverage of "wilson-cluster": ``bench/cluster_coverage.md``;
+    of "delong-cluster": ``bench/auc_cluster_coverage.md``.
 
     Examples
     --------
@@ -274,16 +301,20 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
                     f[col] = b[col].to_numpy()
                 f["n_boot"] = b["n_boot"].to_numpy()
     if "auc" in metrics:
-        a = grouped_auc(cm, placements=False)
-        se, lo, hi = _auc_ci_from(a["auc"], a["var"], conf_level, auc_scale)
+        a = grouped_auc(cm, placements=False, clustered=cluster is not None)
+        rep = np.broadcast_to(a.get("repeats", np.zeros(cm.n_cells, bool))[:, None],
+                              a["auc"].shape)
+        var = np.where(rep, a.get("var_cluster", a["var"]), a["var"])
+        se, lo, hi = _auc_ci_from(a["auc"], var, conf_level, auc_scale)
         nmin = np.minimum(a["m"], a["k"])
         flag = np.where(counts["n"][:, None] == 0, "empty",
                         np.where(nmin == 0, "not_estimable",
                                  np.where(nmin < small_n, "small_n", "")))
+        flag = _add_flag(flag, rep & np.isnan(var) & ~np.isnan(a["var"]), FLAG_DEFF)
         nan = np.full(a["auc"].shape, np.nan)
         frames.append(_frame(cm, "auc", {
             "estimate": a["auc"], "std_error": se, "conf_low": lo, "conf_high": hi,
-            "conf_level": conf_level, "method": "delong" if auc_scale == "auc" else "delong-logit",
+            "conf_level": conf_level, "method": auc_method(rep, auc_scale),
             "flag": flag, "numerator": nan, "denominator": nan,
             "n_clusters": clus["auc"]["n_clusters"], "design_effect": nan,
             "n_effective": nan}, counts))

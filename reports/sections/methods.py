@@ -78,7 +78,10 @@ def _detection(study) -> list[str]:
                    f"tests of equal sensitivity and specificity across levels use the Rao-Scott "
                    f"second-order correction with an F reference (R's survey::svychisq "
                    f"default), and the cluster bootstrap resamples whole {md(cluster)} "
-                   f"clusters. AUC intervals (DeLong) treat scans as independent.")
+                   f"clusters. The AUC's interval is cluster-aware too: where a {md(cluster)} "
+                   f"has several scans in a cell it uses Obuchowski's (1997) clustered-data "
+                   f"variance (DeLong's placement values summed per {md(cluster)}), "
+                   f"elsewhere DeLong's, which it then equals.")
     else:
         out.append("Each patient contributes one scan per model, so scans are treated as "
                    "independent.")

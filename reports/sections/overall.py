@@ -41,7 +41,10 @@ def build(study) -> Section:
               "f1": "F1", "auc": "AUC"}
     notes = [D.methods_note(study) + " PPV and NPV depend on the prevalence of the evaluation set."]
     if "auc" in est:
-        notes.append("AUC of the continuous score with DeLong's variance (Wald interval on the "
+        cluster = study.results.decisions.get("detection.cluster")
+        notes.append("AUC of the continuous score with DeLong's variance"
+                     + (f", or Obuchowski's clustered-data variance where a {text.md(cluster)} "
+                        f"has several scans," if cluster else "") + " (Wald interval on the "
                      + ("AUC scale, as pROC)." if det.auc_scale == "auc" else
                         "logit scale, back-transformed)."))
     if "f1" in est:
