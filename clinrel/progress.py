@@ -16,6 +16,14 @@ def progress(description: str, total: int | None = None, *, quiet: bool = False)
         return
     from rich.progress import Progress
 
-    with Progress(transient=True, console=None) as bar:
+    # no refresh thread (redrawn on each step): the report forks workers while a bar is
+    # shown, and a thread holding the terminal's lock at that moment would hang a child
+    with Progress(transient=True, console=None, auto_refresh=False) as bar:
         task = bar.add_task(description, total=total)
-        yield lambda n=1: bar.advance(task, n)
+        bar.refresh()
+
+        def advance(n=1):
+            bar.advance(task, n)
+            bar.refresh()
+
+        yield advance

@@ -465,8 +465,11 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
                                                              reference), tmp, build, tables)}
             docs = {k: v for k, v in docs.items() if k == "qmd" or k in formats}
         names = list(docs)
+        # the PDF here: typst's thread pool may already run in this process (an earlier
+        # report), and a forked child would wait for its threads forever
         spent = run_tasks([functools.partial(_timed, docs[k]) for k in names], jobs=jobs,
-                          order=sorted(range(len(names)), key=lambda i: -_DOC_COST[names[i]]))
+                          order=sorted(range(len(names)), key=lambda i: -_DOC_COST[names[i]]),
+                          here=[i for i, k in enumerate(names) if k == "pdf"])
         timings.update({k: sec for k, sec in zip(names, spent) if k != "qmd"})
         seconds = round(time.perf_counter() - t0, 3)
         timings["total"] = seconds

@@ -106,3 +106,22 @@ def test_pdf_dates_follow_source_date_epoch(tmp_path, monkeypatch):
     assert meta["/CreationDate"] == "D:20231114221320Z"
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "not a number")
     assert render.source_date_epoch() == render.DEFAULT_EPOCH
+
+
+def test_reports_in_one_process_with_forked_workers_finish(tmp_path):
+    """Two reports in one process: the first (one job) starts typst's native thread pool
+    here; the second (two jobs) would hang if its PDF were rendered in a forked child,
+    which waits forever for threads fork did not copy (reports._fork runs the PDF in
+    this process; measured: the old code hung). Run in a subprocess with a time limit,
+    so a regression fails instead of hanging the suite."""
+    plan = _study(tmp_path)
+    code = ("import sys, warnings; warnings.simplefilter('ignore')\n"
+            "from reports.render import render_report\n"
+            "for k in (1, 2):\n"
+            f"    render_report({str(plan)!r}, {str(tmp_path)!r} + f'/r{{k}}', jobs=k,"
+            " strict=True)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=240, check=False, cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "r2" / "appendix.pdf").read_bytes() == \
+        (tmp_path / "r1" / "appendix.pdf").read_bytes()
