@@ -261,18 +261,19 @@ _ATTR = ["", [], []]
 
 def _inlines(s: str) -> list:
     """``s`` (one visible line, ``text.plain``) as Pandoc inlines for the markdown writer:
-    each word a raw markdown inline escaped by ``text.md`` as if it began a line, words
-    joined by spaces. Pandoc's own writer leaves too much bare in a cell ("&amp;" reads
-    back as "&", "[@key]" as a citation, a lone "|" as a line block, "1." as a list, an
-    em dash written "---" as a rule); ``md`` is the escaper whose read-back is tested, and
-    escaping word by word keeps that true wherever the writer wraps the cell."""
+    each word a raw markdown inline, words joined by spaces. Pandoc's own writer leaves
+    too much bare in a cell ("&amp;" reads back as "&", "[@key]" as a citation, a lone
+    "|" as a line block, "1." as a list, an em dash written "---" as a rule); ``text.md``
+    is the escaper whose read-back is tested, here with ``wrap`` (the writer may break
+    the cell's line at any space, so every word is escaped as a possible line start) and
+    a space after the last word (the cell's end)."""
+    words = [w for w in text.plain(s).split(" ") if w]
     out: list = []
-    for word in text.plain(s).split(" "):
-        if word:
-            if out:
-                out.append({"t": "Space"})
-            out.append({"t": "RawInline", "c": ["markdown", text.md(word)]})
-    return out
+    for word in text.md(" ".join(words), follow=" ", wrap=True).split(" "):
+        if out:
+            out.append({"t": "Space"})
+        out.append({"t": "RawInline", "c": ["markdown", word]})
+    return out if words else []
 
 
 def _cell(s: str, colspan: int = 1, *, emph: bool = False) -> list:

@@ -53,61 +53,125 @@ def plain(text) -> str:
     return s if s.isprintable() else "".join(map(_visible, s))
 
 
-#: escaped wherever they occur: inline markup (emphasis, code, links, images, spans,
-#: attributes, shortcodes, raw HTML/TeX, math, citations, cross-references,
-#: super/subscript, strikeout, tables, line blocks, entities, smart quotes)
-_MD_ALWAYS = frozenset("\\`*[]{}<$@^~|&'\"")
-#: escaped when first: block markers (headings, block quotes, lists, rules, setext
-#: underlines, title blocks, example lists, a table caption or definition ``:``)
-_MD_FIRST = frozenset("#>+-=%(!:")
+#: escaped wherever they occur: inline markup (emphasis, code, spans, attributes,
+#: shortcodes, math, citations, cross-references, super/subscript, strikeout, tables,
+#: line blocks, smart quotes)
+_MD_ALWAYS = frozenset("\\`*{}$@^~|'\"")
+#: escaped when they begin a line: block markers (headings, block quotes, title blocks,
+#: definitions)
+_MD_FIRST = frozenset("#>%:")
+#: escaped when they begin a line and a space, the end or one of these follows (bullets,
+#: setext underlines and rules, grid-table borders, an image's "![")
+_MD_FIRST_SPACED = {"+": "+-=", "-": "-", "=": "=", "!": "["}
 #: doubled, these become dashes or an ellipsis (smart punctuation)
 _MD_RUNS = frozenset("-.")
-_MD_LIST_START = re.compile(r"[A-Za-z0-9]{1,9}(?=[.)](\s|$))")
+#: what Pandoc reads as an ordered-list number: decimal, one letter or a roman numeral
+_MD_ENUM = r"(?:[0-9]{1,9}|[A-Za-z]|[ivxlcdmIVXLCDM]+)"
+#: an ordered-list marker ("1.", "iv)") or one in parentheses ("(1)", "(@)")
+_MD_LIST_START = re.compile(_MD_ENUM + r"(?=[.)](\s|$))")
+_MD_PAREN_LIST = re.compile(r"\((?:" + _MD_ENUM + r"|@[\w-]*)\)(?=\s|$)")
+_MD_PAREN_OPEN = re.compile(r"\((?:" + _MD_ENUM + r"|@[\w-]*)\)?")
+#: markup characters a bare bracket pair may not hold
+_MD_BRACKET_NOT = frozenset("\\`*{}$@^~|'\"_!")
+#: the unknown end: anything may follow the text
+_ANY = "\x00"
 
 
 def _alnum(ch: str) -> bool:
     return ch.isascii() and ch.isalnum()
 
 
-def md(text) -> str:
+def _bare_brackets(s: str, nxt) -> set[int]:
+    """Positions of the brackets of pairs that read as plain text: the pair holds no
+    letter (so it can name no heading, as Pandoc's implicit header references would,
+    nor a citation, footnote or link reference) and no markup, and no ``( [ { :`` or
+    unknown end follows it (a link target or a reference definition)."""
+    bare: set[int] = set()
+    for m in re.finditer(r"\[([^\[\]]*)\]", s):
+        inner = m.group(1)
+        if (not any(c.isalpha() or c in _MD_BRACKET_NOT for c in inner)
+                and nxt(m.end() - 1) not in "([{:" + _ANY):
+            bare.update((m.start(), m.end() - 1))
+    return bare
+
+
+def _line_start(s: str, i: int, nxt, out: list) -> None:
+    """Escape, in ``out``, what would make a line beginning at ``s[i]`` a block."""
+    ch = s[i]
+    if ch in _MD_FIRST:
+        out[i] = "\\" + ch
+    elif ch in _MD_FIRST_SPACED and (nxt(i) in " " + _ANY or nxt(i) in _MD_FIRST_SPACED[ch]):
+        out[i] = "\\" + ch
+    elif ch == "(":
+        tail = s[i:] if nxt(len(s) - 1) == _ANY else s[i:] + nxt(len(s) - 1)
+        if _MD_PAREN_LIST.match(tail) or (nxt(len(s) - 1) == _ANY
+                                           and _MD_PAREN_OPEN.fullmatch(s[i:])):
+            out[i] = "\\("
+    else:
+        tail = s[i:] if nxt(len(s) - 1) == _ANY else s[i:] + nxt(len(s) - 1)
+        m = _MD_LIST_START.match(tail)
+        if m and i + m.end() < len(s):
+            out[i + m.end()] = "\\" + s[i + m.end()]
+
+
+def md(text, *, follow: str | None = None, wrap: bool = False) -> str:
     """Escape ``text`` for Pandoc/Quarto markdown prose, keeping it readable.
 
     A backslash goes before every character that markdown treats as special where it
-    stands (``_MD_ALWAYS`` anywhere; ``_`` unless between two letters or digits, which
-    Pandoc never reads as emphasis; ``-`` and ``.`` next to another of the same, which
-    smart punctuation would turn into a dash or an ellipsis; ``:`` unless a space follows
-    it; a block marker or an ordered-list number as the first character), so
-    ``plan.yaml`` stays ``plan.yaml`` and ``Failure map: sensitivity`` stays as written.
+    stands, and only there: ``_MD_ALWAYS`` anywhere; ``_`` unless between two letters or
+    digits, which Pandoc never reads as emphasis; ``-`` and ``.`` next to another of the
+    same, which smart punctuation would turn into a dash or an ellipsis; ``:`` unless a
+    space follows it; ``<`` unless a space, a digit or ``= < > - .`` follows (a tag,
+    comment or autolink needs a letter, ``/``, ``!`` or ``?``); ``&`` unless a space or
+    ``& . , ; )`` follows (an entity needs a letter, digit or ``#``); brackets unless the
+    pair holds no letter or markup (``[0.80, 0.90]``) and no ``( [ { :`` follows it; and
+    at the start of a line a block marker, a bullet or an ordered-list number. So
+    ``plan.yaml``, ``Failure map: sensitivity``, ``0.28 [< 0.01, 26.85] (280/329)`` and
+    ``A & B`` stay as written.
+
+    ``follow``: the character that will come right after the text; ``None`` (unknown)
+    escapes at the end as if anything could follow. ``wrap``: a writer may break the
+    line at any space (a grid-table cell), so every word is treated as a line start.
     The result is one line (``plain``) and reads as exactly ``text`` wherever it is
     placed in a paragraph, including at the start of a line
-    (``tests/test_safety_injection.py`` checks this with Pandoc on generated strings).
+    (``tests/test_safety_injection.py``, and ``tests/test_docx.py`` for grid cells, check
+    this with Pandoc on generated strings).
     """
     s = plain(text)
     n = len(s)
+    if not s:
+        return ""
+    end = _ANY if follow is None else (follow[:1] or " ")
+
+    def nxt(i: int) -> str:
+        return s[i + 1] if i < n - 1 else end
+
+    bare = _bare_brackets(s, nxt)
     out = []
     for i, ch in enumerate(s):
         if ch in _MD_ALWAYS:
             esc = True
+        elif ch in "[]":
+            esc = i not in bare
         elif ch == "_":
             esc = not (0 < i < n - 1 and _alnum(s[i - 1]) and _alnum(s[i + 1]))
         elif ch in _MD_RUNS:
-            esc = (i > 0 and s[i - 1] == ch) or (i < n - 1 and s[i + 1] == ch)
+            esc = (i > 0 and s[i - 1] == ch) or nxt(i) == ch
         elif ch == ":":  # "Failure map: sensitivity" stays as it is; a colon that could
             # open a fence (":::"), an emoji (":x:") or a URI scheme ("a:b") is escaped
-            esc = not (i < n - 1 and s[i + 1] == " " and (i == 0 or s[i - 1] != ":"))
+            esc = not (nxt(i) == " " and (i == 0 or s[i - 1] != ":"))
+        elif ch == "<":
+            esc = not (nxt(i) == " " or nxt(i).isdigit() or nxt(i) in "=<>-.")
+        elif ch == "&":
+            esc = nxt(i) not in " &.,;)"
         else:
             esc = False
         out.append("\\" + ch if esc else ch)
-    if not s:
-        return ""
     if s[0] == " ":  # a leading space could make the line an indented code block
         out[0] = "\\ "
-    elif s[0] in _MD_FIRST:
-        out[0] = "\\" + s[0]
-    else:
-        m = _MD_LIST_START.match(s)
-        if m:
-            out[m.end()] = "\\" + s[m.end()]
+    starts = [i for i in range(n) if s[i] != " " and (i == 0 or (wrap and s[i - 1] == " "))]
+    for i in starts:
+        _line_start(s, i, nxt, out)
     if n > 1 and s[-1] == " ":  # trailing spaces before a newline are a hard line break
         out[-1] = "\\ "
     return "".join(out)
