@@ -55,8 +55,10 @@ def plain(text) -> str:
 
 #: escaped wherever they occur: inline markup (emphasis, code, spans, attributes,
 #: shortcodes, math, citations, cross-references, super/subscript, strikeout, tables,
-#: line blocks, smart quotes)
-_MD_ALWAYS = frozenset("\\`*{}$@^~|'\"")
+#: line blocks, smart quotes; ``<`` too, even before a space or digit where it opens
+#: nothing: Pandoc's reader tries raw HTML at every bare ``<``, and a BenchX-scale
+#: appendix with thousands of "< 0.001" cells took 30 s to read instead of 2.7)
+_MD_ALWAYS = frozenset("\\`*{}$@^~|'\"<")
 #: escaped when they begin a line: block markers (headings, block quotes, title blocks,
 #: definitions)
 _MD_FIRST = frozenset("#>%:")
@@ -121,12 +123,11 @@ def md(text, *, follow: str | None = None, wrap: bool = False) -> str:
     stands, and only there: ``_MD_ALWAYS`` anywhere; ``_`` unless between two letters or
     digits, which Pandoc never reads as emphasis; ``-`` and ``.`` next to another of the
     same, which smart punctuation would turn into a dash or an ellipsis; ``:`` unless a
-    space follows it; ``<`` unless a space, a digit or ``= < > - .`` follows (a tag,
-    comment or autolink needs a letter, ``/``, ``!`` or ``?``); ``&`` unless a space or
+    space follows it; ``&`` unless a space or
     ``& . , ; )`` follows (an entity needs a letter, digit or ``#``); brackets unless the
     pair holds no letter or markup (``[0.80, 0.90]``) and no ``( [ { :`` follows it; and
     at the start of a line a block marker, a bullet or an ordered-list number. So
-    ``plan.yaml``, ``Failure map: sensitivity``, ``0.28 [< 0.01, 26.85] (280/329)`` and
+    ``plan.yaml``, ``Failure map: sensitivity``, ``0.28 [0.01, 26.85] (280/329)`` and
     ``A & B`` stay as written.
 
     ``follow``: the character that will come right after the text; ``None`` (unknown)
@@ -160,8 +161,6 @@ def md(text, *, follow: str | None = None, wrap: bool = False) -> str:
         elif ch == ":":  # "Failure map: sensitivity" stays as it is; a colon that could
             # open a fence (":::"), an emoji (":x:") or a URI scheme ("a:b") is escaped
             esc = not (nxt(i) == " " and (i == 0 or s[i - 1] != ":"))
-        elif ch == "<":
-            esc = not (nxt(i) == " " or nxt(i).isdigit() or nxt(i) in "=<>-.")
         elif ch == "&":
             esc = nxt(i) not in " &.,;)"
         else:
