@@ -28,7 +28,8 @@ The machine is shared: every figure carries the 1-minute load average taken befo
 minima over repeats are the steadiest estimates (noise only adds time).
 
 ``python bench/bench_report.py --quick|--full [--json OUT] [--repeats N] [--no-scaling]
-[--no-kernel] [--profile FILE]`` (``bench/run.py --only report`` runs it alone).
+[--no-kernel] [--profile FILE]`` (``bench/run.py --only report`` runs it alone; the
+environment's ``CLINREL_BENCH_REPEATS`` sets the repeats there, default 2).
 """
 from __future__ import annotations
 
@@ -84,13 +85,16 @@ def write_study(folder: Path, n_cases: int, n_models: int, n_boot: int) -> Path:
     return path
 
 
-def run_report(plan: Path, out: Path) -> dict:
-    """``clinrel report`` in its own process: wall time, peak RSS, the manifest's timings."""
+def run_report(plan: Path, out: Path, jobs: int | None = None) -> dict:
+    """``clinrel report`` in its own process (``--jobs``: default, every CPU): wall time,
+    peak RSS (of the largest process: ``wait4`` counts the report and the workers it
+    waited for), the manifest's timings."""
     clinrel = Path(sys.executable).with_name("clinrel")
     before = load()
     t0 = time.perf_counter()
     proc = subprocess.Popen([str(clinrel), "report", "--plan", str(plan), "--out", str(out),
-                             "--force", "--quiet"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                             "--force", "--quiet", *(["--jobs", str(jobs)] if jobs else [])],
+                            cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     err = proc.stderr.read()  # type: ignore[union-attr]
     _, status, usage = os.wait4(proc.pid, 0)
@@ -235,6 +239,13 @@ def report_and_scaling(tmp: Path, args, full: bool, n_cases: int, n_models: int,
                                  key=lambda kv: -kv[1])[:10]),
         "timings_s": t,
     }
+    # the same report in one process: what the parallel lanes and workers buy
+    one = run_report(tmp / f"study_{n_cases}_{n_models}" / "plan.yaml", tmp / "out_jobs1",
+                     jobs=1)
+    figures.update({"jobs": os.cpu_count(), "report_jobs1_wall_s": one["wall_s"],
+                    "report_jobs1_load_1m": one["load_1m"],
+                    "report_jobs1_phases_s": phases(one["timings"]),
+                    "parallel_speedup": one["wall_s"] / best["wall_s"]})
     if args.profile:
         profile(tmp / f"study_{n_cases}_{n_models}" / "plan.yaml", tmp / "profiled",
                 args.profile)
@@ -283,7 +294,7 @@ def main(argv=None) -> dict:
     full = args.full and not args.quick
     n_cases, n_models = (85_000, 10) if full else (8_500, 3)
     n_boot = N_BOOT_REPORT if full else 200
-    repeats = args.repeats or 2
+    repeats = args.repeats or int(os.environ.get("CLINREL_BENCH_REPEATS", "2"))
     figures: dict = {"scale": "full" if full else "quick", "n_cases": n_cases,
                      "n_models": n_models, "n_boot_detection": n_boot,
                      "n_boot_calibration": 1000, "cores": os.cpu_count()}
