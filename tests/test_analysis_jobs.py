@@ -40,11 +40,21 @@ def test_two_jobs_give_what_one_job_gives(demo):
     with plan_limits(plan):
         one, two = run(plan, tables, jobs=1), run(plan, tables, jobs=2)
     lanes = {ANALYSES[n].lane for n in one.tidy_tables() if n in ANALYSES}
-    assert lanes == {"main", "models"}   # the demo exercises both lanes
+    assert lanes == {"main", "models", "after"}   # the demo exercises every lane
+    # the crude subgroup table is computed once, in the main lane, not again in the lane
+    assert "subgroup_metrics" not in _lane_store(plan, tables)
     assert "adjusted_table" in two.tidy_tables()
     _same(one, two)
     # the lane's row-level table came back too (the adjusted section reads it)
     pd.testing.assert_frame_equal(one["adjusted_rows"], two["adjusted_rows"])
+
+
+def _lane_store(plan, tables) -> dict:
+    from stats.analysis import core
+
+    names = [n for n in core.wanted(plan, tables) if ANALYSES[n].lane == "models"]
+    with plan_limits(plan):
+        return core._lane(plan, tables, names, "record")["store"]
 
 
 def _lane_analysis(monkeypatch, name, fn):

@@ -14,7 +14,7 @@ import re
 
 import pandas as pd
 
-from .core import analysis
+from .core import AFTER, analysis
 from .detection import _wants_detection
 
 UNKNOWN = "Unknown"
@@ -198,30 +198,43 @@ def means_fit_method(fits: dict) -> str:
     return "glmm" if "glmm" in fits else next(iter(fits))
 
 
-@analysis("adjusted_vs_crude", wanted=_wants, lane="models")
-def adjusted_vs_crude(results) -> pd.DataFrame:
-    """Adjusted and crude sensitivity per level of every factor in the model. Like with like:
-    the adjusted value is standardized (g-computation over the observed covariate mix, the
-    crude value's own population) unless the plan asks for ``means_kind: emmeans`` (the
-    equal-weight reference grid), which is then labelled so."""
+@analysis("adjusted_marginal", wanted=_wants, lane="models")
+def adjusted_marginal(results) -> list:
+    """The adjusted sensitivity (or specificity) per level of every factor of the model:
+    ``[(variable, marginal means), ...]``, standardized (g-computation over the observed
+    covariate mix) unless the plan asks for ``means_kind: emmeans``. A list, not a table:
+    ``adjusted_vs_crude`` joins it to the crude values."""
     fits = results["adjusted_fits"]
     m = means_fit_method(fits)
     results.decide("adjusted.means_fit", m)
     kind = results.plan.detection.adjusted.get("means_kind", "standardized")
     results.decide("adjusted.vs_crude_kind", kind)
-    first = fits[m]
     ev = results["evaluation"]
-    formula = results.plan.detection.adjusted["formula"]
+    out = []
+    for var in formula_columns(results.plan.detection.adjusted["formula"], ev.columns):
+        if pd.api.types.is_numeric_dtype(ev[var]) and not isinstance(ev[var].dtype,
+                                                                     pd.CategoricalDtype):
+            continue
+        out.append((var, fits[m].marginal_means(var, kind=kind)))
+    return out
+
+
+@analysis("adjusted_vs_crude", wanted=_wants, lane=AFTER)
+def adjusted_vs_crude(results) -> pd.DataFrame:
+    """Adjusted and crude sensitivity per level of every factor in the model. Like with like:
+    the adjusted value is standardized (g-computation over the observed covariate mix, the
+    crude value's own population) unless the plan asks for ``means_kind: emmeans`` (the
+    equal-weight reference grid), which is then labelled so. Computed after the merge of
+    the lanes: the adjusted means come from the models lane, the crude values from the
+    main lane's subgroup table (not computed twice)."""
+    marginal = results["adjusted_marginal"]
+    kind = results.decisions["adjusted.vs_crude_kind"]
     crude_all = results["subgroup_metrics"]
     estimand = ("sensitivity" if results.plan.detection.adjusted.get("population", "positives")
                 == "positives" else "specificity")
     crude_all = crude_all[crude_all["estimand"] == estimand]
     parts = []
-    for var in formula_columns(formula, ev.columns):
-        if pd.api.types.is_numeric_dtype(ev[var]) and not isinstance(ev[var].dtype,
-                                                                     pd.CategoricalDtype):
-            continue
-        mm = first.marginal_means(var, kind=kind)
+    for var, mm in marginal:
         parts.append(mm.assign(kind=f"adjusted ({kind})", variable=var))
         cr = crude_all[crude_all["group_var"] == var]
         if len(cr):

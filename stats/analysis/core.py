@@ -41,6 +41,8 @@ class Analysis:
 
 
 MAIN = "main"
+#: computed in this process after every lane has been merged (joins of lanes' results)
+AFTER = "after"
 
 
 def analysis(name: str, *, wanted: Callable[[Any, Any], bool] = lambda plan, tables: True,
@@ -172,7 +174,7 @@ def run(plan, tables: Tables, *, scheduler=None, only: Iterable[str] | None = No
     raises.
 
     The main lane's analyses are computed first, then each other lane's (registration
-    order within a lane). ``jobs > 1`` (and no scheduler, on a system that can fork)
+    order within a lane), then the ``AFTER`` lane (joins of the others' results). ``jobs > 1`` (and no scheduler, on a system that can fork)
     computes the other lanes in a forked process while this one computes the main lane;
     its tables, decisions and notes are merged as if computed here after the main lane,
     so every result is the same whatever ``jobs`` is (tests/test_analysis.py).
@@ -183,17 +185,22 @@ def run(plan, tables: Tables, *, scheduler=None, only: Iterable[str] | None = No
 
     results = Results(plan, tables, scheduler=scheduler)
     names = list(only) if only is not None else wanted(plan, tables)
-    main = [n for n in names if n not in ANALYSES or ANALYSES[n].lane == MAIN]
-    rest = [n for n in names if n not in main]
+    lane = {n: ANALYSES[n].lane if n in ANALYSES else MAIN for n in names}
+    main = [n for n in names if lane[n] == MAIN]
+    after = [n for n in names if lane[n] == AFTER]
+    rest = [n for n in names if lane[n] not in (MAIN, AFTER)]
+    payload = None
     if rest and jobs > 1 and results.scheduler is None and can_fork():
         join = forked(functools.partial(_lane, plan, tables, rest, errors))
         _compute(results, main, errors)
-        payload = join()
-        if payload is not None:   # None: the process died; compute the lane here
+        payload = join()          # None: the process died; the lane is computed here
+        if payload is not None:
             _merge(results, payload)
-            return results
-    _compute(results, main, errors)
-    _compute(results, rest, errors)
+    else:
+        _compute(results, main, errors)
+    if payload is None:
+        _compute(results, rest, errors)
+    _compute(results, after, errors)
     return results
 
 
