@@ -167,19 +167,86 @@ def design_effect(mom: dict[str, np.ndarray], conf_level: float = 0.95
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.where(n > 0, x / n, np.nan)
         var = np.where(C > 1, C / (C - 1) * mom["ss"] / n ** 2, np.nan)
-        raw = var / (p * (1 - p) / n)
+    out = _effective(var, p * (1 - p) / n, n, C, mom["repeats"], (p == 0) | (p == 1),
+                     conf_level)
+    return {"estimate": p, "std_error": np.sqrt(var), **out}
+
+
+def _effective(var, srs_var, n, C, repeats, degenerate, conf_level: float
+               ) -> dict[str, np.ndarray]:
+    """``design_effect``, ``n_effective`` and ``not_estimable`` from the cluster variance
+    ``var`` of an estimate and its variance ``srs_var`` with scans as independent, by the
+    rules of the module docstring (``degenerate``: no variance can be estimated, e.g. a
+    proportion of 0 or 1)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        raw = var / srs_var
         q = (1 - conf_level) / 2
         df = (sps.t.ppf(q, np.maximum(n - 1, 1)) / sps.t.ppf(q, np.maximum(C - 1, 1))) ** 2
         n_est = np.fmin(n, n / raw * df)
-    rep = mom["repeats"] & (n > 0)
+    rep = repeats & (n > 0)
     one = rep & (C < 2)
-    not_est = rep & (one | (p == 0) | (p == 1))
+    not_est = rep & (one | degenerate)
     est = rep & ~not_est
     empty = n == 0
-    return {"estimate": p, "std_error": np.sqrt(var),
-            "design_effect": np.where(empty | not_est, np.nan, np.where(est, raw, 1.0)),
+    return {"design_effect": np.where(empty | not_est, np.nan, np.where(est, raw, 1.0)),
             "n_effective": np.where(empty, np.nan, np.where(est, n_est, np.where(one, 1.0, n))),
             "not_estimable": not_est}
+
+
+def paired_difference(member: sparse.spmatrix, cluster: np.ndarray, right_a: np.ndarray,
+                      right_b: np.ndarray, den: np.ndarray, conf_level: float = 0.95
+                      ) -> dict[str, np.ndarray]:
+    """Cluster-aware paired difference of two proportions on the same scans, per cell x
+    column (e.g. sensitivity of model A minus model B; issue 15).
+
+    ``right_a``, ``right_b`` (cases x K) are the success indicators of the two sides (a
+    correct call), ``den`` (cases x 1 or K) the denominator indicator (a reference
+    positive). Per cluster ``c`` of the cell, ``d_c = sum (right_a - right_b)`` over its
+    denominator scans (its discordant pairs A-only minus B-only) and ``m_c`` their number;
+    ``D = sum d_c = b - c``, ``n = sum m_c``, ``Delta = D / n``. Returns (cells x K):
+
+    * ``std_error``: ``sqrt(C / (C - 1) sum (d_c - Delta m_c)^2) / n``, the ratio
+      estimator's linearization variance of the difference over the ``C`` clusters
+      (Obuchowski 1998; R: ``svycontrast(svymean(~ya + yb, svydesign(ids = ~cluster, ...)),
+      c(1, -1))``); NaN with fewer than two clusters;
+    * ``design_effect`` and ``n_effective``: that variance over the paired variance with
+      scans as independent, ``((b + c) - (b - c)^2 / n) / n^2``, and Korn & Graubard's
+      effective size, by the rules of :func:`design_effect` (no discordant pair: not
+      estimable, ``n_effective = n``);
+    * ``statistic``, ``p_value``: Durkalski et al.'s (2003) clustered McNemar test,
+      ``X^2 = D^2 / sum d_c^2`` on 1 degree of freedom (McNemar's uncorrected statistic
+      ``(b - c)^2 / (b + c)`` when every cluster holds one scan); p = 1 without a
+      discordant pair;
+    * ``n_clusters`` (clusters with a denominator scan), ``repeats`` (some cluster holds
+      more than one), ``n`` and ``discordance`` (``D``).
+
+    References
+    ----------
+    Obuchowski NA (1998) On the comparison of correlated proportions for clustered data.
+    Stat Med 17:1495-1507. Durkalski VL, Palesch YY, Lipsitz SR, Rust PF (2003) Analysis
+    of clustered matched-pair data. Stat Med 22:2417-2428.
+    """
+    ra = np.asarray(right_a, dtype="float64")
+    den = np.broadcast_to(np.asarray(den, dtype="float64"), ra.shape)
+    diff = (ra - np.asarray(right_b, dtype="float64")) * den
+    K = ra.shape[1]
+    cell, _, sums = pair_sums(member, cluster, np.hstack([diff, diff ** 2, den]))
+    d_c, disc_c, m_c = sums[:, :K], sums[:, K:2 * K], sums[:, 2 * K:]
+    G = member.shape[0]
+    n, D, disc = (_group_sum(cell, G, v) for v in (m_c, d_c, disc_c))   # disc = b + c
+    C = _group_sum(cell, G, m_c > 0)
+    repeats = _group_sum(cell, G, m_c > 1) > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        delta = np.where(n > 0, D / n, np.nan)
+        ss = _group_sum(cell, G, (d_c - np.nan_to_num(delta)[cell] * m_c) ** 2)
+        var = np.where(C > 1, C / (C - 1) * ss / n ** 2, np.nan)
+        srs = (disc - D ** 2 / n) / n ** 2
+        x2 = D ** 2 / _group_sum(cell, G, d_c ** 2)
+    p = np.where(disc > 0, sps.chi2.sf(x2, 1), np.where(n > 0, 1.0, np.nan))
+    out = _effective(var, srs, n, C, repeats, ~(srs > 0), conf_level)
+    return {"estimate": delta, "std_error": np.sqrt(var), **out,
+            "statistic": np.where(disc > 0, x2, np.nan), "p_value": p,
+            "n_clusters": C, "repeats": repeats, "n": n, "discordance": D}
 
 
 def effective_counts(x: np.ndarray, n: np.ndarray, n_eff: np.ndarray

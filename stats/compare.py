@@ -7,17 +7,19 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
+from stats.clustered import FLAG_DEFF, paired_difference, pair_codes
 from stats.detection import GROUP_COLS, case_matrix
-from stats.intervals import _paired_auc_frame, delong_covariance, mcnemar_exact, newcombe_diff_ci
+from stats.intervals import (_paired_auc_frame, clustered_auc_variance, delong_covariance,
+                             mcnemar_exact, newcombe_diff_ci)
 from stats.schema import tidy
-from stats.subgroups import adjust_p, grouped_auc
+from stats.subgroups import _add_flag, adjust_p, grouped_auc
 
 COMPARE_METRICS = ("sensitivity", "specificity", "auc")
 
 
 def compare_models(cases: pd.DataFrame, *, by=None,
                    metrics: Sequence[str] = COMPARE_METRICS, conf_level: float = 0.95,
-                   small_n: int = 10) -> pd.DataFrame:
+                   small_n: int = 10, cluster: str | None = None) -> pd.DataFrame:
     """Every pair of models, per subgroup cell: paired differences with tests.
 
     Parameters
@@ -28,6 +30,17 @@ def compare_models(cases: pd.DataFrame, *, by=None,
     conf_level : float
     small_n : flag "small_n" when the cell's positives (sensitivity, AUC) or negatives
         (specificity, AUC) are fewer.
+    cluster : column whose repeated values mark scans of one patient (e.g.
+        ``"patient_id"``). In a cell where a patient has more than one scan in the
+        comparison's denominator, the tests and intervals become cluster-aware:
+        sensitivity and specificity differences use Durkalski et al.'s clustered McNemar
+        test and Newcombe's paired interval at Korn & Graubard's effective counts
+        (method "newcombe-paired-cluster/mcnemar-clustered",
+        :func:`stats.clustered.paired_difference`), AUC differences Obuchowski's
+        clustered-data variance of the difference (method "delong-paired-cluster",
+        :func:`stats.intervals.clustered_auc_variance` of the difference of the placement
+        values). Cells without a repeat keep the exact McNemar test and DeLong's
+        variance. ``None``: scans as independent.
 
     Returns
     -------
@@ -68,7 +81,8 @@ def compare_models(cases: pd.DataFrame, *, by=None,
     bad = [k for k in metrics if k not in COMPARE_METRICS]
     if bad:
         raise ValueError(f"metrics: unknown {bad}; choose from {COMPARE_METRICS}")
-    cm = case_matrix(cases, by)
+    cm = case_matrix(cases, by, cluster=cluster)
+    clustered = cluster is not None
     M, G = len(cm.models), cm.n_cells
     ia, ib = np.triu_indices(M, 1)
     if len(ia) == 0:
@@ -100,25 +114,51 @@ def compare_models(cases: pd.DataFrame, *, by=None,
         est, lo, hi = newcombe_diff_ci(None, None, None, None, paired_counts=(a, b, c, d),
                                        conf_level=conf_level)
         p = np.where(n > 0, mcnemar_exact(b, c), np.nan)
+        method = np.full(b.shape, "newcombe-paired/mcnemar-exact", dtype=object)
+        extra = {"n_clusters": _mo(np.broadcast_to(n, b.shape))}
         flag = np.where(base["n"].reshape(len(ia), G).T == 0, "empty",
                         np.where(n == 0, "not_estimable", np.where(n < small_n, "small_n", "")))
+        if clustered:
+            pdiff = paired_difference(A, cm.patient, ra, rb, mask[:, None], conf_level)
+            rep = pdiff["repeats"]
+            k = np.where(rep, pdiff["n_effective"] / np.where(n > 0, n, 1), 1.0)
+            _, lo_c, hi_c = newcombe_diff_ci(None, None, None, None, conf_level=conf_level,
+                                             paired_counts=(a * k, b * k, c * k, d * k))
+            lo, hi = np.where(rep, lo_c, lo), np.where(rep, hi_c, hi)
+            p = np.where(rep, pdiff["p_value"], p)
+            method[rep] = "newcombe-paired-cluster/mcnemar-clustered"
+            flag = _add_flag(flag, pdiff["not_estimable"], FLAG_DEFF)
+            extra = {"n_clusters": _mo(pdiff["n_clusters"]),
+                     "design_effect": _mo(pdiff["design_effect"]),
+                     "n_effective": _mo(pdiff["n_effective"])}
         frames.append(pd.DataFrame({
             "estimand": f"{metric}_difference", **base, "estimate": _mo(est),
             "conf_low": _mo(lo), "conf_high": _mo(hi), "conf_level": conf_level,
-            "p_value": _mo(p), "method": "newcombe-paired/mcnemar-exact", "flag": _mo(flag),
-            "discordant_a": _mo(b), "discordant_b": _mo(c)}))
+            "p_value": _mo(p), "method": _mo(method), "flag": _mo(flag),
+            "discordant_a": _mo(b), "discordant_b": _mo(c), **extra}))
     if "auc" in metrics:
         g = grouped_auc(cm)
         lab = cm.label[g["case"]]
-        cols = {}
-        for pa, pb in zip(ia, ib):  # one vectorized pass over all cells per model pair
-            da = {k: g[k][:, pa] for k in ("auc", "var", "m", "k")}
-            db = {k: g[k][:, pb] for k in ("auc", "var", "m", "k")}
-            cov = delong_covariance(g["cell"], lab, g["v"][:, pa], g["v"][:, pb],
-                                    da["auc"], db["auc"], da["m"], da["k"])
-            for key, val in _paired_auc_frame(da, db, cov, conf_level).items():
-                cols.setdefault(key, []).append(np.broadcast_to(val, (G,)))
-        cat = {k: np.concatenate(v) for k, v in cols.items()}
+        # DeLong variance of each difference, all pairs at once: V_a + V_b - 2 C_ab
+        auc, var = g["auc"], g["var"]
+        cov = np.column_stack([delong_covariance(g["cell"], lab, g["v"][:, pa], g["v"][:, pb],
+                                                 auc[:, pa], auc[:, pb], g["m"][:, pa],
+                                                 g["k"][:, pa]) for pa, pb in zip(ia, ib)])
+        var_d = var[:, ia] + var[:, ib] - 2 * cov
+        method = np.full(var_d.shape, "delong-paired", dtype=object)
+        n_clu = np.broadcast_to(counts["n"][:, None], var_d.shape)
+        if clustered:
+            pair, pair_cell, _ = pair_codes(g["cell"], g["case"], cm.patient)
+            c = clustered_auc_variance(pair, pair_cell, lab, g["v"][:, ia] - g["v"][:, ib],
+                                       auc[:, ia] - auc[:, ib])
+            rep = np.broadcast_to(c["repeats"][:, None], var_d.shape)
+            var_d = np.where(rep, c["var"], var_d)
+            method[rep] = "delong-paired-cluster"
+            n_clu = np.broadcast_to(c["n_clusters"][:, None], var_d.shape)
+        cat = _paired_auc_frame(
+            {k: _mo(g[k][:, ia]) for k in ("auc", "m", "k")},
+            {"auc": _mo(auc[:, ib])}, _mo(var_d), conf_level)
+        cat["method"], cat["n_clusters"] = _mo(method), _mo(n_clu)
         nmin = np.minimum(base["n_pos"], base["n_neg"])
         cat["flag"] = np.where(base["n"] == 0, "empty",
                                np.where(np.isnan(cat["estimate"]), "not_estimable",

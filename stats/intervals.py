@@ -533,8 +533,16 @@ def _cluster_codes(cluster, n: int) -> np.ndarray:
     return pd.factorize(ids)[0].astype(np.int64)
 
 
-def delong_test(label, score_a, score_b, *, conf_level: float = 0.95) -> pd.DataFrame:
+def delong_test(label, score_a, score_b, *, conf_level: float = 0.95, cluster=None
+                ) -> pd.DataFrame:
     """Paired DeLong test of two correlated AUCs (two-sided).
+
+    ``cluster`` (optional, one id per observation, e.g. the patient of each scan): when a
+    cluster holds more than one observation, the variance of the difference is
+    Obuchowski's (1997) clustered-data variance of the difference of the placement values
+    (:func:`clustered_auc_variance` with ``v_a - v_b`` and ``A - B``; method
+    "delong-paired-cluster"); with every cluster of size 1 it is DeLong's (identical).
+    Adds the column ``n_clusters``.
 
     Returns
     -------
@@ -568,13 +576,27 @@ def delong_test(label, score_a, score_b, *, conf_level: float = 0.95) -> pd.Data
     da = delong_placements(g, y, a, 1)
     db = delong_placements(g, y, b, 1)
     cov = delong_covariance(g, y, da["v"], db["v"], da["auc"], db["auc"], da["m"], da["k"])
-    return tidy(_paired_auc_frame(da, db, cov, conf_level))
-
-
-def _paired_auc_frame(da, db, cov, conf_level) -> dict:
-    """Columns of a paired DeLong comparison (shared by delong_test and compare_models)."""
-    diff = da["auc"] - db["auc"]
     var = da["var"] + db["var"] - 2 * cov
+    clustered, extra = False, {}
+    if cluster is not None:
+        pair = _cluster_codes(cluster, len(y))
+        c = clustered_auc_variance(pair, np.zeros(int(pair.max()) + 1 if len(pair) else 0,
+                                                  dtype=np.int64), y, da["v"] - db["v"],
+                                   da["auc"] - db["auc"])
+        clustered = bool(c["repeats"][0])
+        var = c["var"][:, 0] if clustered else var
+        extra = {"n_clusters": c["n_clusters"]}
+    out = _paired_auc_frame(da, db, var, conf_level)
+    if clustered:
+        out["method"] = "delong-paired-cluster"
+    return tidy({**out, **extra})
+
+
+def _paired_auc_frame(da, db, var, conf_level) -> dict:
+    """Columns of a paired DeLong comparison (shared by delong_test and compare_models):
+    ``da`` holds side A's ``auc``, ``m``, ``k``, ``db`` side B's ``auc``, ``var`` the
+    variance of the difference."""
+    diff = da["auc"] - db["auc"]
     with np.errstate(invalid="ignore", divide="ignore"):
         se = np.sqrt(np.where(var > 0, var, np.nan))
         zstat = diff / se
