@@ -215,8 +215,9 @@ def paired_difference(member: sparse.spmatrix, cluster: np.ndarray, right_a: np.
       estimable, ``n_effective = n``);
     * ``statistic``, ``p_value``: Durkalski et al.'s (2003) clustered McNemar test,
       ``X^2 = D^2 / sum d_c^2`` on 1 degree of freedom (McNemar's uncorrected statistic
-      ``(b - c)^2 / (b + c)`` when every cluster holds one scan); p = 1 without a
-      discordant pair;
+      ``(b - c)^2 / (b + c)`` when every cluster holds one scan); 0 when ``D = 0``; p = 1
+      without a discordant pair; NaN when a single cluster holds repeats (``X^2`` would be
+      1 whatever the data);
     * ``n_clusters`` (clusters with a denominator scan), ``repeats`` (some cluster holds
       more than one), ``n`` and ``discordance`` (``D``).
 
@@ -241,11 +242,14 @@ def paired_difference(member: sparse.spmatrix, cluster: np.ndarray, right_a: np.
         ss = _group_sum(cell, G, (d_c - np.nan_to_num(delta)[cell] * m_c) ** 2)
         var = np.where(C > 1, C / (C - 1) * ss / n ** 2, np.nan)
         srs = (disc - D ** 2 / n) / n ** 2
-        x2 = D ** 2 / _group_sum(cell, G, d_c ** 2)
-    p = np.where(disc > 0, sps.chi2.sf(x2, 1), np.where(n > 0, 1.0, np.nan))
+        x2 = np.where(D == 0, 0.0, D ** 2 / _group_sum(cell, G, d_c ** 2))
+    # one cluster holding repeats: X^2 is 1 whatever the data, so no test (NaN)
+    one = repeats & (C < 2)
+    p = np.where(one, np.nan, np.where(disc > 0, sps.chi2.sf(x2, 1),
+                                       np.where(n > 0, 1.0, np.nan)))
     out = _effective(var, srs, n, C, repeats, ~(srs > 0), conf_level)
     return {"estimate": delta, "std_error": np.sqrt(var), **out,
-            "statistic": np.where(disc > 0, x2, np.nan), "p_value": p,
+            "statistic": np.where((disc > 0) & ~one, x2, np.nan), "p_value": p,
             "n_clusters": C, "repeats": repeats, "n": n, "discordance": D}
 
 

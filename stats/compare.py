@@ -144,7 +144,7 @@ def compare_models(cases: pd.DataFrame, *, by=None,
         cov = np.column_stack([delong_covariance(g["cell"], lab, g["v"][:, pa], g["v"][:, pb],
                                                  auc[:, pa], auc[:, pb], g["m"][:, pa],
                                                  g["k"][:, pa]) for pa, pb in zip(ia, ib)])
-        var_d = var[:, ia] + var[:, ib] - 2 * cov
+        var_d = var_delong = var[:, ia] + var[:, ib] - 2 * cov
         method = np.full(var_d.shape, "delong-paired", dtype=object)
         n_clu = np.broadcast_to(counts["n"][:, None], var_d.shape)
         if clustered:
@@ -160,9 +160,15 @@ def compare_models(cases: pd.DataFrame, *, by=None,
             {"auc": _mo(auc[:, ib])}, _mo(var_d), conf_level)
         cat["method"], cat["n_clusters"] = _mo(method), _mo(n_clu)
         nmin = np.minimum(base["n_pos"], base["n_neg"])
-        cat["flag"] = np.where(base["n"] == 0, "empty",
-                               np.where(np.isnan(cat["estimate"]), "not_estimable",
-                                        np.where(nmin < small_n, "small_n", "")))
+        flag = np.where(base["n"] == 0, "empty",
+                        np.where(np.isnan(cat["estimate"]), "not_estimable",
+                                 np.where(nmin < small_n, "small_n", "")))
+        # a variance that cannot be estimated: the clustered one where DeLong's could be
+        # (fewer than two clusters of a label), or any other (identical scores)
+        no_var = np.isnan(cat["std_error"]) & ~np.isnan(cat["estimate"])
+        deff = _mo(rep & np.isnan(var_d) & ~np.isnan(var_delong)) if clustered else False
+        flag = _add_flag(flag, no_var & deff, FLAG_DEFF)
+        cat["flag"] = _add_flag(flag, no_var & ~deff & (flag != "empty"), "not_estimable")
         for k in ("n", "n_pos", "n_neg"):
             cat.pop(k)
         frames.append(pd.DataFrame({**base, **cat}))

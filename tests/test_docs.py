@@ -281,5 +281,6 @@ def test_validation_record_names_every_r_script_and_simulation_study():
     for study in ("cluster_coverage", "gee_size", "pooled_coverage", "label_error_coverage"):
         if (ROOT / "bench" / f"{study}.md").exists():
             assert f"bench/{study}.md" in text, study
-    for name in sorted((ROOT / "bench").glob("*coverage*.md")):
+    for name in sorted([*(ROOT / "bench").glob("*coverage*.md"),
+                        *(ROOT / "bench").glob("*size*.md")]):
         assert f"bench/{name.name}" in text, name.name

@@ -36,6 +36,11 @@ def build(study) -> Section:
                  for a, b in zip(ov.get("discordant_a"), ov.get("discordant_b"))],
         "p": [text.pvalue(p) for p in ov["p_value"]],
         "p_adj": [text.pvalue(p) for p in ov["p_adjusted"]]})
+    cluster = study.results.decisions.get("detection.cluster")
+    clustered = (f" Where a {cluster} has several scans in a cell: the clustered McNemar "
+                 f"test of Durkalski et al. (2003), Newcombe's interval at the effective "
+                 f"counts, and Obuchowski's clustered variance for the AUC."
+                 if cluster else "")
     table = ReportTable(
         name="model_comparisons", caption="Paired differences between models (first minus "
         f"second) on the evaluation set, estimate [{int(round(det.conf_level * 100))}% CI].",
@@ -44,8 +49,8 @@ def build(study) -> Section:
                 "disc": "Discordant A/B", "p": "p", "p_adj": "Holm p"},
         notes=("Sensitivity and specificity: exact McNemar test on discordant pairs (A right "
                "and B wrong / B right and A wrong) and Newcombe's paired hybrid score interval; "
-               "AUC: paired DeLong test and Wald interval with the DeLong covariance. Holm "
-               "adjustment over all pairs per metric.",))
+               "AUC: paired DeLong test and Wald interval with the DeLong covariance." + clustered
+               + " Holm adjustment over all pairs per metric.",))
     ov_plot = ov.assign(metric=ov["estimand"].map(LABEL))
     fig = ReportFigure(
         name="model_comparisons", caption="Paired differences between models with confidence "

@@ -81,7 +81,13 @@ def _detection(study) -> list[str]:
                    f"clusters. The AUC's interval is cluster-aware too: where a {md(cluster)} "
                    f"has several scans in a cell it uses Obuchowski's (1997) clustered-data "
                    f"variance (DeLong's placement values summed per {md(cluster)}), "
-                   f"elsewhere DeLong's, which it then equals.")
+                   f"elsewhere DeLong's, which it then equals. Paired model comparisons "
+                   f"follow the same rule: where a {md(cluster)} has several scans in a "
+                   f"cell, differences in sensitivity and specificity use the clustered "
+                   f"McNemar test of Durkalski et al. (2003) and Newcombe's paired interval at the "
+                   f"effective counts of the difference's cluster-robust variance (Obuchowski "
+                   f"1998), and AUC differences Obuchowski's (1997) variance of the "
+                   f"difference.")
     else:
         out.append("Each patient contributes one scan per model, so scans are treated as "
                    "independent.")
@@ -120,7 +126,9 @@ def _detection(study) -> list[str]:
                        + ".")
     out.append("Paired model comparisons on the same cases use the exact McNemar test and "
                "Newcombe's interval for differences of proportions, and DeLong's paired test "
-               "for AUCs.")
+               "for AUCs" + (" (their cluster-aware forms where a patient repeats; above)"
+                             if study.results.decisions.get("detection.cluster") else "")
+               + ".")
     return out
 
 

@@ -249,12 +249,14 @@ def confusion_counts(results) -> pd.DataFrame:
 
 @analysis("comparisons", wanted=_wants_detection)
 def comparisons(results) -> pd.DataFrame:
-    """Every pair of models (``stats.compare_models``), overall and per planned axis."""
+    """Every pair of models (``stats.compare_models``), overall and per planned axis;
+    cluster-aware (clustered McNemar, Obuchowski's AUC variance) by the decided cluster."""
     from ..compare import compare_models
 
     det = results.plan.detection
     return compare_models(results["evaluation"], by=list(det.compare_by) or None,
-                          conf_level=det.conf_level, small_n=det.small_n)
+                          conf_level=det.conf_level, small_n=det.small_n,
+                          cluster=results["cluster"])
 
 
 #: thresholds in the sweep: quantiles of the evaluation scores (plus the operating ones)

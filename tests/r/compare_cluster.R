@@ -45,8 +45,9 @@
 #       min(n, n / deff * (qt(0.025, n - 1) / qt(0.025, C - 1))^2) (Korn & Graubard);
 #   not_estimable: 1 where design_effect is NA with repeats;
 #   statistic: Durkalski et al. (2003) X2 = (sum_c d_c)^2 / sum_c d_c^2, d_c = the
-#       patient's sum of ya - yb (NA without a discordant pair), p_durkalski =
-#       pchisq(X2, 1, lower = FALSE) (1 without a discordant pair);
+#       patient's sum of ya - yb (NA without a discordant pair; 0 when sum_c d_c = 0; NA
+#       when one patient holds repeats: X2 would be 1 whatever the data), p_durkalski =
+#       pchisq(X2, 1, lower = FALSE) (1 without a discordant pair; NA with one patient);
 #   p_exact: binom.test(b, b + c)$p.value (1 without a discordant pair);
 #   conf_low/high: Newcombe's (1998b) paired interval, method 10 with the continuity
 #       corrected phi, written below from the paper, Wilson limits from prop.test(correct
@@ -153,8 +154,10 @@ paired <- function(rows) {
     neff <- min(nn, nn / deff * (qt(0.025, nn - 1) / qt(0.025, C - 1))^2)
   }
   dc <- tapply(ya - yb, rows$patient_id, sum)
-  x2 <- if (b + c > 0) sum(dc)^2 / sum(dc^2) else NA
-  p_d <- if (b + c > 0) pchisq(x2, 1, lower.tail = FALSE) else 1
+  x2 <- if (b + c > 0 && !(repeats && C < 2)) {
+    if (sum(dc) == 0) 0 else sum(dc)^2 / sum(dc^2)
+  } else NA
+  p_d <- if (repeats && C < 2) NA else if (b + c > 0) pchisq(x2, 1, lower.tail = FALSE) else 1
   p_e <- if (b + c > 0) binom.test(b, b + c)$p.value else 1
   k <- neff / nn
   ci <- newcombe_paired(a * k, b * k, c * k, dd * k)
