@@ -37,8 +37,6 @@ ALL_METRICS = (*METRICS, "auc")
 MSG_METRIC = "metrics: unknown metric(s) {bad}; choose from {allowed}"
 MSG_CI = "ci must be one of {allowed} or 'bootstrap'; got {ci!r}"
 MSG_BOOT = "ci='bootstrap' needs n_boot= a number of replicates (e.g. 2000); got {b!r}"
-MSG_CLUSTER_LABEL_ERROR = ("cluster= and label_error= cannot be combined yet: the multiple-"
-                           "imputation intervals treat scans as independent; drop one of them")
 MSG_BINS = ("bins['{col}']: {problem}; give {{'name': ..., 'breaks': [increasing numbers], "
             "'labels': [one fewer than breaks]}}")
 
@@ -161,8 +159,8 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     label_error : DataFrame, optional
         ``field, recorded_value, true_value, probability`` = P(true | recorded): the axes
         built on those fields get multiple-imputation intervals that carry the metadata
-        error (:func:`stats.label_error.error_aware_metrics`; M = 100 imputations, ``seed``).
-        Not combinable with ``cluster`` yet.
+        error (:func:`stats.label_error.error_aware_metrics`; M = 100 imputations, ``seed``),
+        cluster-aware with ``cluster`` (method "mi-wilson-cluster").
     cluster : str, optional
         Column whose repeated values mark scans of one patient (e.g. ``"patient_id"``).
         Every closed-form proportion interval (sensitivity, specificity, PPV, NPV,
@@ -250,13 +248,11 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     if boot_ci not in bs.CI_METHODS:
         raise ValueError(f"boot_ci must be one of {bs.CI_METHODS}; got {boot_ci!r}")
     if label_error is not None:  # metadata error carried into the intervals
-        if cluster is not None:
-            raise ValueError(MSG_CLUSTER_LABEL_ERROR)
         from stats.label_error import error_aware_metrics
         return error_aware_metrics(cases, by=by, label_error=label_error, metrics=metrics, ci=ci,
                                    conf_level=conf_level, seed=seed, small_n=small_n,
                                    n_boot=n_boot, scheduler=scheduler, strata=strata,
-                                   boot_ci=boot_ci, auc_scale=auc_scale)
+                                   boot_ci=boot_ci, auc_scale=auc_scale, cluster=cluster)
     cm = case_matrix(cases, by, cluster=cluster, not_applicable=not_applicable)
     counts = cm.cell_counts()
     fr = metric_fractions(counts["tp"], counts["fp"], counts["fn"], counts["tn"])

@@ -235,10 +235,29 @@ def test_bad_cluster_input(cases):
     bad.loc[[3, 7], "patient_id"] = None
     with pytest.raises(ContractError, match="rows 4, 8 are empty"):
         stats.subgroup_metrics(bad, by=["phase"], cluster="patient_id")
-    table = pd.DataFrame({"field": ["phase"], "recorded_value": ["venous"],
-                          "true_value": ["venous"], "probability": [1.0]})
-    with pytest.raises(ValueError, match="cannot be combined"):
-        stats.subgroup_metrics(cases, by=["phase"], cluster="patient_id", label_error=table)
+
+
+def test_label_error_without_error_is_the_clustered_interval(cases):
+    """A label-error table that moves nothing: the multiple-imputation rows of the
+    cluster-aware error-aware metrics are exactly wilson-cluster's (every imputation alike,
+    so Rubin's rules add nothing), and n_clusters is the cell's."""
+    levels = sorted(cases["phase"].unique())
+    table = pd.DataFrame({"field": "phase", "recorded_value": levels, "true_value": levels,
+                          "probability": 1.0})
+    props = ["sensitivity", "specificity", "ppv", "npv", "accuracy"]
+    aware = stats.subgroup_metrics(cases, by=["phase"], metrics=props, cluster="patient_id",
+                                   label_error=table, seed=1)
+    plain = stats.subgroup_metrics(cases, by=["phase"], metrics=props, cluster="patient_id")
+    key = ["estimand", "model", "group_var", "group_level"]
+    j = plain.merge(aware, on=key, suffixes=("", "_mi"), validate="one_to_one")
+    ph = j["group_var"] == "phase"
+    assert ph.sum() >= 20 and (j.loc[ph, "method_mi"] == "mi-wilson-cluster").all()
+    assert (j.loc[ph, "method"] == "wilson-cluster").all()
+    assert (j.loc[ph, "design_effect"] > 1.05).sum() >= 5   # the clustering matters here
+    for col in ("estimate", "conf_low", "conf_high", "n_clusters"):
+        np.testing.assert_allclose(j.loc[ph, f"{col}_mi"], j.loc[ph, col], rtol=0, atol=1e-12,
+                                   err_msg=col)
+    assert (j.loc[~ph, "method_mi"] == j.loc[~ph, "method"]).all()   # overall: as computed
 
 
 @pytest.mark.slow

@@ -509,7 +509,8 @@ def _check_table_layout(tbl, table) -> None:
     assert all(_keeps_next(tr) for tr in head), table.name  # header never ends a page
     notes = table_notes(tbl)
     assert len(notes) == len(table.notes), table.name
-    assert _keeps_next(body[-1]) == bool(notes), table.name  # the notes follow the table
+    last = body[-1] if body else head[-1]   # an empty table (no collapse): its header
+    assert _keeps_next(last) == bool(notes), table.name  # the notes follow the table
     chained = [_on(p, f"{W}pPr/{W}keepNext") for p in notes]
     assert chained == [True] * len(notes[1:]) + [False] * bool(notes), table.name
     inside = [_keeps_next(tr) for tr in body[:-1]]

@@ -338,3 +338,58 @@ def test_bad_arguments(cases, table):
     with pytest.raises(ContractError, match="extractor"):
         le.misclassification_from_review(pd.DataFrame({"case_id": ["1"], "field": ["sex"],
                                                        "value": ["F"]}))
+
+
+# --------------------------------------------------------------------------- clusters
+
+def _clustered_cases(seed: int = 3, patients: int = 300) -> pd.DataFrame:
+    """Patients with 1-4 scans, a patient-level label and a strong patient effect (SD 2 on
+    the logit of a correct call, shared by both models): the design effect matters."""
+    rng = np.random.default_rng(seed)
+    m = rng.choice([1, 2, 3, 4], size=patients, p=[0.4, 0.3, 0.2, 0.1])
+    pat = np.repeat(np.arange(patients), m)
+    n = len(pat)
+    lab = (rng.random(patients) < 0.5)[pat].astype(int)
+    u = rng.normal(0, 2, patients)[pat]
+    phase = rng.choice(PHASES, size=n)
+    frames = []
+    for j, model in enumerate(("m1", "m2")):
+        right = rng.random(n) < 1 / (1 + np.exp(-(1.0 + 0.3 * j + u)))
+        pred = np.where(right, lab, 1 - lab)
+        frames.append(pd.DataFrame({"case_id": np.arange(n).astype(str),
+                                    "patient_id": pat.astype(str), "model": model,
+                                    "label": lab, "score": pred * 100.0, "pred": pred,
+                                    "site": "s", "phase": phase}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_clusters_enter_each_imputation():
+    """cluster="patient_id": on data where patients repeat, the error-aware interval is
+    the Rubin-pooled one at each imputation's effective counts ("mi-wilson-cluster"),
+    wider than the scans-as-independent "mi-wilson" where the design effect exceeds 1, with
+    the same point estimate (the imputations are the same draws); on one scan per patient
+    it is "mi-wilson" exactly (the scaling factors are all 1)."""
+    cases = _clustered_cases()
+    table = flip_table("phase", PHASES, 0.1)
+    kw = dict(by=["phase"], label_error=table, n_imputations=20, seed=4,
+              metrics=("sensitivity", "specificity"))
+    plain = le.error_aware_metrics(cases, **kw)
+    clus = le.error_aware_metrics(cases, cluster="patient_id", **kw)
+    check_tidy(clus)
+    ph = (clus["group_var"] == "phase").to_numpy()
+    assert (clus.loc[ph, "method"] == "mi-wilson-cluster").all()
+    assert (clus.loc[~ph, "method"] == "wilson-cluster").all()       # overall
+    np.testing.assert_allclose(clus["estimate"], plain["estimate"], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(clus["denominator"], plain["denominator"])
+    w_c = (clus["conf_high"] - clus["conf_low"]).to_numpy()[ph]
+    w_p = (plain["conf_high"] - plain["conf_low"]).to_numpy()[ph]
+    assert ph.sum() == 16 and (w_c > w_p * 1.03).sum() >= 8 and (w_c / w_p).mean() > 1.03, \
+        (w_c / w_p).round(3)
+    assert (clus.loc[ph, "n_clusters"] < clus.loc[ph, "denominator"]).all()
+
+    one = cases.drop_duplicates(["model", "patient_id"])
+    a = le.error_aware_metrics(one, cluster="patient_id", **kw)
+    b = le.error_aware_metrics(one, **kw)
+    assert (a.loc[a.group_var == "phase", "method"] == "mi-wilson-cluster").all()
+    for col in ("estimate", "conf_low", "conf_high", "df"):
+        np.testing.assert_allclose(a[col], b[col], rtol=0, atol=1e-12, err_msg=col)

@@ -31,6 +31,7 @@ def collapse_table(study) -> ReportTable:
                       on=keys, suffixes=("", "_spec"))
     shown = both[both["collapse"].astype(bool)].reset_index(drop=True)
     pooled = None
+    cluster = study.results.decisions.get("detection.cluster")
     if study.plan.detection.pooled:
         pa = study.results["pooled_axes"][keys + ["estimate", "conf_low", "conf_high"]]
         shown = shown.merge(pa.rename(columns={"estimate": "pooled", "conf_low": "pooled_low",
@@ -61,7 +62,10 @@ def collapse_table(study) -> ReportTable:
                 "diff": "Difference [CI]", "p": "Holm p", "spec_diff": "Specificity diff. [CI]",
                 "pooled": "Pooled sens. [CI]", "survives": "Survives pooling"},
         notes=("Difference = subgroup minus the rest of its axis; Newcombe hybrid score "
-               "intervals; pooled two-proportion z tests, Holm adjustment per model and metric "
+               "intervals; pooled two-proportion z tests"
+               + (f", each side at its effective counts (scans clustered within "
+                  f"{cluster}: Korn & Graubard design effects)" if cluster else "")
+               + ", Holm adjustment per model and metric "
                "over every level of every axis. All cells, with Benjamini-Hochberg p-values, "
                "are in tables/sensitivity_collapse.csv."
                + (" Pooled: partially pooled sensitivity (binomial GLMM, a random intercept "

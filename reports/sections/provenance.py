@@ -189,6 +189,7 @@ def label_error_compare(study) -> ReportTable | None:
     if not len(m):
         return None
     m = m[(m["estimand"] == "sensitivity") & ~m["group_var"].astype(str).str.contains(":")]
+    cluster = study.results.decisions.get("detection.cluster")
     keys = ["model", "group_var", "group_level"]
     naive = m[m["kind"] == "naive"].reset_index(drop=True)
     aware = naive[keys].merge(m[m["kind"] == "error_aware"], on=keys, how="left")
@@ -206,8 +207,11 @@ def label_error_compare(study) -> ReportTable | None:
                 "fmi": "Fraction of missing information"},
         notes=("Error-aware: multiple imputation of each scan's true level from P(true | "
                "recorded) and an outcome model, pooled by Rubin's rules with the widened "
-               "Wilson interval (method mi-wilson; stats.label_error). Specificity and the "
-               "intersections are in tables/label_error_metrics.csv.",))
+               "Wilson interval (stats.label_error)"
+               + (f"; each imputation's variance is the cluster-aware one over its {cluster} "
+                  f"clusters, as for the naive intervals (methods mi-wilson-cluster and "
+                  f"wilson-cluster)" if cluster else " (method mi-wilson)")
+               + ". Specificity and the intersections are in tables/label_error_metrics.csv.",))
 
 
 def label_error_text(study) -> str:
@@ -215,6 +219,7 @@ def label_error_text(study) -> str:
     t = study.results["label_error_table"]
     m = study.results["label_error_metrics"]
     fields = sorted(set(t["field"].astype(str)))
+    cluster = study.results.decisions.get("detection.cluster")
     axes = sorted(set(m["group_var"].astype(str))) if len(m) else []
     right = t[t["recorded_value"].astype(str) == t["true_value"].astype(str)]
     worst = right.loc[right["probability"].idxmin()] if len(right) else None
@@ -230,7 +235,10 @@ def label_error_text(study) -> str:
            f"error-aware intervals: multiple imputation of each scan's true level from "
            f"P(true | recorded) times an outcome model ({text.count(opts.n_imputations)} "
            f"imputations, seed {text.md(str(opts.seed)) if opts.seed is not None else 'none'}), pooled by Rubin's rules with the "
-           f"Barnard-Rubin degrees of freedom (Rubin 1987; Cole, Chu & Greenland 2006). "
+           f"Barnard-Rubin degrees of freedom (Rubin 1987; Cole, Chu & Greenland 2006)"
+           + (f"; the variance within each imputation is the cluster-aware one (scans "
+              f"clustered within {text.md(cluster)}, Korn & Graubard's effective size)"
+              if cluster else "") + ". "
            f"@tbl-label-error-sensitivity sets them beside the naive intervals. Axes from "
            f"fields no extractor read keep their naive intervals.")
     if worst is not None:

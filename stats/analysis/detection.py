@@ -279,7 +279,8 @@ def threshold_sweep(results) -> pd.DataFrame:
     grid = np.unique(np.round(np.quantile(score, np.linspace(0.05, 0.95, SWEEP_POINTS)), 6))
     grid = np.unique(np.concatenate([grid, list(chosen.values())]))
     results.decide("detection.threshold_grid", [float(g) for g in grid])
-    out = compute(ev, grid, chosen=chosen, ci=closed_form_ci(results), conf_level=det.conf_level)
+    out = compute(ev, grid, chosen=chosen, ci=closed_form_ci(results), conf_level=det.conf_level,
+                  cluster=results["cluster"])
     out.attrs["grid"] = grid
     return out
 
@@ -302,12 +303,14 @@ def failure_map(results) -> pd.DataFrame:
 
 @analysis("subgroup_vs_rest", wanted=_wants_map)
 def subgroup_vs_rest(results) -> pd.DataFrame:
-    """Each level against the rest of its axis (``stats.subgroup_vs_rest``), single axes."""
+    """Each level against the rest of its axis (``stats.subgroup_vs_rest``), single axes;
+    cluster-aware (effective counts of each side) by the decided cluster."""
     from ..subgroups import subgroup_vs_rest as compute
 
     det = results.plan.detection
     single = [a for a in det.subgroups if len(a) == 1] or list(det.subgroups)
-    return compute(results["evaluation"], by=single, conf_level=det.conf_level)
+    return compute(results["evaluation"], by=single, conf_level=det.conf_level,
+                   cluster=results["cluster"])
 
 
 #: continuous variables of the cohort table

@@ -367,4 +367,5 @@ def label_error_metrics(results) -> pd.DataFrame:
     return compare_naive(results["evaluation"], by, table[list(LABEL_ERROR_COLUMNS)],
                          metrics=("sensitivity", "specificity"), ci=closed_form_ci(results),
                          conf_level=det.conf_level, small_n=det.small_n,
-                         n_imputations=opts.n_imputations, seed=opts.seed)
+                         n_imputations=opts.n_imputations, seed=opts.seed,
+                         cluster=results["cluster"])
