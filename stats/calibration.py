@@ -176,8 +176,14 @@ def nll(label, prob, *, eps: float = EPS) -> float:
 
 
 def reliability_table(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform",
-                      conf_level: float = 0.95) -> pd.DataFrame:
+                      conf_level: float = 0.95, cluster=None) -> pd.DataFrame:
     """Reliability-diagram table: one row per bin (empty bins kept), tidy.
+
+    ``cluster`` (optional, one id per case, e.g. the patient of each scan): each bin's
+    interval is Wilson at Korn & Graubard's effective size over the clusters of the bin
+    (:func:`stats.clustered.clustered_proportions`; method "wilson-cluster", flag
+    "deff_not_estimable" by its rules), with extras ``n_clusters``, ``design_effect``
+    and ``n_effective``.
 
     Returns
     -------
@@ -198,12 +204,28 @@ def reliability_table(label, prob, *, n_bins: int = 15, strategy: Strategy = "un
         freq = np.where(n > 0, s_out / n, np.nan)
         mean_conf = np.where(n > 0, s_conf / n, np.nan)
     lo, hi = proportion_ci(s_out, n, method="wilson", conf_level=conf_level)
+    method, flag, extra = "wilson", np.where(n > 0, "", "empty"), {}
+    if cluster is not None:
+        from .clustered import FLAG_DEFF, clustered_proportions
+        from .intervals import _cluster_codes
+
+        codes = _cluster_codes(cluster, len(conf))
+        idx = np.searchsorted(edges[1:-1], conf, side="left")
+        member = sparse.csr_matrix((np.ones(len(conf)), (idx, np.arange(len(conf)))),
+                                   shape=(n_bins, len(conf)))
+        c = clustered_proportions(member, codes, out[:, None], np.ones((len(conf), 1)),
+                                  conf_level=conf_level)
+        lo, hi = c["conf_low"][:, 0], c["conf_high"][:, 0]
+        method = "wilson-cluster"
+        flag = np.where(c["not_estimable"][:, 0], FLAG_DEFF, flag)
+        extra = {"n_clusters": c["n_clusters"][:, 0], "design_effect": c["design_effect"][:, 0],
+                 "n_effective": c["n_effective"][:, 0]}
     binary = np.asarray(prob).ndim == 1
     df = pd.DataFrame({
         "estimand": "observed_frequency" if binary else "accuracy",
         "estimate": freq, "conf_low": lo, "conf_high": hi, "conf_level": conf_level,
-        "n": n, "n_pos": s_out, "n_neg": n - s_out, "method": "wilson",
-        "flag": np.where(n > 0, "", "empty"),
+        "n": n, "n_pos": s_out, "n_neg": n - s_out, "method": method,
+        "flag": flag, **extra,
         "bin": np.arange(1, n_bins + 1), "bin_low": edges[:-1], "bin_high": edges[1:],
         "mean_confidence": mean_conf, "gap": freq - mean_conf,
         "n_bins": n_bins, "strategy": strategy})
@@ -253,7 +275,8 @@ def _bin_differences(series: list[tuple[np.ndarray, np.ndarray]], n_bins: int) -
 
 
 def _replicate_ece_uniform(series: list[tuple[np.ndarray, np.ndarray]], n_bins: int,
-                           n_boot: int, rng: np.random.Generator) -> np.ndarray:
+                           n_boot: int, rng: np.random.Generator,
+                           cluster: np.ndarray | None = None) -> np.ndarray:
     """Replicate ECEs (n_boot x series) of equal-width bins for series of equal length n,
     all resampled with the same draws (``rng.integers(0, n, (block, n))`` per block, the
     stream :func:`_replicate_ece` consumes).
@@ -263,9 +286,19 @@ def _replicate_ece_uniform(series: list[tuple[np.ndarray, np.ndarray]], n_bins: 
     product ``D @ W^T`` (bins x block) for every series at once: no gathers of resampled
     values, no binning per replicate. Equal to :func:`_replicate_ece` up to the order of
     floating-point summation (tested to 1e-12).
+
+    ``cluster`` (codes 0..C-1 per case): the cluster bootstrap. ``D`` is summed per
+    cluster first (bins x C), the draws are C cluster indices per replicate, and each
+    replicate's ECE divides by its own number of cases (the drawn clusters' sizes).
     """
     n = len(series[0][0])
     D = _bin_differences(series, n_bins)
+    size_of = None
+    if cluster is not None:
+        C = int(cluster.max()) + 1
+        D = (D @ sparse.csr_matrix((np.ones(n), (np.arange(n), cluster)), shape=(n, C))).tocsc()
+        size_of = np.bincount(cluster, minlength=C).astype(np.float64)
+        n = C
     size = int(min(n_boot, max(_ECE_MIN_BLOCK, _ECE_BLOCK_ELEMENTS // max(n, 1))))
     out = np.empty((n_boot, len(series)))
     for start in range(0, n_boot, size):      # blocks of replicates, vectorized inside
@@ -276,14 +309,17 @@ def _replicate_ece_uniform(series: list[tuple[np.ndarray, np.ndarray]], n_bins: 
         WT = np.bincount(flat, minlength=n * b).reshape(n, b).astype(np.float64)
         del flat
         sums = (D @ WT).reshape(len(series), n_bins, b)      # (series, bins, replicates)
-        out[start:start + b] = np.abs(sums).sum(axis=1).T / n
+        total = n if size_of is None else (size_of @ WT)[:, None]
+        out[start:start + b] = np.abs(sums).sum(axis=1).T / total
     return out
 
 
-def _replicate_eces(series, n_bins: int, strategy: str, n_boot: int, rng) -> np.ndarray:
-    """(n_boot x series) replicate ECEs; every series resampled with the same draws."""
+def _replicate_eces(series, n_bins: int, strategy: str, n_boot: int, rng,
+                    cluster: np.ndarray | None = None) -> np.ndarray:
+    """(n_boot x series) replicate ECEs; every series resampled with the same draws
+    (``cluster``: whole clusters; equal-width bins only)."""
     if strategy == "uniform":
-        return _replicate_ece_uniform(series, n_bins, n_boot, rng)
+        return _replicate_ece_uniform(series, n_bins, n_boot, rng, cluster)
     n = len(series[0][0])
     block = max(1, int(_ECE_LEGACY_ELEMENTS // max(n * n_bins, 1)))
     reps = []
@@ -295,8 +331,14 @@ def _replicate_eces(series, n_bins: int, strategy: str, n_boot: int, rng) -> np.
 
 
 def ece_ci(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform", n_boot: int = 2000,
-           seed=None, conf_level: float = 0.95) -> pd.DataFrame:
+           seed=None, conf_level: float = 0.95, cluster=None) -> pd.DataFrame:
     """ECE with a case-resampling bootstrap percentile CI (tidy, one row).
+
+    ``cluster`` (optional, one id per case, e.g. the patient of each scan): a cluster
+    bootstrap instead, resampling whole clusters (every scan of a drawn patient; each
+    replicate's ECE over its own number of scans; method
+    "cluster-bootstrap-percentile", extra ``n_clusters``); equal-width bins only. With
+    every cluster of one case it is the case bootstrap, draw for draw.
 
     Each replicate resamples the n cases with replacement and recomputes the ECE (equal-mass
     edges are recomputed per replicate); replicates run in vectorized blocks (equal-width
@@ -310,8 +352,9 @@ def ece_ci(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform", n_b
         multiclass: correct / wrong top-label calls), ``method`` "bootstrap-percentile";
         extras ``n_bins``, ``strategy``, ``n_boot``.
     """
-    return ece_ci_many([(label, prob)], n_bins=n_bins, strategy=strategy, n_boot=n_boot,
-                       seed=seed, conf_level=conf_level)
+    return ece_ci_many([(label, prob) if cluster is None else (label, prob, cluster)],
+                       n_bins=n_bins, strategy=strategy, n_boot=n_boot, seed=seed,
+                       conf_level=conf_level)
 
 
 def ece_ci_many(items, *, n_bins: int = 15, strategy: Strategy = "uniform", n_boot: int = 2000,
@@ -323,34 +366,47 @@ def ece_ci_many(items, *, n_bins: int = 15, strategy: Strategy = "uniform", n_bo
     int seed every row equals ``ece_ci(label, prob, seed=seed)``, while the resampling is
     paid once per length instead of once per pair (e.g. a model's ECE before and after
     temperature scaling, and every model of a paired design). With a Generator, the
-    lengths draw from it one after another.
+    lengths draw from it one after another. An item ``(label, prob, cluster)`` gets the
+    cluster bootstrap of :func:`ece_ci`; items with the same clusters (equal ids in the
+    same order) share its draws.
     """
-    items = [_confidence(label, prob) for label, prob in items]
+    from .intervals import _cluster_codes
+
+    clusters = [None if len(it) == 2 else _cluster_codes(it[2], len(np.asarray(it[1])))
+                for it in items]
+    items = [_confidence(it[0], it[1]) for it in items]
     for conf, _ in items[:1]:
         _edges(conf, n_bins, strategy)  # validates n_bins and strategy
     if int(n_boot) < 2:
         raise ValueError(f"n_boot must be >= 2; got {n_boot}")
+    if strategy != "uniform" and any(c is not None for c in clusters):
+        raise ValueError("ece_ci: the cluster bootstrap needs equal-width bins "
+                         "(strategy='uniform'); drop cluster= or use uniform bins")
     n_boot = int(n_boot)
     reps = [None] * len(items)
-    by_n: dict[int, list[int]] = {}
+    by_n: dict[tuple, list[int]] = {}
     for i, (conf, _) in enumerate(items):
-        by_n.setdefault(len(conf), []).append(i)
-    for n, members in by_n.items():
+        key = (len(conf), None if clusters[i] is None else clusters[i].tobytes())
+        by_n.setdefault(key, []).append(i)
+    for (n, _), members in by_n.items():
         check(ece_bootstrap_work(n_boot, n, n_bins, strategy))  # before any block
         r = _replicate_eces([items[i] for i in members], n_bins, strategy, n_boot,
-                            as_generator(seed))
+                            as_generator(seed), cluster=clusters[members[0]])
         for j, i in enumerate(members):
             reps[i] = r[:, j]
     rows = []
-    for (conf, out), r in zip(items, reps):
+    for (conf, out), r, clu in zip(items, reps, clusters):
         n_cases = len(conf)
         _, s_conf, s_out, _ = _bin_sums(conf, out, n_bins, strategy)
         lo, hi = percentile_interval(r, conf_level)
         rows.append({"estimand": "ece", "estimate": float(np.abs(s_out - s_conf).sum() / n_cases),
                      "std_error": r.std(ddof=1), "conf_low": float(lo), "conf_high": float(hi),
                      "conf_level": conf_level, "n": n_cases, "n_pos": out.sum(),
-                     "n_neg": n_cases - out.sum(), "method": "bootstrap-percentile",
-                     "n_bins": n_bins, "strategy": strategy, "n_boot": float(n_boot)})
+                     "n_neg": n_cases - out.sum(),
+                     "method": "bootstrap-percentile" if clu is None
+                     else "cluster-bootstrap-percentile",
+                     "n_bins": n_bins, "strategy": strategy, "n_boot": float(n_boot),
+                     **({} if clu is None else {"n_clusters": float(clu.max() + 1)})})
     return tidy(pd.DataFrame(rows))
 
 

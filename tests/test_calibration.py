@@ -323,3 +323,77 @@ def test_calibration_repair_from_runs():
     assert overall.loc["ece_after", "estimate"] == pytest.approx(per.mean())
     with pytest.raises(ContractError, match="ece_after_ts"):
         cal.calibration_repair(runs.drop(columns="ece_after_ts"))
+
+
+# --------------------------------------------------------------------------- clusters
+
+def _clustered(seed: int = 0, patients: int = 200):
+    rng = np.random.default_rng(seed)
+    pat = np.repeat(np.arange(patients), rng.choice([1, 2, 3, 4], size=patients,
+                                                    p=[0.4, 0.3, 0.2, 0.1]))
+    u = rng.normal(0, 1.5, patients)[pat]
+    p = 1 / (1 + np.exp(-(rng.normal(size=len(pat)) + u)))
+    y = (rng.random(len(pat)) < np.clip(p + 0.1 * u, 0, 1)).astype(int)
+    return y, p, pat
+
+
+def test_ece_cluster_bootstrap_is_the_definition():
+    """Each replicate of the cluster bootstrap is the ECE of the scans of the drawn
+    patients (recomputed from the definition on the expanded rows); with one scan per
+    cluster it is the case bootstrap draw for draw."""
+    ece, ece_ci = cal.ece, cal.ece_ci
+    from stats.calibration import _confidence, _replicate_ece_uniform
+
+    y, p, pat = _clustered()
+    conf, out = _confidence(y, p)
+    C = pat.max() + 1
+    r = _replicate_ece_uniform([(conf, out)], 15, 4, np.random.default_rng(5), cluster=pat)
+    idx = np.random.default_rng(5).integers(0, C, size=(4, C), dtype=np.uint32)
+    for k in range(4):
+        rows = np.concatenate([np.flatnonzero(pat == i) for i in idx[k]])
+        assert r[k, 0] == pytest.approx(ece(y[rows], p[rows]), abs=1e-12)
+    a = ece_ci(y, p, n_boot=400, seed=2)
+    b = ece_ci(y, p, n_boot=400, seed=2, cluster=np.arange(len(y)))
+    for col in ("estimate", "std_error", "conf_low", "conf_high"):
+        assert a[col].iloc[0] == pytest.approx(b[col].iloc[0], abs=1e-12)
+    c = ece_ci(y, p, n_boot=400, seed=2, cluster=pat)
+    assert c["method"].iloc[0] == "cluster-bootstrap-percentile"
+    assert c["n_clusters"].iloc[0] == C and c["estimate"].iloc[0] == a["estimate"].iloc[0]
+    with pytest.raises(ValueError, match="equal-width"):
+        ece_ci(y, p, strategy="quantile", cluster=pat)
+
+
+def test_reliability_bins_are_cluster_aware():
+    """reliability_table(cluster=): per bin, the ratio estimator's variance over the bin's
+    patients (recomputed here with pandas), the design effect against p(1-p)/n, and the
+    Wilson interval at Korn & Graubard's effective size."""
+    reliability_table = cal.reliability_table
+    from scipy import stats as sps
+
+    from stats.intervals import proportion_ci
+
+    y, p, pat = _clustered(1)
+    t = reliability_table(y, p, n_bins=10, cluster=pat)
+    assert (t["method"] == "wilson-cluster").all()
+    b = np.searchsorted(np.linspace(0, 1, 11)[1:-1], p, side="left")
+    df = pd.DataFrame({"b": b, "y": y, "pat": pat})
+    checked = 0
+    for k, g in df.groupby("b"):
+        s = g.groupby("pat")["y"].agg(["sum", "size"])
+        n, x, C = len(g), g["y"].sum(), len(s)
+        if C < 2 or x in (0, n) or (s["size"] == 1).all():
+            continue
+        ph = x / n
+        var = C / (C - 1) * ((s["sum"] - ph * s["size"]) ** 2).sum() / n ** 2
+        deff = var / (ph * (1 - ph) / n)
+        f = (sps.t.ppf(0.025, n - 1) / sps.t.ppf(0.025, C - 1)) ** 2
+        neff = min(n, n / deff * f)
+        lo, hi = proportion_ci(np.array([ph * neff]), np.array([neff]))
+        row = t.iloc[k]
+        assert row["design_effect"] == pytest.approx(deff, rel=1e-10)
+        assert row["n_clusters"] == C
+        assert (row["conf_low"], row["conf_high"]) == pytest.approx((lo[0], hi[0]), abs=1e-10)
+        checked += 1
+    assert checked >= 6
+    plain = reliability_table(y, p, n_bins=10)
+    assert not np.allclose(plain["conf_low"], t["conf_low"], equal_nan=True)

@@ -73,8 +73,11 @@ def definitions(study, summ: pd.DataFrame) -> list[str]:
     out = []
     if ((summ["source"] == DETECTION) & (summ["estimand"] == "ece")).any():
         n_boot, seed = boot_settings(study.plan)
-        out.append(f"Detection models: ECE of the test-split predictions, case-bootstrap "
-                   f"percentile interval ({n_boot} replicates, seed {seed}).")
+        cluster = study.results.decisions.get("detection.cluster")
+        how = (f"cluster-bootstrap percentile interval (whole {cluster} clusters resampled; "
+               if cluster else "case-bootstrap percentile interval (")
+        out.append(f"Detection models: ECE of the test-split predictions, {how}"
+                   f"{n_boot} replicates, seed {seed}).")
     enc = summ[(summ["source"] == PROBE) & (summ["estimand"] == "ece")]
     if len(enc):
         boot = study.results.decisions.get("calibration.encoder_bootstrap", {})
@@ -100,6 +103,7 @@ def _probabilities(study) -> list:
 
     cal = study.results["calibration"]
     summ, rel = cal["summary"], cal["reliability"]
+    cluster = study.results.decisions.get("detection.cluster")
     if "regime" not in summ:
         summ = summ.assign(regime=None)
         rel = rel.assign(regime=None)
@@ -164,7 +168,10 @@ def _probabilities(study) -> list:
             + p9.labs(x="Mean predicted probability", y="Observed frequency") + theme())
     fig = ReportFigure(
         name="reliability", caption="Reliability diagrams on the test split before and after "
-        "temperature scaling, with Wilson intervals per bin (encoder probes: the held-out "
+        "temperature scaling, with Wilson intervals per bin ("
+        + ("detection models: cluster-aware, at the bin's effective size over its "
+           f"{cluster} clusters; " if cluster else "")
+        + "encoder probes: the held-out "
         "predictions of their clean runs at label fraction 1, pooled over seeds and datasets); "
         "the dashed diagonal is perfect calibration.",
         alt="Reliability diagrams per model before and after temperature scaling.",

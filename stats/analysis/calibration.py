@@ -32,18 +32,20 @@ PROBE = "encoder probe"
 DETECTION = "detection model"
 
 
-def groups(plan, tables) -> list[tuple]:
-    """(model, calibration frame, test frame) of the detection models, columns label, prob."""
+def groups(plan, tables, cluster: str | None = None) -> list[tuple]:
+    """(model, calibration frame, test frame) of the detection models, columns label, prob
+    (and ``cluster``, the cluster column's values, when one is given)."""
     out = []
     c = tables.cases
     if c is not None and getattr(plan, "detection", None) is not None \
             and {"max_prob", "split"} <= set(c.columns):
+        cols = {"max_prob": "prob", **({cluster: "cluster"} if cluster else {})}
+        keep = ["label", "max_prob", *([cluster] if cluster else [])]
         for model, g in c.groupby("model", sort=False):
             cal, test = g[g["split"].isin(CAL_SPLITS)], g[g["split"] == "test"]
             if len(cal) and len(test):
-                out.append((str(model),
-                            cal[["label", "max_prob"]].rename(columns={"max_prob": "prob"}),
-                            test[["label", "max_prob"]].rename(columns={"max_prob": "prob"})))
+                out.append((str(model), cal[keep].rename(columns=cols),
+                            test[keep].rename(columns=cols)))
     return out
 
 
@@ -168,28 +170,36 @@ def calibration(results) -> dict[str, pd.DataFrame]:
 
     summary, rel, series = [], [], []
     det = groups(results.plan, results.tables)
+    # repeated scans of a patient: cluster-aware bins and a cluster bootstrap of the ECE
+    cluster = results["cluster"] if det else None
+    if cluster:
+        det = groups(results.plan, results.tables, cluster)
     if det:
         n_boot, seed = boot_settings(results.plan)
         results.decide("calibration.bootstrap.n_boot", n_boot)
         results.decide("seeds.calibration_bootstrap", seed)
     for unit, cal, test in det:
         y, p = test["label"].to_numpy(), test["prob"].to_numpy(float)
+        clu = test["cluster"].to_numpy() if cluster else None
         tf = temperature_scale(cal["prob"].to_numpy(float), cal["label"].to_numpy())
         ev = tf.evaluate(p, y).assign(source=DETECTION, unit=unit)
         for stage, prob in (("before", p), ("after", tf.apply(p))):
-            series.append((ev, stage, y, prob))
-            rel.append(reliability_table(y, prob, n_bins=RELIABILITY_BINS).assign(
+            series.append((ev, stage, y, prob, clu))
+            rel.append(reliability_table(y, prob, n_bins=RELIABILITY_BINS,
+                                         cluster=clu).assign(
                 source=DETECTION, unit=unit, stage=stage))
         summary.append(ev)
     if series:
         # every series' interval in one call: series of equal length (each model before and
         # after scaling; every model of a paired design) share the seed's draws, as separate
         # ece_ci calls with that seed would, and pay for the resampling once
-        cis = ece_ci_many([(y, prob) for _, _, y, prob in series], n_boot=n_boot, seed=seed)
-        for (ev, stage, _, _), (_, ci) in zip(series, cis.iterrows()):
+        cis = ece_ci_many([(y, prob) if clu is None else (y, prob, clu)
+                           for _, _, y, prob, clu in series], n_boot=n_boot, seed=seed)
+        for (ev, stage, *_), (_, ci) in zip(series, cis.iterrows()):
             hit = (ev["estimand"] == "ece") & (ev["stage"] == stage)
             ev.loc[hit, "conf_low"] = float(ci["conf_low"])
             ev.loc[hit, "conf_high"] = float(ci["conf_high"])
+            ev.loc[hit, "method"] = ci["method"]   # the ECE row's interval
     out = {}
     rows = probe_rows(results.tables)
     if rows is not None:
