@@ -49,9 +49,9 @@ def _evidence() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _study(folder, *, metadata=True, block=None, table=None):
+def _study(folder, *, metadata=True, block=None, table=None, patients=None):
     ids = sorted(SITES)
-    cases = pd.DataFrame({"case_id": ids, "patient_id": ids, "model": "m",
+    cases = pd.DataFrame({"case_id": ids, "patient_id": patients or ids, "model": "m",
                           "label": [1, 0] * 7, "score": np.linspace(0, 1, 14),
                           "site": [SITES[c] for c in ids], "sex": list("MMFFMMFFMMFFMM")})
     cases.to_csv(folder / "cases.csv", index=False)
@@ -271,3 +271,57 @@ def test_section_never_shows_evidence_text(tmp_path):
                 assert not {"evidence", "source"} & set(f.columns)
                 cells = f.astype(str).to_numpy().ravel()
                 assert not any(SECRET in c or "text:notes" in c for c in cells)
+
+
+def _kg_wilson(success, cluster):
+    """Wilson at Korn & Graubard's effective size, by its formulas (ratio estimator over
+    the clusters, C / (C - 1) factor, design effect against p (1 - p) / n, the
+    degrees-of-freedom factor, at most n)."""
+    from scipy import stats as sps
+
+    d = pd.DataFrame({"y": success, "c": cluster}).groupby("c")["y"].agg(["sum", "size"])
+    n, x, C = d["size"].sum(), d["sum"].sum(), len(d)
+    p = x / n
+    var = C / (C - 1) * ((d["sum"] - p * d["size"]) ** 2).sum() / n ** 2
+    f = (sps.t.ppf(0.025, n - 1) / sps.t.ppf(0.025, C - 1)) ** 2
+    m = min(n, n / (var / (p * (1 - p) / n)) * f)
+    z = 1.959963984540054
+    c = (p * m + z * z / 2) / (m + z * z)
+    h = z * np.sqrt(p * (1 - p) * m + z * z / 4) / (m + z * z)
+    return c - h, c + h
+
+
+def test_repeated_scans_make_the_metadata_intervals_cluster_aware(tmp_path):
+    """Cases c00/c01, c02/c03, ... are scans of one patient: coverage and agreement get
+    Wilson at the effective size over the patients (by the formulas here), the by-site
+    agreement too, and the site test is Rao-Scott's (as heterogeneity_test computes it)."""
+    from stats.heterogeneity import heterogeneity_test
+
+    ids = sorted(SITES)
+    pats = [f"p{i // 2}" for i in range(len(ids))]
+    r = _results(tmp_path, ["metadata_coverage", "metadata_agreement",
+                            "metadata_agreement_by_site", "metadata_site_test"],
+                 patients=pats)
+    assert r.decisions["detection.cluster"] == "patient_id"
+    cov = r["metadata_coverage"].set_index(["field", "extractor"])
+    has = [int(c in EX2_SEX) for c in ids]            # ex2 read sex on c00-c09
+    row = cov.loc[("sex", "ex2")]
+    assert row["method"] == "wilson-cluster" and row["n_clusters"] == 7
+    assert (row["conf_low"], row["conf_high"]) == pytest.approx(_kg_wilson(has, pats), abs=1e-12)
+    ag = r["metadata_agreement"].set_index(["field", "extractor_a", "extractor_b"])
+    both = [c for c in ids if c in EX1_SEX and c in EX2_SEX]
+    agree = [int(EX1_SEX[c] == EX2_SEX[c]) for c in both]
+    row = ag.loc[("sex", "ex1", "ex2")]
+    assert row["method"] == "wilson-cluster" and row["n_clusters"] == 5
+    assert (row["conf_low"], row["conf_high"]) == pytest.approx(
+        _kg_wilson(agree, [pats[ids.index(c)] for c in both]), abs=1e-12)
+    by = r["metadata_agreement_by_site"]
+    assert (by["method"] == "wilson-cluster").all() and "n_clusters" in by
+    test = r["metadata_site_test"].set_index("field").loc["sex"]
+    pseudo = pd.DataFrame({"case_id": both, "patient_id": [pats[ids.index(c)] for c in both],
+                           "model": "agreement", "label": 1, "score": agree, "pred": agree,
+                           "site": [SITES[c] for c in both]})
+    want = heterogeneity_test(pseudo, by=["site"], cluster="patient_id").iloc[0]
+    assert test["method"] == "rao-scott-f" == want["method"]
+    for col in ("statistic", "df", "df_denominator", "p_value"):
+        assert test[col] == pytest.approx(want[col], rel=1e-12), col

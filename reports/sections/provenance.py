@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .. import text
@@ -49,7 +50,9 @@ def coverage_table(study) -> ReportTable:
         "coverage": text.ci_vec(cov, 3, est="coverage")})
     return ReportTable(
         name="metadata_coverage", caption=f"Coverage per field: cases with a value / cases, "
-        f"[{_conf(study)}% Wilson CI], per source and for any source.", data=cov, display=disp,
+        f"[{_conf(study)}% Wilson CI"
+        + (", cluster-aware over patients" if "n_clusters" in cov else "")
+        + "], per source and for any source.", data=cov, display=disp,
         group_col="field", labels={"extractor": "Source", "cases": "Cases with a value",
                                    "coverage": "Coverage [CI]"},
         notes=("Source 'review': values set by the reviewer after a disagreement.",))
@@ -92,13 +95,14 @@ def agreement_table(study) -> ReportTable | None:
         "disagree": ag["n_disagree"].map(text.count)})
     return ReportTable(
         name="metadata_agreement", caption=f"Agreement between extractors per field: share "
-        f"agreeing among the cases with both values [{_conf(study)}% Wilson CI] and Cohen's "
+        f"agreeing among the cases with both values [{_conf(study)}% Wilson CI"
+        + (", cluster-aware over patients" if "n_clusters" in ag else "") + "] and Cohen's "
         f"kappa [{_conf(study)}% CI].", data=ag, display=disp, group_col="field",
         labels={"pair": "Extractors", "both": "Cases with both", "agree": "Agreement [CI]",
                 "kappa": "Cohen's kappa [CI]", "disagree": "Disagreements"},
         notes=("Kappa treats values as nominal categories; its interval is the Wald interval "
                "with the large-sample standard error of Fleiss, Cohen & Everitt (1969), "
-               "clipped to [-1, 1]. With perfect agreement that standard error is 0 and the "
+               "clipped to [-1, 1], and treats cases as independent. With perfect agreement that standard error is 0 and the "
                "interval collapses to 1; kappa is undefined (\u2014) with fewer than two cases "
                "or one category.",))
 
@@ -112,7 +116,8 @@ def site_figure(study) -> ReportFigure | None:
     return ReportFigure(
         name="metadata_agreement_by_site",
         caption=f"Agreement between extractors by site, per field, with {_conf(study)}% "
-        "Wilson intervals.", alt="Agreement between metadata extractors by site and field.",
+        "Wilson intervals" + (" (cluster-aware: at the effective size over the site's "
+                              "patients)" if "n_clusters" in by else "") + ".", alt="Agreement between metadata extractors by site and field.",
         plot=points_ci(d, x="site", y="estimate", color="pair", facet="field",
                        ylab="Agreement", xlab="Site"),
         data=d, width=7.5, height=3.6)
@@ -122,19 +127,27 @@ def site_test_table(study) -> ReportTable | None:
     t = study.results["metadata_site_test"]
     if not len(t):
         return None
+    rs = (t["method"] == "rao-scott-f").to_numpy()
+    den = t["df_denominator"] if "df_denominator" in t else pd.Series(np.nan, index=t.index)
     disp = pd.DataFrame({"field": t["field"].astype(str), "pair": _pair(t),
                          "x2": [text.num(x) for x in t["statistic"]],
-                         "df": t["df"].map(text.count), "p": t["p_value"].map(text.pvalue),
+                         "df": [f"{text.num(d, 1)}, {text.num(e, 0)}" if r else text.count(d)
+                                for d, e, r in zip(t["df"], den, rs)],
+                         "p": t["p_value"].map(text.pvalue),
                          "n": t["n"].map(text.count), "flag": t["flag"].fillna("").astype(str)})
+    how = ("Rao-Scott second-order corrected chi-square with an F reference (R's "
+           "survey::svychisq default; statistic F, numerator and denominator df): cases "
+           "clustered within patients" if rs.any() else
+           "Pearson's chi-square without continuity correction on the sites x (agree, "
+           "disagree) table (R's chisq.test(correct = FALSE)); cases taken as independent")
     return ReportTable(
         name="metadata_site_test", caption="Test of equal agreement across sites per field "
         "and extractor pair (institution-style bias).", data=t, display=disp,
-        group_col="field", labels={"pair": "Extractors", "x2": "X\u00b2", "df": "df",
+        group_col="field", labels={"pair": "Extractors",
+                                   "x2": "F" if rs.any() else "X\u00b2", "df": "df",
                                    "p": "p", "n": "Cases", "flag": "Flag"},
-        notes=("Pearson's chi-square without continuity correction on the sites x (agree, "
-               "disagree) table (R's chisq.test(correct = FALSE)); cases taken as independent. "
-               "not_estimable: every case agrees (or none does); small_expected: an expected "
-               "count below 5.",))
+        notes=(how + ". not_estimable: every case agrees (or none does); small_expected: an "
+               "expected count below 5.",))
 
 
 def review_table(study) -> ReportTable | None:

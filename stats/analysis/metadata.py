@@ -29,8 +29,13 @@ end, source``; ``review`` rows are human decisions, not an extractor). Per field
   rules). An evidence field that a plan bin reads (``age`` -> ``age_group``) is binned
   first, so the table speaks of the axis the report shows.
 
-Units are cases (scans), taken as independent. Evidence text never leaves this layer in
-a table (it may identify).
+Units are cases (scans). When the study's scans cluster within patients (the decided
+``detection.cluster``), every proportion's interval here is cluster-aware (Wilson at Korn
+& Graubard's effective size over the patients of its row, method "wilson-cluster", with
+``n_clusters``; :func:`stats.clustered.clustered_proportions`) and the test of equal
+agreement across sites is Rao-Scott's (``rao-scott-f``); kappa's standard error still
+treats cases as independent. Evidence text never leaves this layer in a table (it may
+identify).
 
 References: Fleiss JL, Cohen J, Everitt BS (1969) Large sample standard errors of kappa
 and weighted kappa. Psychol Bull 72:323-327. Cohen J (1960) Educ Psychol Meas 20:37-46.
@@ -82,6 +87,46 @@ def _values(results) -> pd.DataFrame:
 def _conf_level(results) -> float:
     det = getattr(results.plan, "detection", None)
     return det.conf_level if det is not None else 0.95
+
+
+def _cluster_of(results) -> pd.Series | None:
+    """The cluster (patient) of each case_id of the cases table, when the decided
+    ``detection.cluster`` names one; else None (cases independent)."""
+    from .detection import _wants_detection
+
+    if not _wants_detection(results.plan, results.tables):
+        return None
+    cluster = results["cluster"]
+    if not cluster:
+        return None
+    c = results.tables.cases.drop_duplicates("case_id")
+    return pd.Series(c[cluster].astype(str).to_numpy(), index=c["case_id"].to_numpy())
+
+
+def _clustered_wilson(rows: pd.DataFrame, keys: list[str], conf_level: float,
+                      k: str, n: str) -> pd.DataFrame:
+    """One row per ``keys`` group of ``rows`` (one row per case: ``success`` 0/1 and
+    ``cluster``): ``k`` successes of ``n`` cases with the cluster-aware Wilson interval
+    (:func:`stats.clustered.clustered_proportions`), ``n_clusters``, ``design_effect``."""
+    from scipy import sparse
+
+    from ..clustered import clustered_proportions
+
+    grouped = rows.groupby(keys, sort=True, observed=True)
+    g = grouped.ngroup().to_numpy()          # group codes in the sorted key order
+    G = grouped.ngroups
+    member = sparse.csr_matrix((np.ones(len(rows)), (g, np.arange(len(rows)))),
+                               shape=(G, len(rows)))
+    codes = pd.factorize(rows["cluster"])[0]
+    c = clustered_proportions(member, codes, rows[["success"]].to_numpy(float),
+                              np.ones((len(rows), 1)), conf_level=conf_level)
+    out = grouped.size().reset_index()[keys]
+    return out.assign(**{k: c["numerator"][:, 0].astype(np.int64),
+                         n: c["denominator"][:, 0].astype(np.int64)},
+                      estimate=c["estimate"][:, 0], conf_low=c["conf_low"][:, 0],
+                      conf_high=c["conf_high"][:, 0], conf_level=conf_level,
+                      method="wilson-cluster", n_clusters=c["n_clusters"][:, 0],
+                      design_effect=c["design_effect"][:, 0])
 
 
 def _wilson(frame: pd.DataFrame, k: str, n: str, conf_level: float) -> pd.DataFrame:
@@ -146,7 +191,21 @@ def metadata_coverage(results) -> pd.DataFrame:
     rank |= {REVIEW: len(rank), ANY: len(rank) + 1}
     out = out.assign(_r=out["extractor"].map(rank)).sort_values(["field", "_r"]).drop(columns="_r")
     out["cases"] = len(universe)
-    out = _wilson(out.reset_index(drop=True), "cases_with_value", "cases", _conf_level(results))
+    out = out.reset_index(drop=True)
+    patient = _cluster_of(results)
+    if patient is None or cases is None:
+        out = _wilson(out, "cases_with_value", "cases", _conf_level(results))
+        return out.rename(columns={"estimate": "coverage"})
+    # one row per (field, source) x case of the universe, success = the case has a value
+    has = pd.concat([inside[["field", "extractor", "case_id"]],
+                     inside[["field", "case_id"]].assign(extractor=ANY)]).drop_duplicates()
+    grid = out[["field", "extractor"]].merge(pd.DataFrame({"case_id": universe}), how="cross")
+    grid = grid.merge(has.assign(success=1), on=["field", "extractor", "case_id"], how="left")
+    grid = grid.assign(success=grid["success"].fillna(0),
+                       cluster=patient.reindex(grid["case_id"]).fillna("").to_numpy())
+    c = _clustered_wilson(grid, ["field", "extractor"], _conf_level(results),
+                          "cases_with_value", "cases")
+    out = out[["field", "extractor"]].merge(c, on=["field", "extractor"], how="left")
     return out.rename(columns={"estimate": "coverage"})
 
 
@@ -206,24 +265,41 @@ def metadata_agreement(results) -> pd.DataFrame:
     ag["conf_level"] = conf
     reviewed = ev[ev["extractor"] == REVIEW].groupby("field")["case_id"].nunique()
     ag["reviewed"] = ag["field"].map(reviewed).fillna(0).astype(int)
+    ag["method"] = "wilson"
+    per = _agreement_by_case(results, need_site=False)
+    if per and "cluster" in per[0][1]:
+        rows = pd.concat([d.assign(field=k[0], extractor_a=k[1], extractor_b=k[2])
+                          for k, d in per if len(d)], ignore_index=True)
+        c = _clustered_wilson(rows.rename(columns={"agree": "success"}), PAIR, conf,
+                              "n_agree", "n_both")
+        order = list(ag.columns)
+        ag = ag.drop(columns=["conf_low", "conf_high", "method"]).merge(
+            c[[*PAIR, "conf_low", "conf_high", "method", "n_clusters"]], on=PAIR, how="left")
+        ag = ag[[*order, "n_clusters"]]
     results.decide("metadata.agreement", "cases with both values; Wilson CI; Cohen's kappa "
                    "(nominal) with the Fleiss-Cohen-Everitt (1969) large-sample SE, Wald CI")
     return ag
 
 
-def _agreement_by_case(results):
-    """Per field x pair: a frame ``case_id, site, agree`` of the cases with both values
-    and a site in the cases table; None without a cases table with ``site``."""
+def _agreement_by_case(results, need_site: bool = True):
+    """Per field x pair: a frame ``case_id, site, agree`` (and ``cluster``, the case's
+    patient, when scans cluster) of the cases with both values in the cases table; None
+    without a cases table (or, with ``need_site``, one without ``site``)."""
     cases = results.tables.cases
-    if cases is None or "site" not in cases.columns:
+    if cases is None or (need_site and "site" not in cases.columns):
         return None
-    site = cases.drop_duplicates("case_id").set_index("case_id")["site"].astype(str)
+    c = cases.drop_duplicates("case_id").set_index("case_id")
+    site = c["site"].astype(str) if "site" in c.columns else pd.Series("", index=c.index)
+    patient = _cluster_of(results)
     out = []
     for field, a, b, va, vb in _pairs(_values(results)):
         both = va.index.intersection(vb.index).intersection(site.index)
-        out.append(((field, a, b), pd.DataFrame({
+        frame = pd.DataFrame({
             "case_id": both, "site": site.loc[both].to_numpy(),
-            "agree": (va.loc[both].to_numpy() == vb.loc[both].to_numpy()).astype(int)})))
+            "agree": (va.loc[both].to_numpy() == vb.loc[both].to_numpy()).astype(int)})
+        if patient is not None:
+            frame["cluster"] = patient.reindex(both).to_numpy()
+        out.append(((field, a, b), frame))
     return out
 
 
@@ -236,6 +312,15 @@ def metadata_agreement_by_site(results) -> pd.DataFrame:
     per = _agreement_by_case(results)
     if not per:
         return pd.DataFrame(columns=cols)
+    if "cluster" in per[0][1]:
+        rows = [d.assign(field=k[0], extractor_a=k[1], extractor_b=k[2]) for k, d in per
+                if len(d)]
+        if not rows:
+            return pd.DataFrame(columns=cols)
+        out = _clustered_wilson(pd.concat(rows, ignore_index=True).rename(
+            columns={"agree": "success"}), [*PAIR, "site"], _conf_level(results),
+            "n_agree", "n_both")
+        return out[[*cols, "n_clusters"]]
     frames = [d.groupby("site", sort=True)["agree"].agg(n_both="size", n_agree="sum")
               .reset_index().assign(field=k[0], extractor_a=k[1], extractor_b=k[2])
               for k, d in per if len(d)]
@@ -252,8 +337,8 @@ def metadata_site_test(results) -> pd.DataFrame:
     agreement across sites (``stats.heterogeneity_test``)."""
     from ..heterogeneity import heterogeneity_test
 
-    cols = [*PAIR, "statistic", "df", "p_value", "n", "n_levels", "min_expected", "method",
-            "flag"]
+    cols = [*PAIR, "statistic", "df", "df_denominator", "p_value", "n", "n_levels",
+            "min_expected", "method", "flag"]
     per = _agreement_by_case(results)
     rows = []
     for (field, a, b), d in per or ():
@@ -261,11 +346,18 @@ def metadata_site_test(results) -> pd.DataFrame:
             continue
         pseudo = pd.DataFrame({"case_id": d["case_id"], "model": "agreement", "label": 1,
                                "score": d["agree"], "pred": d["agree"], "site": d["site"]})
-        t = heterogeneity_test(pseudo, by=["site"], estimand="sensitivity", cluster=None)
-        rows.append(t.iloc[0][cols[3:]].to_dict() | {"field": field, "extractor_a": a,
-                                                      "extractor_b": b})
-    results.decide("metadata.site_test", "Pearson chi-square without continuity correction, "
-                   "sites x (agree, disagree), cases independent")
+        clustered = "cluster" in d
+        if clustered:
+            pseudo["patient_id"] = d["cluster"].to_numpy()
+        t = heterogeneity_test(pseudo, by=["site"], estimand="sensitivity",
+                               cluster="patient_id" if clustered else None)
+        rows.append(t.iloc[0].reindex(cols[3:]).to_dict()
+                    | {"field": field, "extractor_a": a, "extractor_b": b})
+    results.decide("metadata.site_test", (
+        "Rao-Scott second-order F test (survey::svychisq default), sites x (agree, "
+        "disagree), cases clustered within patients" if per and "cluster" in per[0][1] else
+        "Pearson chi-square without continuity correction, sites x (agree, disagree), cases "
+        "independent"))
     return pd.DataFrame(rows, columns=cols)
 
 
