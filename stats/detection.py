@@ -510,30 +510,54 @@ def _counts_at(score, label, thresholds) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-#: scans x thresholds x models elements of one block of calls in a clustered sweep
-_SWEEP_ELEMENTS = 2 ** 24
-
-
 def _sweep_clusters(cm: CaseMatrix, thr: np.ndarray, metrics: Sequence[str], ci: str,
                     conf_level: float) -> dict[str, dict[str, np.ndarray]]:
     """Cluster-aware proportions (T x M arrays per metric) of the overall cell at every
-    threshold: :func:`stats.clustered.clustered_proportions` on the calls
-    ``score >= t``, thresholds in blocks that bound the (scans x thresholds x models)
-    calls in memory."""
+    threshold, as :func:`stats.clustered.clustered_proportions` computes them on the calls
+    ``score >= t``, without building the calls: per model, each cluster's positives and
+    negatives at or above every threshold come from one bincount of (cluster, number of
+    thresholds at or below the score) and a reversed cumulative sum (clusters x
+    thresholds); the moments of :func:`stats.clustered.design_effect` follow per
+    threshold. Memory O(clusters x thresholds), time O(scans + clusters x thresholds)
+    per model."""
+    from stats.clustered import design_effect, effective_interval
+
     n, M = cm.score.shape
-    step = max(1, _SWEEP_ELEMENTS // max(n * M, 1))
-    parts = []
-    for start in range(0, len(thr), step):  # blocks of thresholds, vectorized inside
-        t = thr[start:start + step]
-        calls = (cm.score[:, None, :] >= t[None, :, None]).reshape(n, len(t) * M)
-        ind = metric_indicators(cm.label, calls, metrics)
-        res = clustered_proportions(cm.member[:1], cm.patient,
-                                    np.hstack([ind[k][0] for k in metrics]),
-                                    np.hstack([ind[k][1] for k in metrics]), method=ci,
+    T = len(thr)
+    codes = np.asarray(cm.patient, dtype=np.int64)
+    C = int(codes.max()) + 1 if n else 1
+    y = np.asarray(cm.label, dtype=bool)
+    keys = ("n", "x", "n_clusters", "repeats", "ss")
+    mom = {k: {c: np.zeros((T, M), dtype=bool if c == "repeats" else "float64") for c in keys}
+           for k in metrics}
+    for j in range(M):  # one pass per model, vectorized over clusters and thresholds
+        key = codes * (T + 1) + np.searchsorted(thr, cm.score[:, j], side="right")
+        above = []
+        for mask in (y, ~y):   # per cluster: at or above each threshold (C x T), and all
+            h = np.bincount(key[mask], minlength=C * (T + 1)).reshape(C, T + 1)
+            rev = np.cumsum(h[:, ::-1], axis=1)[:, ::-1].astype("float64")
+            above.append((rev[:, 1:], rev[:, :1]))
+        (Pt, P), (Nt, N) = above
+        parts = {"sensitivity": (Pt, P), "specificity": (N - Nt, N), "ppv": (Pt, Pt + Nt),
+                 "npv": (N - Nt, (P - Pt) + (N - Nt)), "accuracy": (Pt + N - Nt, P + N)}
+        for k in metrics:
+            num, den = parts[k]
+            den = np.broadcast_to(den, num.shape)
+            nn, xx = den.sum(0), num.sum(0)
+            p = np.divide(xx, nn, out=np.zeros_like(xx), where=nn > 0)
+            m = mom[k]
+            m["n"][:, j], m["x"][:, j] = nn, xx
+            m["n_clusters"][:, j] = (den > 0).sum(0)
+            m["repeats"][:, j] = (den > 1).any(0)
+            m["ss"][:, j] = ((num - p * den) ** 2).sum(0)
+    out = {}
+    for k in metrics:
+        d = design_effect(mom[k], conf_level)
+        lo, hi = effective_interval(mom[k]["x"], mom[k]["n"], d["n_effective"], method=ci,
                                     conf_level=conf_level)
-        parts.append({c: v.reshape(len(metrics), len(t), M) for c, v in res.items()})
-    return {k: {c: np.concatenate([p[c][i] for p in parts]) for c in parts[0]}
-            for i, k in enumerate(metrics)}
+        out[k] = {**d, "conf_low": lo, "conf_high": hi, "n_clusters": mom[k]["n_clusters"],
+                  "numerator": mom[k]["x"], "denominator": mom[k]["n"]}
+    return out
 
 
 def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
