@@ -80,12 +80,13 @@ from scipy import stats as sps
 from scipy.special import expit
 
 from stats._threads import one_blas_thread
-from stats.detection import GROUP_COLS, _levels, case_matrix, normalize_by, scan_level
+from stats.detection import (GROUP_COLS, MSG_CLUSTER, MSG_CLUSTER_NA,  # noqa: F401 (re-exported)
+                             _check_cluster, _levels, case_matrix, normalize_by, scan_level)
 from stats.models.design import estimable_columns
 from stats.models.fixed import fit_glm
 from stats.models.glmm import fit_glmm
 from stats.precision import icc_anova, kish_cluster_size
-from stats.schema import ContractError, tidy
+from stats.schema import tidy
 
 Estimand = Literal["sensitivity", "specificity"]
 ESTIMANDS = ("sensitivity", "specificity")
@@ -106,10 +107,6 @@ MSG_ESTIMAND = "estimand must be 'sensitivity' or 'specificity'; got {estimand!r
 MSG_CI = "ci must be one of {allowed}; got {ci!r}"
 MSG_BY = ("by: give one axis (a column name) or one intersection (a tuple of names, or "
           "'a:b'), or a list of them; got {by!r}")
-MSG_CLUSTER = ("cases: cluster column '{cluster}' is missing (columns present: {present}); "
-               "pass cluster=<patient column> (e.g. 'patient_id') or cluster=None")
-MSG_CLUSTER_NA = ("cases: cluster column '{cluster}' has missing values; rows {rows} are empty; "
-                  "fill in the patient identifier (or the case_id for a single-scan patient)")
 
 
 def pooled_subgroup_metrics(cases: pd.DataFrame, by, estimand: Estimand = "sensitivity", *,
@@ -203,16 +200,6 @@ def pooled_subgroup_metrics(cases: pd.DataFrame, by, estimand: Estimand = "sensi
     out["method"] = f"{METHOD}-{ci}"
     out["conf_level"] = conf_level
     return tidy(out, group_cols=GROUP_COLS)
-
-
-def _check_cluster(cases: pd.DataFrame, cluster: str) -> None:
-    if cluster not in cases.columns:
-        raise ContractError(MSG_CLUSTER.format(cluster=cluster, present=", ".join(
-            map(str, cases.columns[:15]))), column=cluster)
-    na = np.flatnonzero(cases[cluster].isna().to_numpy())
-    if len(na):
-        raise ContractError(MSG_CLUSTER_NA.format(cluster=cluster, rows=", ".join(
-            str(i + 1) for i in na[:5])), column=cluster, rows=na[:5].tolist())
 
 
 def _design_effects(cm, cluster: str, in_pop: np.ndarray) -> np.ndarray:
