@@ -34,7 +34,9 @@ def compare_models(cases: pd.DataFrame, *, by=None,
         ``"patient_id"``). In a cell where a patient has more than one scan in the
         comparison's denominator, the tests and intervals become cluster-aware:
         sensitivity and specificity differences use Durkalski et al.'s clustered McNemar
-        test and Newcombe's paired interval at Korn & Graubard's effective counts
+        test (its p never below the exact McNemar p on the scans: clustering never makes
+        the test more liberal, as the effective counts never exceed the scans) and
+        Newcombe's paired interval at Korn & Graubard's effective counts
         (method "newcombe-paired-cluster/mcnemar-clustered",
         :func:`stats.clustered.paired_difference`), AUC differences Obuchowski's
         clustered-data variance of the difference (method "delong-paired-cluster",
@@ -47,12 +49,22 @@ def compare_models(cases: pd.DataFrame, *, by=None,
     Tidy DataFrame, one row per metric x model pair x cell: ``estimand``
     ("sensitivity_difference", "specificity_difference", "auc_difference"), ``model``
     ("A - B"), ``group_var``, ``group_level``, ``estimate`` (A minus B),
-    ``std_error`` (DeLong, AUC only), ``conf_low``/``conf_high`` (Newcombe paired hybrid
-    score for proportions, Wald with the DeLong covariance for AUC), ``n``, ``n_pos``,
-    ``n_neg``, ``statistic`` (z for AUC; NaN for McNemar), ``p_value`` (exact McNemar on
-    the discordant pairs; paired DeLong), ``p_adjusted`` (Holm), ``method``, ``flag``,
-    extras ``model_a``, ``model_b``, ``p_adjusted_bh`` (Benjamini-Hochberg),
-    ``discordant_a`` (A right, B wrong), ``discordant_b`` (B right, A wrong).
+    ``std_error`` (DeLong for AUC, Obuchowski's with clusters; for proportions the
+    cluster-robust SE of the difference in clustered cells, else NaN),
+    ``conf_low``/``conf_high`` (Newcombe paired hybrid score for proportions, at the
+    effective counts in clustered cells; Wald for AUC), ``n``, ``n_pos``, ``n_neg``,
+    ``statistic`` (z for AUC; Durkalski's X^2 in clustered cells; NaN for the exact
+    McNemar test), ``p_value`` (exact McNemar on the discordant pairs, or max(Durkalski,
+    exact McNemar) in clustered cells; paired DeLong or its clustered form),
+    ``p_adjusted`` (Holm), ``method``, ``flag`` (``deff_not_estimable``: a clustered cell
+    with discordant pairs whose design effect cannot be estimated, e.g. one patient, or
+    every discordant pair one way; a clustered AUC difference without a variance), extras
+    ``model_a``, ``model_b``, ``p_adjusted_bh`` (Benjamini-Hochberg), ``discordant_a`` (A
+    right, B wrong), ``discordant_b`` (B right, A wrong), ``n_clusters`` (clusters with a
+    scan in the comparison's denominator: positives for sensitivity, negatives for
+    specificity, all scans of the cell for AUC; the scans themselves without
+    ``cluster``) and, with ``cluster``, ``design_effect`` and ``n_effective`` of the
+    proportion differences.
 
     Notes
     -----
@@ -125,10 +137,17 @@ def compare_models(cases: pd.DataFrame, *, by=None,
             _, lo_c, hi_c = newcombe_diff_ci(None, None, None, None, conf_level=conf_level,
                                              paired_counts=(a * k, b * k, c * k, d * k))
             lo, hi = np.where(rep, lo_c, lo), np.where(rep, hi_c, hi)
-            p = np.where(rep, pdiff["p_value"], p)
+            # clustering never makes the test more liberal than the exact McNemar test on
+            # the scans (as n_eff never exceeds n): Durkalski's asymptotic X^2 on few
+            # discordant patients would; NaN (one patient holding the repeats) stays NaN
+            pc = pdiff["p_value"]
+            p = np.where(rep, np.where(np.isnan(pc), np.nan, np.maximum(pc, p)), p)
             method[rep] = "newcombe-paired-cluster/mcnemar-clustered"
-            flag = _add_flag(flag, pdiff["not_estimable"], FLAG_DEFF)
-            extra = {"n_clusters": _mo(pdiff["n_clusters"]),
+            # a design effect that cannot be estimated matters only with discordant pairs
+            flag = _add_flag(flag, pdiff["not_estimable"] & (b + c > 0), FLAG_DEFF)
+            stat = np.where(rep, pdiff["statistic"], np.nan)
+            extra = {"std_error": _mo(np.where(rep, pdiff["std_error"], np.nan)),
+                     "statistic": _mo(stat), "n_clusters": _mo(pdiff["n_clusters"]),
                      "design_effect": _mo(pdiff["design_effect"]),
                      "n_effective": _mo(pdiff["n_effective"])}
         frames.append(pd.DataFrame({

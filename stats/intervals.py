@@ -584,11 +584,14 @@ def delong_test(label, score_a, score_b, *, conf_level: float = 0.95, cluster=No
                                                   dtype=np.int64), y, da["v"] - db["v"],
                                    da["auc"] - db["auc"])
         clustered = bool(c["repeats"][0])
+        deff_na = clustered and np.isnan(c["var"][0, 0]) and not np.isnan(var[0])
         var = c["var"][:, 0] if clustered else var
         extra = {"n_clusters": c["n_clusters"]}
     out = _paired_auc_frame(da, db, var, conf_level)
     if clustered:
         out["method"] = "delong-paired-cluster"
+        if deff_na:   # as compare_models: the clustered variance, not DeLong's, is missing
+            out["flag"] = np.array(["deff_not_estimable"], dtype=object)
     return tidy({**out, **extra})
 
 

@@ -43,7 +43,7 @@ from stats.detection import (
     metric_fractions,
     normalize_by,
 )
-from stats.clustered import SUFFIX, cluster_moments, design_effect, metric_indicators
+from stats.clustered import FLAG_DEFF, SUFFIX, cluster_moments, design_effect, metric_indicators
 from stats.intervals import PROPORTION_METHODS, proportion_ci
 from stats.schema import ContractError, _rows_text, _values_text, tidy
 
@@ -562,7 +562,7 @@ def _axis_rows(cm: CaseMatrix, d: _Design, spec, T, metrics, ci, conf_level, sma
                clustered: bool = False):
     """Rows of one affected axis: per-imputation counts by bincount, pooled per metric
     (``clustered``: at each imputation's effective counts, :func:`_effective_scale`)."""
-    from stats.subgroups import _flags, _frame
+    from stats.subgroups import _add_flag, _flags, _frame
 
     gvar, levels, code = _axis_cells(d, spec)
     G, M, J = len(levels), T.shape[0], len(cm.models)
@@ -596,7 +596,7 @@ def _axis_rows(cm: CaseMatrix, d: _Design, spec, T, metrics, ci, conf_level, sma
         num, den = metric_fractions(tp, fp, fn, tn, (k,))[k]
         extra = {}
         if k in scale:  # Rubin's rules at each imputation's effective counts
-            f, n_clusters = scale[k]
+            f, n_clusters, deff_na = scale[k]
             pooled = rubin_proportion(num * f, den * f, ci=ci, conf_level=conf_level)
             pooled.update(numerator=num.mean(0), denominator=den.mean(0))
             extra = {"n_clusters": n_clusters}
@@ -608,6 +608,8 @@ def _axis_rows(cm: CaseMatrix, d: _Design, spec, T, metrics, ci, conf_level, sma
         flag = _flags(counts["n"][:, None], pooled["denominator"], small_n)
         flag = np.where(flag_extra[:, None], np.char.add(np.char.add(
             flag.astype(str), np.where(flag == "", "", ";")), FLAG_UNCOVERED), flag)
+        if k in scale:   # as wilson-cluster: the design effect of some imputation unknown
+            flag = _add_flag(flag, deff_na, FLAG_DEFF)
         method = "mi-none" if k == "f1" else f"mi-{ci}" + (SUFFIX if k in scale else "")
         frames.append(_frame(cmc, k, {
             **pooled, "conf_level": conf_level, "method": method,
@@ -615,28 +617,47 @@ def _axis_rows(cm: CaseMatrix, d: _Design, spec, T, metrics, ci, conf_level, sma
     return frames, cells
 
 
+#: (imputations x cases) memberships x metric columns of one block of the cluster-aware
+#: scaling (bounds the dense per-(level, patient) sums in memory)
+_MI_CLUSTER_ELEMENTS = 2 ** 24
+
+
 def _effective_scale(cm: CaseMatrix, g: np.ndarray, ok: np.ndarray, M: int, G: int,
                      metrics: Sequence[str], conf_level: float
-                     ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+                     ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per metric: the factor ``n_eff_m / n_m`` (M x G x models) that turns imputation
     ``m``'s counts of each level into its effective counts (Korn & Graubard over the
-    clusters ``cm.patient`` of the level in that imputation; 1 where nothing repeats), and
-    the mean number of clusters per level (G x models). One sparse aggregation over the
-    (imputation x level, case) memberships for every metric and model at once."""
+    clusters ``cm.patient`` of the level in that imputation; 1 where nothing repeats), the
+    mean number of clusters per level (G x models) and whether the design effect could
+    not be estimated in some imputation (G x models). Imputations in blocks; inside a
+    block one sparse aggregation over the (imputation x level, case) memberships for every
+    metric and model at once."""
     ind = metric_indicators(cm.label, cm.pred, metrics)
-    J = len(cm.models)
-    case = np.broadcast_to(np.arange(len(cm.label)), g.shape)[ok]
-    cell = (np.arange(M)[:, None] * G + g)[ok]
-    member = sparse.csr_matrix((np.ones(len(cell)), (cell, case)), shape=(M * G, len(cm.label)))
-    mom = cluster_moments(member, cm.patient, np.hstack([ind[k][0] for k in metrics]),
-                          np.hstack([ind[k][1] for k in metrics]))
-    eff = design_effect(mom, conf_level)["n_effective"]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        fac = np.where(mom["n"] > 0, eff / np.where(mom["n"] > 0, mom["n"], 1), 1.0)
+    num = np.hstack([ind[k][0] for k in metrics])
+    den = np.hstack([ind[k][1] for k in metrics])
+    n, K, J = len(cm.label), num.shape[1], len(cm.models)
+    fac = np.empty((M, G, K))
+    n_clusters = np.zeros((G, K))
+    not_est = np.zeros((G, K), dtype=bool)
+    step = max(1, _MI_CLUSTER_ELEMENTS // max(n * K, 1))
+    for start in range(0, M, step):   # blocks of imputations, vectorized inside
+        b = min(step, M - start)
+        gb, okb = g[start:start + b], ok[start:start + b]
+        case = np.broadcast_to(np.arange(n), gb.shape)[okb]
+        cell = (np.arange(b)[:, None] * G + gb)[okb]
+        member = sparse.csr_matrix((np.ones(len(cell)), (cell, case)), shape=(b * G, n))
+        mom = cluster_moments(member, cm.patient, num, den)
+        d = design_effect(mom, conf_level)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            f = np.where(mom["n"] > 0, d["n_effective"] / np.where(mom["n"] > 0, mom["n"], 1),
+                         1.0)
+        fac[start:start + b] = f.reshape(b, G, K)
+        n_clusters += mom["n_clusters"].reshape(b, G, K).sum(0)
+        not_est |= d["not_estimable"].reshape(b, G, K).any(0)
     out = {}
     for i, k in enumerate(metrics):
         sl = slice(i * J, (i + 1) * J)
-        out[k] = (fac[:, sl].reshape(M, G, J), mom["n_clusters"][:, sl].reshape(M, G, J).mean(0))
+        out[k] = (fac[:, :, sl], n_clusters[:, sl] / M, not_est[:, sl])
     return out
 
 

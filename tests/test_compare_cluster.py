@@ -93,15 +93,20 @@ def test_proportion_differences_match_r(ref, out):
         _close(j[col], j[f"r_{col}"], col)
     rep = j.r_repeats == 1
     np.testing.assert_array_equal(j.method, np.where(rep, CLUSTER_PROP, PLAIN_PROP))
-    # the reported p is Durkalski's where patients repeat, exact McNemar elsewhere
-    _close(j.p_value[rep], j.r_p_durkalski[rep], "p durkalski")
+    # the reported p is max(Durkalski, exact McNemar) where patients repeat, exact McNemar
+    # elsewhere; both kinds occur (Durkalski above the exact p where the design effect is
+    # large, below it on few discordant patients)
+    want = np.where(np.isnan(j.r_p_durkalski), np.nan, np.fmax(j.r_p_durkalski, j.r_p_exact))
+    _close(j.p_value[rep], want[rep], "p max(durkalski, exact)")
     _close(j.p_value[~rep], j.r_p_exact[~rep], "p exact")
+    assert ((j.r_p_durkalski > j.r_p_exact + 0.01) & rep).sum() >= 2
+    assert ((j.r_p_durkalski < j.r_p_exact - 0.01) & rep).sum() >= 2
     # the fixture exercises every rule, and the clustering matters
     assert rep.sum() >= 12 and (~rep).sum() >= 3
     est = rep & (j.r_not_estimable == 0)
     assert (j.design_effect[est] > 1.3).sum() >= 4
     assert (j.n_effective[est] < n[est] - 1).sum() >= 6
-    assert (np.abs(j.p_value - j.r_p_exact) > 0.02)[est].sum() >= 6
+    assert (np.abs(j.p_value - j.r_p_exact) > 0.02)[est].sum() >= 2
     assert (j.n_effective <= n).all()
 
 
@@ -178,10 +183,12 @@ def test_flags_of_the_rules(ref, out):
     j = _joined(ref, out, PROPS)
     want = j.r_not_estimable == 1
     got = j.flag.str.split(";").map(lambda f: FLAG_DEFF in f)
-    np.testing.assert_array_equal(got, want)
+    # flagged only where there are discordant pairs (without them nothing is estimated)
+    np.testing.assert_array_equal(got, want & (j.r_b + j.r_c > 0))
     single = want & (j.r_n_clusters == 1)
     no_disc = want & (j.r_b + j.r_c == 0)
     assert single.sum() >= 1 and no_disc.sum() >= 2 and (single | no_disc).equals(want)
+    assert (single & (j.r_b + j.r_c > 0)).any()
     assert j.design_effect[want].isna().all() and j.design_effect[~want].notna().all()
     np.testing.assert_array_equal(j.n_effective[single], 1.0)
     np.testing.assert_array_equal(j.n_effective[no_disc], j.r_n[no_disc])

@@ -325,3 +325,23 @@ def test_repeated_scans_make_the_metadata_intervals_cluster_aware(tmp_path):
     assert test["method"] == "rao-scott-f" == want["method"]
     for col in ("statistic", "df", "df_denominator", "p_value"):
         assert test[col] == pytest.approx(want[col], rel=1e-12), col
+
+
+def test_clustered_agreement_counts_the_cases_its_estimate_counts(tmp_path):
+    """Cases the cases table lacks still count in the agreement (as extractor_agreement
+    counts them), each its own cluster: the cluster-aware interval is the one of the
+    reported share (review finding: it was computed on the cases table's cases only)."""
+    ids = sorted(SITES)
+    pats = [f"p{i // 2}" for i in range(len(ids))]
+    path = _study(tmp_path, patients=pats)
+    extra = pd.DataFrame([_row(f"zz{i}", "sex", "M", "ex1") for i in range(20)]
+                         + [_row(f"zz{i}", "sex", "F", "ex2") for i in range(20)])
+    md = pd.concat([pd.read_csv(tmp_path / "metadata.csv"), extra], ignore_index=True)
+    md.to_csv(tmp_path / "metadata.csv", index=False)
+    plan = load_plan(path)
+    r = run(plan, load_tables(plan), only=["metadata_agreement"], errors="raise")
+    row = r["metadata_agreement"].set_index(["field", "extractor_a", "extractor_b"]).loc[
+        ("sex", "ex1", "ex2")]
+    assert (row["n_both"], row["n_agree"]) == (30, 7)
+    assert row["method"] == "wilson-cluster" and row["n_clusters"] == 25   # 5 + 20 alone
+    assert row["conf_low"] < row["agreement"] < row["conf_high"] < 0.5   # was [0.25, 0.94]

@@ -84,7 +84,8 @@ def _detection(study) -> list[str]:
                    f"elsewhere DeLong's, which it then equals. Paired model comparisons "
                    f"follow the same rule: where a {md(cluster)} has several scans in a "
                    f"cell, differences in sensitivity and specificity use the clustered "
-                   f"McNemar test of Durkalski et al. (2003) and Newcombe's paired interval at the "
+                   f"McNemar test of Durkalski et al. (2003; its p never below the exact "
+                   f"McNemar p on the scans) and Newcombe's paired interval at the "
                    f"effective counts of the difference's cluster-robust variance (Obuchowski "
                    f"1998), and AUC differences Obuchowski's (1997) variance of the "
                    f"difference.")

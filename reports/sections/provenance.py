@@ -129,22 +129,28 @@ def site_test_table(study) -> ReportTable | None:
         return None
     rs = (t["method"] == "rao-scott-f").to_numpy()
     den = t["df_denominator"] if "df_denominator" in t else pd.Series(np.nan, index=t.index)
+    mixed = rs.any() and not rs.all()
     disp = pd.DataFrame({"field": t["field"].astype(str), "pair": _pair(t),
-                         "x2": [text.num(x) for x in t["statistic"]],
+                         "x2": [(("F " if r else "X\u00b2 ") if mixed else "") + text.num(x)
+                                if pd.notna(x) else text.num(x)
+                                for x, r in zip(t["statistic"], rs)],
                          "df": [f"{text.num(d, 1)}, {text.num(e, 0)}" if r else text.count(d)
                                 for d, e, r in zip(t["df"], den, rs)],
                          "p": t["p_value"].map(text.pvalue),
                          "n": t["n"].map(text.count), "flag": t["flag"].fillna("").astype(str)})
-    how = ("Rao-Scott second-order corrected chi-square with an F reference (R's "
+    rao = ("Rao-Scott second-order corrected chi-square with an F reference (R's "
            "survey::svychisq default; statistic F, numerator and denominator df): cases "
-           "clustered within patients" if rs.any() else
-           "Pearson's chi-square without continuity correction on the sites x (agree, "
-           "disagree) table (R's chisq.test(correct = FALSE)); cases taken as independent")
+           "clustered within patients")
+    pearson = ("Pearson's chi-square without continuity correction on the sites x (agree, "
+               "disagree) table (R's chisq.test(correct = FALSE)); cases taken as independent")
+    how = (f"F rows: {rao}; X\u00b2 rows (every case of the pair from its own patient): "
+           f"{pearson}" if mixed else rao if rs.any() else pearson)
     return ReportTable(
         name="metadata_site_test", caption="Test of equal agreement across sites per field "
         "and extractor pair (institution-style bias).", data=t, display=disp,
         group_col="field", labels={"pair": "Extractors",
-                                   "x2": "F" if rs.any() else "X\u00b2", "df": "df",
+                                   "x2": ("Statistic" if mixed else "F" if rs.any()
+                                          else "X\u00b2"), "df": "df",
                                    "p": "p", "n": "Cases", "flag": "Flag"},
         notes=(how + ". not_estimable: every case agrees (or none does); small_expected: an "
                "expected count below 5.",))

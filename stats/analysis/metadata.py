@@ -100,7 +100,10 @@ def _cluster_of(results) -> pd.Series | None:
     if not cluster:
         return None
     c = results.tables.cases.drop_duplicates("case_id")
-    return pd.Series(c[cluster].astype(str).to_numpy(), index=c["case_id"].to_numpy())
+    # a case without a patient id (e.g. in a split the detection analyses do not read) is
+    # its own cluster, as is a case the cases table lacks (see _agreement_by_case)
+    ids = c[cluster].astype(object).where(c[cluster].notna(), "case:" + c["case_id"].astype(str))
+    return pd.Series(ids.astype(str).to_numpy(), index=c["case_id"].to_numpy())
 
 
 def _clustered_wilson(rows: pd.DataFrame, keys: list[str], conf_level: float,
@@ -283,8 +286,11 @@ def metadata_agreement(results) -> pd.DataFrame:
 
 def _agreement_by_case(results, need_site: bool = True):
     """Per field x pair: a frame ``case_id, site, agree`` (and ``cluster``, the case's
-    patient, when scans cluster) of the cases with both values in the cases table; None
-    without a cases table (or, with ``need_site``, one without ``site``)."""
+    patient, when scans cluster) of the cases with both values: those of the cases table
+    with a site (``need_site``, for the by-site analyses), else every case with both
+    values, as ``stats.extractor_agreement`` counts them (a case the cases table lacks is
+    its own cluster). None without a cases table (or, with ``need_site``, one without
+    ``site``)."""
     cases = results.tables.cases
     if cases is None or (need_site and "site" not in cases.columns):
         return None
@@ -293,12 +299,15 @@ def _agreement_by_case(results, need_site: bool = True):
     patient = _cluster_of(results)
     out = []
     for field, a, b, va, vb in _pairs(_values(results)):
-        both = va.index.intersection(vb.index).intersection(site.index)
+        both = va.index.intersection(vb.index)
+        if need_site:
+            both = both.intersection(site.index)
         frame = pd.DataFrame({
-            "case_id": both, "site": site.loc[both].to_numpy(),
+            "case_id": both, "site": site.reindex(both).fillna("").to_numpy(),
             "agree": (va.loc[both].to_numpy() == vb.loc[both].to_numpy()).astype(int)})
         if patient is not None:
-            frame["cluster"] = patient.reindex(both).to_numpy()
+            alone = pd.Series("case:" + pd.Index(both).astype(str), index=both)
+            frame["cluster"] = patient.reindex(both).fillna(alone).to_numpy()
         out.append(((field, a, b), frame))
     return out
 
@@ -353,11 +362,16 @@ def metadata_site_test(results) -> pd.DataFrame:
                                cluster="patient_id" if clustered else None)
         rows.append(t.iloc[0].reindex(cols[3:]).to_dict()
                     | {"field": field, "extractor_a": a, "extractor_b": b})
-    results.decide("metadata.site_test", (
-        "Rao-Scott second-order F test (survey::svychisq default), sites x (agree, "
-        "disagree), cases clustered within patients" if per and "cluster" in per[0][1] else
-        "Pearson chi-square without continuity correction, sites x (agree, disagree), cases "
-        "independent"))
+    methods = {r["method"] for r in rows}
+    results.decide("metadata.site_test", "; ".join(
+        text for m, text in (
+            ("rao-scott-f", "Rao-Scott second-order F test (survey::svychisq default), sites "
+                            "x (agree, disagree), cases clustered within patients (pairs "
+                            "whose cases repeat a patient)"),
+            ("pearson-chisq", "Pearson chi-square without continuity correction, sites x "
+                              "(agree, disagree), cases independent (pairs whose cases are "
+                              "one per patient, or no patient clustering)"))
+        if m in methods) or "no test")
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -52,7 +52,9 @@
 #   conf_low/high: Newcombe's (1998b) paired interval, method 10 with the continuity
 #       corrected phi, written below from the paper, Wilson limits from prop.test(correct
 #       = FALSE), at the counts (a, b, c, d) * n_effective / n;
-#   p_value: what compare_models reports: p_durkalski with repeats, else p_exact.
+#   p_value: what compare_models reports: max(p_durkalski, p_exact) with repeats (NA
+#       where p_durkalski is NA: clustering never makes the test more liberal than the
+#       exact McNemar test on the scans), else p_exact.
 # auc_difference (the cell's scans, both labels): auc_a, auc_b, estimate, n_clusters,
 #   repeats (some patient holds more than one of the cell's scans); var: Obuchowski's
 #   (1997) clustered variance of AUC_A - AUC_B as V(A) + V(B) - 2 Cov(A, B), from
@@ -165,7 +167,7 @@ paired <- function(rows) {
     estimate = (b - c) / nn, se = se, design_effect = deff, n_effective = neff,
     not_estimable = repeats && is.na(deff), statistic = x2, p_durkalski = p_d,
     p_exact = p_e, conf_low = ci[1], conf_high = ci[2],
-    p_value = if (repeats) p_d else p_e)
+    p_value = if (repeats) max(p_d, p_e) else p_e)
 }
 
 # Obuchowski (1997): AUCs of the two scores and the clustered variance of their difference
