@@ -44,7 +44,7 @@ def build(study) -> Section:
         cluster = study.results.decisions.get("detection.cluster")
         notes.append("AUC of the continuous score with DeLong's variance"
                      + (f", or Obuchowski's clustered-data variance where a {text.md(cluster)} "
-                        f"has several scans," if cluster else "") + " (Wald interval on the "
+                        f"has several scans" if cluster else "") + " (Wald interval on the "
                      + ("AUC scale, as pROC)." if det.auc_scale == "auc" else
                         "logit scale, back-transformed)."))
     if "f1" in est:
