@@ -100,11 +100,24 @@ def agreement_table(study) -> ReportTable | None:
         f"kappa [{_conf(study)}% CI].", data=ag, display=disp, group_col="field",
         labels={"pair": "Extractors", "both": "Cases with both", "agree": "Agreement [CI]",
                 "kappa": "Cohen's kappa [CI]", "disagree": "Disagreements"},
-        notes=("Kappa treats values as nominal categories; its interval is the Wald interval "
-               "with the large-sample standard error of Fleiss, Cohen & Everitt (1969), "
-               "clipped to [-1, 1], and treats cases as independent. With perfect agreement that standard error is 0 and the "
-               "interval collapses to 1; kappa is undefined (\u2014) with fewer than two cases "
-               "or one category.",))
+        notes=("Kappa treats values as nominal categories; its interval is the Wald interval, "
+               "clipped to [-1, 1], with " + _kappa_se(ag) + ". With perfect agreement that "
+               "standard error is 0 and the interval collapses to 1; kappa is undefined "
+               "(\u2014) with fewer than two cases or one category.",))
+
+
+def _kappa_se(ag: pd.DataFrame) -> str:
+    """The note's words for the kappa standard error of the rows' ``kappa_method``."""
+    from stats.analysis.metadata import KAPPA_CLUSTER_METHOD
+
+    fce = ("the large-sample standard error of Fleiss, Cohen & Everitt (1969), cases as "
+           "independent")
+    clustered = ag["kappa_method"].eq(KAPPA_CLUSTER_METHOD)
+    if not clustered.any():
+        return fce
+    lin = ("the linearization (delta-method) standard error over patients, as repeated "
+           "scans of one patient are not independent")
+    return lin if clustered.all() else f"{lin} (rows without repeated patients: {fce})"
 
 
 def site_figure(study) -> ReportFigure | None:

@@ -33,8 +33,8 @@ Units are cases (scans). When the study's scans cluster within patients (the dec
 ``detection.cluster``), every proportion's interval here is cluster-aware (Wilson at Korn
 & Graubard's effective size over the patients of its row, method "wilson-cluster", with
 ``n_clusters``; :func:`stats.clustered.clustered_proportions`) and the test of equal
-agreement across sites is Rao-Scott's (``rao-scott-f``); kappa's standard error still
-treats cases as independent. Evidence text never leaves this layer in a table (it may
+agreement across sites is Rao-Scott's (``rao-scott-f``); kappa's standard error is the
+linearization over patients (``linearization-cluster-wald``, :func:`kappa_interval`). Evidence text never leaves this layer in a table (it may
 identify).
 
 References: Fleiss JL, Cohen J, Everitt BS (1969) Large sample standard errors of kappa
@@ -54,6 +54,8 @@ ANY = "any source"
 MSG_COLUMNS = ("{file}: metadata evidence table lacks column(s) {missing}; write it with "
                "clinrel metadata extract")
 KAPPA_METHOD = "fleiss-cohen-everitt-wald"
+#: kappa's Wald interval on its linearization SE over clusters (:func:`kappa_interval`)
+KAPPA_CLUSTER_METHOD = "linearization-cluster-wald"
 PAIR = ["field", "extractor_a", "extractor_b"]
 
 
@@ -212,29 +214,57 @@ def metadata_coverage(results) -> pd.DataFrame:
     return out.rename(columns={"estimate": "coverage"})
 
 
-def kappa_interval(a, b, *, conf_level: float = 0.95) -> dict:
-    """Cohen's kappa of two raters' nominal values (same cases, same order), its
-    large-sample standard error (Fleiss, Cohen & Everitt 1969, as
-    ``statsmodels.stats.inter_rater.cohens_kappa``) and the Wald interval, clipped to
-    [-1, 1]. NaN with fewer than 2 cases, one category, or chance agreement 1."""
+def kappa_interval(a, b, *, cluster=None, conf_level: float = 0.95) -> dict:
+    """Cohen's kappa of two raters' nominal values (same cases, same order), its standard
+    error and the Wald interval, clipped to [-1, 1]. NaN with fewer than 2 cases, one
+    category, or chance agreement 1.
+
+    Cases as independent (``cluster`` None, or no cluster holding two cases): the
+    large-sample SE of Fleiss, Cohen & Everitt (1969), as
+    ``statsmodels.stats.inter_rater.cohens_kappa`` (method ``KAPPA_METHOD``). With repeated
+    cases of one cluster (``cluster``: the patient of each case): the linearization
+    (delta-method) SE over clusters, ``V = C / (C - 1) sum_c (sum_{i in c} z_i)^2 / n^2``
+    with kappa's influence value
+    ``z_i = (o_i - p_o) / (1 - p_e) + (p_o - 1) (pB[a_i] + pA[b_i] - 2 p_e) / (1 - p_e)^2``
+    (``o_i`` the case agrees, ``pA``, ``pB`` the raters' category shares, ``p_e`` chance
+    agreement), as R's ``svycontrast`` of the kappa expression over
+    ``svymean(~o + A_k + B_k, svydesign(ids = ~cluster))`` (tests/r/kappa_cluster.R); method
+    ``KAPPA_CLUSTER_METHOD``. Returns ``kappa, std_error, conf_low, conf_high, method,
+    n_clusters`` (NaN without ``cluster``)."""
     from scipy.stats import norm
     from statsmodels.stats.inter_rater import cohens_kappa
 
     a, b = np.asarray(a, dtype=str), np.asarray(b, dtype=str)
     cats = np.union1d(a, b)
-    nan = {"kappa": np.nan, "std_error": np.nan, "conf_low": np.nan, "conf_high": np.nan}
+    clus = None if cluster is None else pd.factorize(np.asarray(cluster, dtype=str))[0]
+    n_cl = np.nan if clus is None else float(clus.max() + 1 if len(clus) else 0)
+    repeats = clus is not None and n_cl < len(clus)
+    method = KAPPA_CLUSTER_METHOD if repeats else KAPPA_METHOD
+    nan = {"kappa": np.nan, "std_error": np.nan, "conf_low": np.nan, "conf_high": np.nan,
+           "method": method, "n_clusters": n_cl}
     if len(a) < 2 or len(cats) < 2:
         return nan
+    ia, ib = np.searchsorted(cats, a), np.searchsorted(cats, b)
     table = np.zeros((len(cats), len(cats)))
-    np.add.at(table, (np.searchsorted(cats, a), np.searchsorted(cats, b)), 1)
-    pe = float(table.sum(1) @ table.sum(0)) / len(a) ** 2
+    np.add.at(table, (ia, ib), 1)
+    n = len(a)
+    pa, pb = table.sum(1) / n, table.sum(0) / n
+    pe = float(pa @ pb)
     if pe >= 1:
         return nan
     res = cohens_kappa(table, return_results=True)
-    z = norm.ppf(0.5 + conf_level / 2)
-    k, se = float(res.kappa), float(np.sqrt(max(res.var_kappa, 0.0)))
-    return {"kappa": k, "std_error": se, "conf_low": float(max(-1.0, k - z * se)),
-            "conf_high": float(min(1.0, k + z * se))}
+    k = float(res.kappa)
+    if repeats:
+        po = float(np.trace(table)) / n
+        z = ((ia == ib) - po) / (1 - pe) + (po - 1) * (pb[ia] + pa[ib] - 2 * pe) / (1 - pe) ** 2
+        zc = np.bincount(clus, weights=z)
+        se = (float(np.sqrt(n_cl / (n_cl - 1) * (zc ** 2).sum())) / n if n_cl > 1
+              else np.nan)
+    else:
+        se = float(np.sqrt(max(res.var_kappa, 0.0)))
+    q = norm.ppf(0.5 + conf_level / 2)
+    return {"kappa": k, "std_error": se, "conf_low": float(max(-1.0, k - q * se)),
+            "conf_high": float(min(1.0, k + q * se)), "method": method, "n_clusters": n_cl}
 
 
 def _pairs(ev: pd.DataFrame):
@@ -255,16 +285,21 @@ def metadata_agreement(results) -> pd.DataFrame:
     ev = _values(results)
     conf = _conf_level(results)
     ag = extractor_agreement(ev, conf_level=conf).reset_index(drop=True)
+    patient = _cluster_of(results)
     rows = []
     for field, a, b, va, vb in _pairs(ev):
         both = va.index.intersection(vb.index)
-        ki = kappa_interval(va.loc[both], vb.loc[both], conf_level=conf)
+        # a case the cases table lacks is its own cluster (as in _agreement_by_case)
+        clus = (None if patient is None else patient.reindex(both).fillna(
+            pd.Series("case:" + pd.Index(both).astype(str), index=both)).to_numpy())
+        ki = kappa_interval(va.loc[both], vb.loc[both], cluster=clus, conf_level=conf)
         rows.append({"field": field, "extractor_a": a, "extractor_b": b,
-                     **{f"kappa_{k}": v for k, v in ki.items() if k != "kappa"}})
+                     **{f"kappa_{k}": v for k, v in ki.items()
+                        if k not in ("kappa", "n_clusters")}})
     kap = pd.DataFrame(rows, columns=[*PAIR, "kappa_std_error", "kappa_conf_low",
-                                      "kappa_conf_high"])
+                                      "kappa_conf_high", "kappa_method"])
     ag = ag.merge(kap, on=PAIR, how="left")
-    ag["kappa_method"] = KAPPA_METHOD
+    ag["kappa_method"] = ag["kappa_method"].fillna(KAPPA_METHOD)
     ag["conf_level"] = conf
     reviewed = ev[ev["extractor"] == REVIEW].groupby("field")["case_id"].nunique()
     ag["reviewed"] = ag["field"].map(reviewed).fillna(0).astype(int)
@@ -280,7 +315,10 @@ def metadata_agreement(results) -> pd.DataFrame:
             c[[*PAIR, "conf_low", "conf_high", "method", "n_clusters"]], on=PAIR, how="left")
         ag = ag[[*order, "n_clusters"]]
     results.decide("metadata.agreement", "cases with both values; Wilson CI; Cohen's kappa "
-                   "(nominal) with the Fleiss-Cohen-Everitt (1969) large-sample SE, Wald CI")
+                   "(nominal) with the Fleiss-Cohen-Everitt (1969) large-sample SE, Wald CI"
+                   + ("" if patient is None else "; with repeated scans the interval is "
+                      "cluster-aware (wilson-cluster) and kappa's SE the linearization over "
+                      f"{patient.nunique()} patients"))
     return ag
 
 
