@@ -61,13 +61,38 @@ def can_fork() -> bool:
     return sys.platform.startswith("linux") and "fork" in mp.get_all_start_methods()
 
 
-def forked(fn: Callable[[], Any]) -> Callable[[], Any]:
+#: seconds a forked child may go without using CPU before :func:`forked` gives up on it
+STALL_SECONDS = 60.0
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """The CPU time (user + system, clock ticks) process ``pid`` has used, from
+    ``/proc/<pid>/stat``; None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])    # utime, stime (fields 14, 15)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def forked(fn: Callable[[], Any], *, stall: float | None = None) -> Callable[[], Any]:
     """Start ``fn()`` in a forked process (it inherits this one's memory: nothing is
     pickled on the way in) and return ``join()``: ``fn``'s value, pickled back, or its
-    exception raised here; ``None`` when the process died without an answer (killed,
-    out of memory), so that the caller can compute the same here."""
-    import multiprocessing as mp
+    exception raised here; ``None`` when the process gave no answer, so that the caller
+    can compute the same here: it died (killed, out of memory), or it stalled.
 
+    Stalled: the child used no CPU for ``stall`` seconds (default ``STALL_SECONDS``) while
+    its answer was awaited. ``fn`` is pure computation, so a child that stops computing
+    without answering is deadlocked: a lock or a native thread pool that another thread of
+    this process held when it forked (fork copies only the forking thread), which no one
+    in the child will ever release. It is killed and a ``RuntimeWarning`` says so.
+    """
+    import multiprocessing as mp
+    import time
+    import warnings
+
+    stall = STALL_SECONDS if stall is None else float(stall)
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
 
@@ -87,8 +112,26 @@ def forked(fn: Callable[[], Any]) -> Callable[[], Any]:
     proc.start()
     send.close()
 
+    def stalled() -> bool:
+        """Wait for the answer; True if the child stopped using CPU for ``stall`` s."""
+        last, since = _cpu_ticks(proc.pid), time.monotonic()
+        while not recv.poll(min(1.0, stall / 4)):
+            now = _cpu_ticks(proc.pid)
+            if now is None or now != last:      # computing (or gone: recv sees EOF)
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= stall:
+                return True
+        return False
+
     def join():
         try:
+            if stalled():
+                proc.kill()
+                proc.join()
+                warnings.warn(f"a forked worker used no CPU for {stall:.0f} s without "
+                              "answering (deadlocked); it was stopped and its work is done "
+                              "in this process", RuntimeWarning, stacklevel=2)
+                return None
             ok, value = recv.recv()
         except EOFError:
             proc.join()

@@ -102,3 +102,34 @@ def test_a_lane_process_that_dies_is_computed_here(demo, monkeypatch):
     _lane_analysis(monkeypatch, "lane_dies", dies_in_a_child)
     res = run(plan, tables, only=["calls", "lane_dies"], jobs=2)
     assert res["lane_dies"]["where"].tolist() == ["here"]
+
+
+def test_a_deadlocked_child_is_stopped_and_its_work_done_here():
+    """A child that blocks on a lock the parent held at the fork (no CPU used) is killed
+    after ``stall`` seconds: join() warns and returns None, so the caller computes the
+    lane itself. A child that computes longer than ``stall`` is left to finish."""
+    import threading
+    import time
+
+    from stats._parallel import forked
+
+    lock = threading.Lock()
+
+    def blocked():
+        with lock:              # held by the parent at the fork: never released here
+            return "unreachable"
+
+    def busy():
+        end = time.process_time() + 3.0   # 3 s of CPU, longer than the stall limit
+        x = 0
+        while time.process_time() < end:
+            x += 1
+        return "done"
+
+    with lock:
+        join = forked(blocked, stall=0.5)
+    t0 = time.monotonic()
+    with pytest.warns(RuntimeWarning, match="deadlocked"):
+        assert join() is None
+    assert time.monotonic() - t0 < 10
+    assert forked(busy, stall=2.0)() == "done"
