@@ -201,15 +201,36 @@ def metadata_coverage(results) -> pd.DataFrame:
     if patient is None or cases is None:
         out = _wilson(out, "cases_with_value", "cases", _conf_level(results))
         return out.rename(columns={"estimate": "coverage"})
-    # one row per (field, source) x case of the universe, success = the case has a value
+    # per (field, source): the moments of the ratio over patients from the cases WITH a
+    # value (a_c per patient) and the universe's cases per patient (m_c), without a
+    # (field, source) x case grid: ss = sum a_c^2 - 2 p sum a_c m_c + p^2 sum m_c^2
+    from ..clustered import design_effect, effective_interval
+
     has = pd.concat([inside[["field", "extractor", "case_id"]],
                      inside[["field", "case_id"]].assign(extractor=ANY)]).drop_duplicates()
-    grid = out[["field", "extractor"]].merge(pd.DataFrame({"case_id": universe}), how="cross")
-    grid = grid.merge(has.assign(success=1), on=["field", "extractor", "case_id"], how="left")
-    grid = grid.assign(success=grid["success"].fillna(0),
-                       cluster=patient.reindex(grid["case_id"]).fillna("").to_numpy())
-    c = _clustered_wilson(grid, ["field", "extractor"], _conf_level(results),
-                          "cases_with_value", "cases")
+    pc, _ = pd.factorize(patient.reindex(universe).to_numpy())
+    m = np.bincount(pc).astype(float)
+    C = len(m)
+    g = pd.MultiIndex.from_frame(out[["field", "extractor"]]).get_indexer(
+        pd.MultiIndex.from_frame(has[["field", "extractor"]]))
+    pair, a = np.unique(g * C + pc[pd.Index(universe).get_indexer(has["case_id"])],
+                        return_counts=True)
+    G, a = len(out), a.astype(float)
+    gp, cp = pair // C, pair % C
+    x = np.bincount(gp, weights=a, minlength=G)
+    n = float(len(universe))
+    p = x / n
+    ss = (np.bincount(gp, weights=a ** 2, minlength=G)
+          - 2 * p * np.bincount(gp, weights=a * m[cp], minlength=G) + p ** 2 * (m ** 2).sum())
+    conf = _conf_level(results)
+    d = design_effect({"n": np.full(G, n), "x": x, "n_clusters": np.full(G, float(C)),
+                       "repeats": np.full(G, bool((m > 1).any())), "ss": np.fmax(ss, 0.0)},
+                      conf)
+    lo, hi = effective_interval(x, np.full(G, n), d["n_effective"], conf_level=conf)
+    c = out[["field", "extractor"]].assign(
+        cases_with_value=x.astype(np.int64), cases=int(n), estimate=d["estimate"],
+        conf_low=lo, conf_high=hi, conf_level=conf, method="wilson-cluster",
+        n_clusters=C, design_effect=d["design_effect"])
     out = out[["field", "extractor"]].merge(c, on=["field", "extractor"], how="left")
     return out.rename(columns={"estimate": "coverage"})
 
