@@ -183,7 +183,7 @@ def build(study) -> Section:
         n_cells = cmp["cell"].nunique()
         fig = ReportFigure(
             name="adjusted_vs_crude", caption=f"Adjusted ({KIND_TEXT[res.decisions['adjusted.vs_crude_kind']]}, "
-            f"{METHOD_LABEL['glmm' if 'glmm' in fits else next(iter(fits))]}) versus crude "
+            f"{METHOD_LABEL[res.decisions['adjusted.means_fit']]}) versus crude "
             "sensitivity per level, per model, with confidence intervals.",
             alt="Dot plot comparing adjusted and crude sensitivity by subgroup level.",
             plot=points_ci(cmp, x="cell", y="estimate", color="kind", facet="model",
@@ -214,14 +214,40 @@ def build(study) -> Section:
           + "@tbl-adjusted-variance decomposes the variance"
           + (f", @fig-adjusted-site-effects shows each {text.md(group)}'s effect"
              if re_fig is not None else
-             (f" (the {text.md(group)} random-intercept SD is estimated at zero for every "
-              f"model: a singular fit, so no {text.md(group)} effects are drawn)"
+             (f" (in the GLMM on all scans the {text.md(group)} random-intercept SD is "
+              f"estimated at zero for every model: a singular fit, so no {text.md(group)} "
+              f"effects are drawn; other fits' SDs are in that table)"
               if "glmm" in fits else ""))
           + (" and @fig-adjusted-vs-crude contrasts adjusted with crude sensitivities." if fig
              else ".")
+          + _repeated_text(res.decisions.get("adjusted.repeated_scans"), fits)
           + (f" Fit diagnostics raised: {text.md(', '.join(warn))} (details in the CSV files); "
              f"such estimates are reported, not hidden." if warn else "")
           + (" Fits that failed and are not shown: " + text.md("; ".join(failed)) + "."
              if failed else ""))
     sec.add(md, or_table, blocks_tbl, var_tbl, re_fig, fig)
     return sec
+
+
+def _repeated_text(rep: dict | None, fits) -> str:
+    """What the models do with a patient's repeated scans (the analysis layer's
+    ``adjusted.repeated_scans`` decision), for the section text."""
+    if not rep:
+        return ""
+    g, c = text.md(rep["group"]), text.md(rep["cluster"])
+    out = (f" Scans repeat within patients: {text.count(rep['with_repeats'])} of the "
+           f"{text.count(rep['patients'])} patients ({c}) have more than one of the "
+           f"{text.count(rep['scans'])} scans each model is fitted on.")
+    if "glmm" in fits:
+        out += (f" The GLMM's random intercept is per {g}, so its standard errors, tests and "
+                f"intervals treat a patient's scans as independent given {g} (too narrow when "
+                f"they are correlated).")
+    if "gee" in fits:
+        out += (f" The GEE's robust standard errors are clustered on {g}, "
+                + (f"and every patient's scans lie within one {g}, so they allow any "
+                   f"correlation within a {g}, a patient's scans included: read the GEE "
+                   f"columns for inference, and the adjusted-versus-crude comparison uses "
+                   f"the GEE." if rep["nested"] else
+                   f"but some patients have scans in more than one {g}, so neither model "
+                   f"accounts for the repeated scans."))
+    return out

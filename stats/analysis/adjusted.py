@@ -194,7 +194,40 @@ def adjusted_blocks(results) -> pd.DataFrame:
                        method=ml, full=(results.get("adjusted_fits") or {}).get(ml), **kw)
 
 
-def means_fit_method(fits: dict) -> str:
+def repeated_scans(results) -> dict | None:
+    """Whether the decided cluster (patients) repeats among the models' rows while the
+    models' group is another column (e.g. site): ``{cluster, group, patients,
+    with_repeats, scans, nested}`` (``nested``: every patient's rows lie in one group, so
+    a sandwich clustered on the group allows the within-patient correlation), else None.
+    Counted on the first model's rows of the fitted population (every model scores the
+    same scans)."""
+    cluster = results["cluster"]
+    adj = results.plan.detection.adjusted
+    group = adj["group"]
+    if not cluster or cluster == group:
+        return None
+    ev = results["adjusted_rows"]
+    if cluster not in ev.columns or "label" not in ev.columns:
+        return None
+    if "model" in ev.columns and len(ev):
+        ev = ev[ev["model"] == ev["model"].iloc[0]]
+    positives = adj.get("population", "positives") == "positives"
+    rows = ev[ev["label"].to_numpy() == (1 if positives else 0)]
+    per = rows.groupby(cluster, observed=True).size()
+    if not (per > 1).any():
+        return None
+    nested = (group is not None and group in rows.columns
+              and bool((rows.groupby(cluster, observed=True)[group].nunique() <= 1).all()))
+    return {"cluster": cluster, "group": group, "patients": int(len(per)),
+            "with_repeats": int((per > 1).sum()), "scans": int(len(rows)), "nested": nested}
+
+
+def means_fit_method(fits: dict, repeated: dict | None = None) -> str:
+    """The fit behind the adjusted means: the GLMM, unless a patient's scans repeat within
+    the GLMM's groups (its standard errors treat them as independent given the group) and
+    a GEE clustered on groups that nest the patients was fitted: then the GEE."""
+    if repeated and repeated.get("nested") and "gee" in fits:
+        return "gee"
     return "glmm" if "glmm" in fits else next(iter(fits))
 
 
@@ -205,7 +238,9 @@ def adjusted_marginal(results) -> list:
     covariate mix) unless the plan asks for ``means_kind: emmeans``. A list, not a table:
     ``adjusted_vs_crude`` joins it to the crude values."""
     fits = results["adjusted_fits"]
-    m = means_fit_method(fits)
+    rep = repeated_scans(results)
+    results.decide("adjusted.repeated_scans", rep)
+    m = means_fit_method(fits, rep)
     results.decide("adjusted.means_fit", m)
     kind = results.plan.detection.adjusted.get("means_kind", "standardized")
     results.decide("adjusted.vs_crude_kind", kind)

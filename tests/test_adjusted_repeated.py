@@ -1,0 +1,81 @@
+"""Adjusted models when a patient's scans repeat within the models' groups (issue 15:
+intervals respect the data's design). The GLMM's random intercept per site treats a
+patient's scans as independent given site; the analysis layer records how many patients
+repeat (``adjusted.repeated_scans``) and, when the patients nest in the GEE's clusters,
+takes the adjusted means from the GEE (``adjusted.means_fit``); the report says so."""
+from __future__ import annotations
+
+import warnings
+
+import pandas as pd
+import pytest
+
+from stats.analysis import load_plan, run
+from stats.analysis.adjusted import means_fit_method, repeated_scans
+from stats.analysis.inputs import load_tables, plan_limits
+
+
+@pytest.fixture(scope="module")
+def demo():
+    from clinrel.cli.report import demo_plan_path
+
+    plan = load_plan(demo_plan_path())
+    with plan_limits(plan), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tables = load_tables(plan)
+        return plan, tables, run(plan, tables, only=["adjusted_marginal"], errors="raise")
+
+
+def test_demo_records_the_repeated_patients_and_uses_the_gee(demo):
+    plan, tables, r = demo
+    rep = r.decisions["adjusted.repeated_scans"]
+    ev = r["adjusted_rows"]
+    pos = ev[(ev["model"] == ev["model"].iloc[0]) & (ev["label"] == 1)]
+    per = pos.groupby("patient_id").size()
+    assert rep == {"cluster": "patient_id", "group": "site", "patients": len(per),
+                   "with_repeats": int((per > 1).sum()), "scans": len(pos), "nested": True}
+    assert rep["with_repeats"] > 0
+    assert r.decisions["adjusted.means_fit"] == "gee"
+
+
+class _Results:
+    def __init__(self, rows, cluster="patient_id", group="site"):
+        self._rows, self._cluster = rows, cluster
+        adj = {"group": group, "population": "positives"}
+        self.plan = type("P", (), {"detection": type("D", (), {"adjusted": adj})()})()
+
+    def __getitem__(self, key):
+        return {"cluster": self._cluster, "adjusted_rows": self._rows}[key]
+
+
+def _rows(patients, sites, labels=None):
+    n = len(patients)
+    return pd.DataFrame({"model": "m", "patient_id": patients, "site": sites,
+                         "label": labels if labels is not None else [1] * n})
+
+
+def test_rules():
+    nested = _rows(["a", "a", "b", "c"], ["s1", "s1", "s2", "s2"])
+    assert repeated_scans(_Results(nested))["nested"] is True
+    across = _rows(["a", "a", "b"], ["s1", "s2", "s2"])
+    assert repeated_scans(_Results(across))["nested"] is False
+    # repeats only among negatives: the positives' model sees none
+    assert repeated_scans(_Results(_rows(["a", "a", "b"], ["s1"] * 3, [0, 0, 1]))) is None
+    assert repeated_scans(_Results(nested, cluster=None)) is None
+    assert repeated_scans(_Results(nested, group="patient_id")) is None
+    fits = {"glmm": 1, "gee": 2}
+    assert means_fit_method(fits, {"nested": True}) == "gee"
+    assert means_fit_method(fits, {"nested": False}) == "glmm"
+    assert means_fit_method(fits, None) == "glmm"
+    assert means_fit_method({"glmm": 1}, {"nested": True}) == "glmm"
+
+
+def test_report_text_names_the_inference_to_read(demo):
+    from reports.sections.adjusted import _repeated_text
+
+    rep = demo[2].decisions["adjusted.repeated_scans"]
+    both = _repeated_text(rep, {"glmm": 1, "gee": 2})
+    assert f"{rep['with_repeats']} of the {rep['patients']} patients" in both
+    assert "independent given site" in both and "read the GEE columns" in both
+    assert "neither model" in _repeated_text({**rep, "nested": False}, {"glmm": 1, "gee": 2})
+    assert _repeated_text(None, {"glmm": 1}) == ""
