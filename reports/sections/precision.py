@@ -43,7 +43,8 @@ def build(study) -> Section:
         name="precision", caption=f"Achieved 95% Wilson CI half-width (percentage points) per "
         f"prespecified cell, and the reference positives (negatives) a cell needs for a "
         f"half-width of \u00b1{100 * target:.0f} points at the model's overall sensitivity "
-        f"(specificity). Prespecified.", data=pr, display=disp, group_col="model",
+        f"(specificity){_icc_text(study.results.decisions.get('precision.icc'))}. "
+        f"Prespecified.", data=pr, display=disp, group_col="model",
         labels={"cell": "Subgroup", "n_pos": "Positives", "sens_hw": "Half-width",
                 "sens_need": "Positives needed", "n_neg": "Negatives",
                 "spec_hw": "Half-width", "spec_need": "Negatives needed"},
@@ -58,3 +59,17 @@ def build(study) -> Section:
           f"model \u00d7 cell combinations fall short of that target for sensitivity. "
           f"The command clinrel plan-size gives the same numbers before data exist.")
     return Section(KEY, TITLE).add(md, table)
+
+
+def _icc_text(icc: dict | None) -> str:
+    """The caption's words for the design effect of repeated scans (the analysis layer's
+    ``precision.icc`` decision)."""
+    if not icc:
+        return "; scans as independent (one scan per patient)"
+    src = ("estimated from this study: the largest over models and estimands of "
+           "(deff - 1) / (m - 1), deff the overall design effect and m the Kish mean "
+           "number of scans per patient" if icc["source"] == "estimated"
+           else "from the plan")
+    return (f"; repeated scans of one patient: Wilson at the effective size n / deff, "
+            f"deff = 1 + (m - 1) ICC with m the cell's Kish mean number of scans per "
+            f"patient and ICC {icc['value']:.3f} ({src}), also in the numbers needed")

@@ -13,6 +13,7 @@ calls are used as given.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ..schema import ContractError
@@ -366,6 +367,35 @@ def precision(results) -> pd.DataFrame:
 
     det = results.plan.detection
     results.decide("precision.target_half_width", det.target_half_width)
+    icc, source = det.icc, "plan"
+    if icc is None and results["cluster"]:
+        icc, source = estimated_icc(results), "estimated"
+    results.decide("precision.icc", None if icc is None else {"value": icc, "source": source})
     return precision_table(results["evaluation"], by=list(det.subgroups),
                            target_half_width=det.target_half_width, conf_level=det.conf_level,
-                           icc=det.icc, cluster=results["cluster"] if det.icc is not None else None)
+                           icc=icc, cluster=results["cluster"] if icc is not None else None)
+
+
+def estimated_icc(results) -> float:
+    """The intra-patient correlation for the precision table when scans repeat and the plan
+    gives none: per model and estimand (sensitivity on positives, specificity on
+    negatives), ``(deff - 1) / (m - 1)`` with ``deff`` the overall design effect of the
+    subgroup table (``stats.clustered``: the ratio-estimator variance over the binomial's)
+    and ``m`` the Kish mean cluster size ``sum m_c^2 / sum m_c`` of those scans (Kish's
+    ``deff = 1 + (m - 1) icc`` solved for icc); the largest over models and estimands,
+    floored at 0 (planning errs toward more patients)."""
+    cluster = results["cluster"]
+    ev = results["evaluation"]
+    sm = results["subgroup_metrics"]
+    sm = sm[(sm["group_var"] == "overall")].set_index(["model", "estimand"])["design_effect"]
+    best = 0.0
+    for (model, estimand), deff in sm.items():
+        if estimand not in ("sensitivity", "specificity") or not np.isfinite(deff):
+            continue
+        rows = ev[(ev["model"].astype(str) == str(model))
+                  & (ev["label"] == (1 if estimand == "sensitivity" else 0))]
+        m = rows.groupby(cluster, observed=True).size().to_numpy(dtype=float)
+        kish = (m ** 2).sum() / m.sum() if m.sum() else 1.0
+        if kish > 1:
+            best = max(best, (deff - 1) / (kish - 1))
+    return float(min(best, 1.0))
