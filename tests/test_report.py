@@ -228,7 +228,7 @@ def test_each_subgroup_cell_is_its_own_csv_row(demo):
     from reports import text
 
     out, result = demo
-    checked = 0
+    checked, marks = 0, [0, 0]
     for t in result.tables:
         if not t.name.startswith("subgroup_"):
             continue
@@ -237,16 +237,23 @@ def test_each_subgroup_cell_is_its_own_csv_row(demo):
         csv["group_level"] = csv["group_level"].astype(str)
         idx = csv.set_index(["model", "group_level", "estimand"])
         for r in t.display.itertuples(index=False):
-            level = str(r.level).replace(" \u2020", "").replace(" \u00d7 ", ":")
+            level = str(r.level).replace(" \u00d7 ", ":")
             for est, shown, shown_n, num in (("sensitivity", r.sens, r.sens_n, "tp"),
                                               ("specificity", r.spec, r.spec_n, "tn")):
                 row = idx.loc[(r.model, level, est)]
-                assert shown == text.ci(row["estimate"], row["conf_low"], row["conf_high"]), \
-                    (t.name, r.model, level, est)
                 den = row["n_pos"] if est == "sensitivity" else row["n_neg"]
+                value = shown.replace(" \u2020", "").replace(" \u2021", "")
+                assert value == text.ci(row["estimate"], row["conf_low"], row["conf_high"]), \
+                    (t.name, r.model, level, est)
+                if value != text.DASH:   # the marks: small n, design effect not estimable
+                    marks[0] += (" \u2020" in shown)
+                    marks[1] += (" \u2021" in shown)
+                    assert (" \u2020" in shown) == (den < 10), (t.name, r.model, level, est)
+                    assert (" \u2021" in shown) == ("deff_not_estimable" in str(row["flag"])), \
+                        (t.name, r.model, level, est)
                 assert shown_n == text.frac(row[num], den), (t.name, r.model, level, est)
                 checked += 1
-    assert checked > 100
+    assert checked > 100 and min(marks) > 0
 
 
 def test_figure_tables_hold_the_plotted_estimates(demo):

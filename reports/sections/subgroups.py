@@ -30,14 +30,11 @@ def axis_table(study, axis: tuple[str, ...]) -> ReportTable:
           for mm, lv in zip(w["model"], w["group_level"])]
     disp = pd.DataFrame({
         "model": w["model"].astype(str),
-        "level": [str(lv).replace(":", " \u00d7 ") + D.small_mark(npos, det.small_n)
-                  for lv, npos in zip(w["group_level"], w["n_pos"])],
+        "level": [str(lv).replace(":", " \u00d7 ") for lv in w["group_level"]],
         "n": w["n"].map(text.count),
-        "sens": text.ci_vec(w, est="sensitivity_estimate", low="sensitivity_conf_low",
-                            high="sensitivity_conf_high"),
+        "sens": _marked(w, "sensitivity", "n_pos", det.small_n),
         "sens_n": [text.frac(a, b) for a, b in zip(tp, w["n_pos"])],
-        "spec": text.ci_vec(w, est="specificity_estimate", low="specificity_conf_low",
-                            high="specificity_conf_high"),
+        "spec": _marked(w, "specificity", "n_neg", det.small_n),
         "spec_n": [text.frac(a, b) for a, b in zip(tn, w["n_neg"])]})
     label = D.axis_label(axis)
     role = D.role(study, axis)
@@ -51,8 +48,25 @@ def axis_table(study, axis: tuple[str, ...]) -> ReportTable:
         spanners=(("Reference positive", ["sens", "sens_n"]),
                   ("Reference negative", ["spec", "spec_n"])),
         notes=(D.methods_note(study), heterogeneity_note(study, axis),
-               f"\u2020 fewer than {det.small_n} reference positives in the cell (small n); "
-               "\u2014 not estimable (no cases)."))
+               f"\u2020 fewer than {det.small_n} reference positives (negatives) behind the "
+               f"sensitivity (specificity) (small n); \u2021 design effect not estimable "
+               f"(every scan of the cell detected, or none, or a single patient): the interval "
+               f"treats the cell's scans as independent (Korn & Graubard's rule), so it may be "
+               f"too narrow; \u2014 not estimable (no cases)."))
+
+
+def _marked(w: pd.DataFrame, estimand: str, n_col: str, small_n: int) -> list[str]:
+    """The estimand's "estimate [CI]" with \u2020 where its denominator is below
+    ``small_n`` and \u2021 where its design effect could not be estimated (flag
+    ``deff_not_estimable``; the interval then treats the cell's scans as independent)."""
+    from stats.clustered import FLAG_DEFF
+
+    cis = text.ci_vec(w, est=f"{estimand}_estimate", low=f"{estimand}_conf_low",
+                      high=f"{estimand}_conf_high")
+    flags = w[f"{estimand}_flag"].fillna("").astype(str)
+    return [c if c == text.DASH else
+            c + D.small_mark(n, small_n) + (" \u2021" if FLAG_DEFF in f.split(";") else "")
+            for c, n, f in zip(cis, w[n_col], flags)]
 
 
 def _p(p) -> str:
@@ -76,7 +90,10 @@ def heterogeneity_note(study, axis: tuple[str, ...]) -> str:
             adj = "" if pd.isna(r.p_adjusted) else f", Holm {_p(r.p_adjusted)}"
             dist = (f"F({text.num(r.df, 1)}, {text.num(r.df_denominator, 0)})"
                     if r.method == "rao-scott-f" else f"\u03c7\u00b2({text.count(r.df)})")
-            cells.append(f"{r.model} {dist} = {text.num(r.statistic)}, {_p(r.p_value)}{adj}")
+            small = (" (small expected counts: the reference distribution is approximate)"
+                     if "small_expected" in str(getattr(r, "flag", "") or "").split(";") else "")
+            cells.append(f"{r.model} {dist} = {text.num(r.statistic)}, {_p(r.p_value)}{adj}"
+                         f"{small}")
         parts.append(f"Equal {est} across levels: " + "; ".join(cells))
     method = h["method"].iloc[0] if len(h) else ""
     how = ("Rao-Scott second-order corrected Pearson chi-square, F reference (scans clustered "

@@ -177,10 +177,11 @@ def roles(results) -> dict:
 
 
 #: the multiplicity rule, stated in the methods text
-MULTIPLICITY = ("Holm within each family of prespecified tests (per model and estimand: the "
-                "heterogeneity tests across the prespecified axes; the subgroup-versus-rest tests "
-                "of each axis); exploratory tests are shown unadjusted and labelled exploratory; "
-                "confidence intervals are not adjusted for multiplicity.")
+MULTIPLICITY = ("Holm within each family of prespecified tests, one family per model and "
+                "estimand: the heterogeneity tests across the prespecified axes; the "
+                "subgroup-versus-rest tests of every level of every single-variable axis of the "
+                "plan, together (not axis by axis); exploratory tests are shown unadjusted and "
+                "labelled exploratory; confidence intervals are not adjusted for multiplicity.")
 
 
 @analysis("heterogeneity", wanted=_wants_detection)
