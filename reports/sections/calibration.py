@@ -172,7 +172,10 @@ def _probabilities(study) -> list:
         + ("detection models: cluster-aware, at the bin's effective size over its "
            f"{cluster} clusters; " if cluster else "")
         + "encoder probes: the held-out "
-        "predictions of their clean runs at label fraction 1, pooled over seeds and datasets); "
+        "predictions of their clean runs at label fraction 1, pooled over seeds and datasets"
+        + ("; cluster-aware over cases, as each case is scored once per seed"
+           if study.results.decisions.get("calibration.encoder_reliability_cluster") else "")
+        + "); "
         "the dashed diagonal is perfect calibration.",
         alt="Reliability diagrams per model before and after temperature scaling.",
         plot=plot, data=rel[["source", "unit", "stage", "bin", "bin_low", "bin_high",

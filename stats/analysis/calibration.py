@@ -152,12 +152,19 @@ def _encoders(results, rows: pd.DataFrame):
                          "the runs table's ece, which the CRS calibration axis and the "
                          "calibration-repair table use (calibration_encoder_runs.csv).")
     rel = []
+    # the pooled runs score each case once per seed: a case's predictions are a cluster
+    by_case = "case_id" in test.columns
+    results.decide("calibration.encoder_reliability_cluster",
+                   "dataset x case_id (a case's predictions over seeds)" if by_case else None)
     for (regime, enc), g in test.groupby(["regime", "encoder"], sort=False):
         y = g["label"].to_numpy()
+        case = ((g["dataset"].astype(str) + "\x1f" + g["case_id"].astype(str)).to_numpy()
+                if by_case else None)
         for col, stage in stages.items():
             keep = g[col].notna().to_numpy()
             rel.append(reliability_table(y[keep], g[col].to_numpy(float)[keep],
-                                         n_bins=RELIABILITY_BINS).assign(
+                                         n_bins=RELIABILITY_BINS,
+                                         cluster=None if case is None else case[keep]).assign(
                 source=PROBE, unit=str(enc), regime=regime, stage=stage))
     return summ, rel, per_run
 

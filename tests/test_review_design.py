@@ -1,7 +1,12 @@
-"""The precision table with repeated scans and no ICC in the plan (issue 15; review
-finding: its half-widths treated scans as independent and contradicted the cluster-aware
-subgroup tables). The analysis layer estimates the ICC from the study (Kish's
-deff = 1 + (m - 1) icc solved at the overall cells) and records it (``precision.icc``)."""
+"""Review findings on the demo (issue 15: intervals that respect the data's design).
+
+* the precision table with repeated scans and no ICC in the plan: its half-widths treated
+  scans as independent and contradicted the cluster-aware subgroup tables; the analysis
+  layer now estimates the ICC from the study (Kish's deff = 1 + (m - 1) icc solved at the
+  overall cells) and records it (``precision.icc``);
+* the multiplicity statement names the family the code adjusts;
+* the encoder probes' reliability bins pool each case's predictions over seeds: now
+  cluster-aware over cases."""
 from __future__ import annotations
 
 import warnings
@@ -72,3 +77,30 @@ def test_multiplicity_statement_names_the_family_the_code_uses():
         np.testing.assert_allclose(g.loc[ok, "p_adjusted"],
                                    multipletests(g.loc[ok, "p_value"], method="holm")[1],
                                    rtol=1e-12)
+
+
+def test_encoder_reliability_bins_cluster_on_the_case():
+    from clinrel.cli.report import demo_plan_path
+
+    from stats.analysis.calibration import PROBE
+    from stats.calibration import reliability_table
+
+    plan = load_plan(demo_plan_path())
+    with plan_limits(plan), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = run(plan, load_tables(plan), only=["calibration"], errors="raise")
+    rel = r["calibration"]["reliability"]
+    enc = rel[(rel["source"] == PROBE) & (rel["stage"] == "before")]
+    assert len(enc) and (enc["method"] == "wilson-cluster").all()
+    assert (enc["n_clusters"] < enc["n"]).any()          # cases repeat over seeds
+    probe = r.tables.probe_predictions
+    unit = enc["unit"].iloc[0]
+    g = probe[(probe["encoder"] == unit) & (probe["label_fraction"] == 1)
+              & (probe["condition"] == "clean")]
+    want = reliability_table(g["label"].to_numpy(), g["prob"].to_numpy(float),
+                             n_bins=int(enc["n_bins"].iloc[0]),
+                             cluster=(g["dataset"] + "|" + g["case_id"]).to_numpy())
+    got = enc[enc["unit"] == unit]
+    np.testing.assert_allclose(got["conf_low"].to_numpy(), want["conf_low"].to_numpy(),
+                               rtol=1e-12)
+    np.testing.assert_array_equal(got["n_clusters"].to_numpy(), want["n_clusters"].to_numpy())
