@@ -180,6 +180,7 @@ class _Design:
     ctx: np.ndarray
     n_patterns: int
     uncovered: dict[str, list[str]]
+    recorded: np.ndarray  # (n,) code of each case's recorded values x keys (its prior row)
 
     @property
     def n_states(self) -> int:
@@ -256,10 +257,13 @@ def _design(cm: CaseMatrix, specs: list[tuple[str, ...]], table: pd.DataFrame,
     prior = np.ones((len(uniq), 1))
     for j, P in enumerate(mats):  # joint prior: Kronecker product of the fields' rows
         prior = (prior[:, :, None] * P[uniq[:, j]][:, None, :]).reshape(len(uniq), -1)
+    rec = (np.unique(np.column_stack(rid), axis=0, return_inverse=True)[1].ravel()
+           if n and rid else np.zeros(n, dtype=np.int64))
     return _Design(fields=fields, levels=levels, radix=radix, context_cols=ctx_cols,
                    context_levels=ctx_levels, ctx_radix=ctx_radix, prior=prior,
                    k=uniq[:, -2] * n_pat + uniq[:, -1], count=count.astype("float64"),
-                   combo=combo.ravel(), ctx=ctx, n_patterns=n_pat, uncovered=uncovered)
+                   combo=combo.ravel(), ctx=ctx, n_patterns=n_pat, uncovered=uncovered,
+                   recorded=rec)
 
 
 # --------------------------------------------------------------------------- imputation
@@ -330,17 +334,71 @@ def _fit_outcome(w: np.ndarray, d: _Design, *, prior_mass: float, tol: float,
     return pi
 
 
+def patient_level(d: _Design, patient: np.ndarray | None) -> bool:
+    """Whether the true state is a patient's, not a scan's: a ``patient`` code per case is
+    given, some patient has several scans, and every patient's scans share their recorded
+    values and table keys (race or sex recorded once per patient, not a contrast phase)."""
+    if patient is None or not len(patient):
+        return False
+    patient = np.asarray(patient, dtype=np.int64)
+    n_pat = len(np.unique(patient))
+    if n_pat == len(patient):
+        return False
+    pairs = np.unique(patient * (int(d.recorded.max()) + 1) + d.recorded)
+    return len(pairs) == n_pat
+
+
+def _patient_posterior(pi: np.ndarray, d: _Design, first: np.ndarray,
+                       member: sparse.spmatrix) -> np.ndarray:
+    """P(true state | all of a patient's scans) for outcome model(s) ``pi`` (M, S, C*P):
+    (M, patients, S). The table's prior of the patient's recorded values (shared by its
+    scans; ``first`` a scan of each patient) times the product over its scans of
+    P(pattern | state, context), normalised; the prior alone where no state fits."""
+    M, S = pi.shape[0], d.n_states
+    with np.errstate(divide="ignore"):
+        loglik = np.log(pi[:, :, d.k])[:, :, d.combo]                 # (M, S, n)
+        logp = np.log(d.prior[d.combo[first]])                        # (patients, S)
+    fin = np.isfinite(loglik)
+    # sum over each patient's scans (member: scans x patients); -inf where any scan has 0
+    tot = (np.where(fin, loglik, 0.0).reshape(M * S, -1) @ member).reshape(M, S, -1)
+    dead = ((~fin).reshape(M * S, -1).astype(np.float64) @ member).reshape(M, S, -1) > 0
+    lp = np.where(dead, -np.inf, tot).transpose(0, 2, 1) + logp[None]   # (M, patients, S)
+    top = lp.max(2, keepdims=True)
+    ok = np.isfinite(top)
+    q = np.exp(lp - np.where(ok, top, 0.0))
+    q /= np.where(ok, q.sum(2, keepdims=True), 1.0)
+    return np.where(ok, q, d.prior[d.combo[first]][None])
+
+
 def impute_states(d: _Design, n_imputations: int, rng: np.random.Generator, *,
-                  prior_mass: float = 1.0, tol: float = 1e-6, max_iter: int = 500) -> np.ndarray:
+                  prior_mass: float = 1.0, tol: float = 1e-6, max_iter: int = 500,
+                  patient: np.ndarray | None = None) -> np.ndarray:
     """Draw ``n_imputations`` true joint states per case: an (M, n) integer array.
 
     Proper imputation by the Bayesian bootstrap: imputation m weights the distinct rows
     by Gamma(count, 1) (the Bayesian bootstrap of the cases, summed), fits the outcome
     model by EM under those weights, then draws every case's true state from its
     posterior given its recorded values, key, context and outcome pattern.
+
+    With ``patient`` (a code per case) where :func:`patient_level` holds, the unit is the
+    patient: the Bayesian bootstrap weighs patients (Gamma(1, 1) each, summed over the
+    scans of each distinct row), and each patient's true state is drawn once, from its
+    posterior given all of its scans (:func:`_patient_posterior`), for every scan of the
+    patient: one patient is never split between levels. The outcome model is fitted as
+    before (scans independent given the true state and context).
     """
     U, S, n = len(d.count), d.n_states, len(d.combo)
-    w = rng.gamma(np.broadcast_to(d.count, (n_imputations, U)))
+    by_patient = patient_level(d, patient)
+    if by_patient:
+        _, first, pcode = np.unique(np.asarray(patient, dtype=np.int64), return_index=True,
+                                    return_inverse=True)
+        pcode = pcode.ravel()
+        n_pat = len(first)
+        member = sparse.csr_matrix((np.ones(n), (np.arange(n), pcode)), shape=(n, n_pat))
+        to_combo = sparse.csr_matrix((np.ones(n), (d.combo, pcode)), shape=(U, n_pat))
+        w = np.asarray(to_combo @ rng.gamma(1.0, size=(n_pat, n_imputations))).T  # (M, U)
+    else:
+        w = rng.gamma(np.broadcast_to(d.count, (n_imputations, U)))
     out = np.empty((n_imputations, n), dtype=np.int64)
     # the full-data fit (tight), then each bootstrap fit from it: few EM steps each
     mle = _fit_outcome(d.count[None], d, prior_mass=prior_mass, tol=tol / 100,
@@ -348,8 +406,14 @@ def impute_states(d: _Design, n_imputations: int, rng: np.random.Generator, *,
     per = max(1, _BLOCK_ELEMENTS // max(1, max(U, n) * S))
     for lo in range(0, n_imputations, per):  # blocks of imputations, vectorized inside
         hi = min(n_imputations, lo + per)
-        post = _posterior(_fit_outcome(w[lo:hi], d, prior_mass=prior_mass, tol=tol,
-                                       max_iter=max_iter, start=mle), d)
+        pi = _fit_outcome(w[lo:hi], d, prior_mass=prior_mass, tol=tol, max_iter=max_iter,
+                          start=mle)
+        if by_patient:
+            cdf = np.cumsum(_patient_posterior(pi, d, first, member), axis=2)
+            u = rng.random((hi - lo, n_pat, 1)) * cdf[:, :, -1:]
+            out[lo:hi] = np.minimum((u >= cdf).sum(2), S - 1)[:, pcode]
+            continue
+        post = _posterior(pi, d)
         cdf = np.cumsum(np.swapaxes(post, 1, 2), axis=2)[:, d.combo, :]  # (m, n, S)
         u = rng.random((hi - lo, n, 1)) * cdf[:, :, -1:]
         out[lo:hi] = np.minimum((u >= cdf).sum(2), S - 1)
@@ -464,7 +528,12 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
         ``p_m (1 - p_m) / n_eff_m`` (method "mi-wilson-cluster"). With no metadata error
         (every imputation alike) the interval is exactly ``wilson-cluster``; without a
         repeated cluster in a level it is exactly "mi-wilson". Adds ``n_clusters`` (mean
-        over imputations).
+        over imputations). When every patient's scans share their recorded values and
+        table keys (a field recorded once per patient: race, sex) and some patient has
+        several scans, each patient's true level is drawn once, from the posterior given
+        all of the patient's scans, and the Bayesian bootstrap weighs patients
+        (:func:`impute_states` with ``patient``); a scan-level field (phase) is imputed
+        scan by scan.
     **naive_kw : passed to :func:`stats.subgroup_metrics` for the axes without error.
 
     Returns
@@ -501,8 +570,9 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
     Gamma(count, 1) row weights, then draws each scan's true state from its posterior (all M draws as one (M, n) array, counted with
     ``np.bincount``). Per imputation the cell's proportion and binomial variance; pooled
     by Rubin's rules with the Barnard-Rubin (1999) df and widened Wilson interval
-    (:func:`rubin_proportion`). The table's probabilities are taken as known. Scans are
-    independent (as for the closed-form intervals). A probabilistic bias analysis (Lash,
+    (:func:`rubin_proportion`). The table's probabilities are taken as known. Without
+    ``cluster`` scans are independent (as for the closed-form intervals); the outcome model
+    always treats scans as independent given the true level and context. A probabilistic bias analysis (Lash,
     Fox & Fink 2009) would need the same outcome-aware posterior and gives no
     within-imputation variance, hence this choice.
 
@@ -539,7 +609,8 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
                                 small_n=small_n, cluster=cluster, **naive_kw)
     cm = case_matrix(cases, by, cluster=cluster)
     d = _design(cm, specs, table, tuple(context))
-    T = impute_states(d, int(n_imputations), rng)
+    T = impute_states(d, int(n_imputations), rng,
+                      patient=cm.patient if cluster is not None else None)
     frames = [naive]
     cells = []
     for i, spec in enumerate(specs):

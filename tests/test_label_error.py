@@ -393,3 +393,62 @@ def test_clusters_enter_each_imputation():
     assert (a.loc[a.group_var == "phase", "method"] == "mi-wilson-cluster").all()
     for col in ("estimate", "conf_low", "conf_high", "df"):
         np.testing.assert_allclose(a[col], b[col], rtol=0, atol=1e-12, err_msg=col)
+
+
+def _race_cases(seed: int = 5, patients: int = 200) -> pd.DataFrame:
+    """``_clustered_cases`` with a race recorded once per patient (a patient-level field)
+    and a race effect on a correct call, so the outcome pattern informs the true race."""
+    cases = _clustered_cases(seed, patients)
+    rng = np.random.default_rng(seed + 1)
+    race = pd.Series(rng.choice(RACES, size=patients), index=np.arange(patients).astype(str))
+    return cases.assign(race=race.reindex(cases["patient_id"]).to_numpy())
+
+
+def test_patient_level_field_is_imputed_once_per_patient():
+    """race recorded once per patient + cluster: each imputation gives every scan of a
+    patient the same true race (a patient is never split between levels), and some
+    patients do change; phase (per scan) is not patient-level, and without repeats the
+    scan-level draws are kept (so "mi-wilson" stays exact, as tested above)."""
+    cases = _race_cases()
+    specs = normalize_by(["race"])
+    cm = case_matrix(cases, specs, cluster="patient_id")
+    d = le._design(cm, specs, le.check_label_error(flip_table("race", RACES, 0.2)))
+    assert le.patient_level(d, cm.patient)
+    T = le.impute_states(d, 25, np.random.default_rng(0), patient=cm.patient)
+    frame = pd.DataFrame(T.T).assign(p=cm.patient)
+    assert (frame.groupby("p").nunique() == 1).all().all()      # one state per patient
+    rec = pd.Categorical(cm.covariates["race"], categories=d.levels["race"]).codes
+    assert (T != rec).any()
+    scan = le.impute_states(d, 25, np.random.default_rng(0))     # per scan: patients split
+    assert (pd.DataFrame(scan.T).assign(p=cm.patient).groupby("p").nunique() > 1).any().any()
+    dp = le._design(cm_ph := case_matrix(cases, normalize_by(["phase"]), cluster="patient_id"),
+                    normalize_by(["phase"]), le.check_label_error(flip_table("phase", PHASES, 0.1)))
+    assert not le.patient_level(dp, cm_ph.patient)
+    single = np.arange(len(cm.patient))
+    assert not le.patient_level(d, single) and not le.patient_level(d, None)
+
+
+def test_patient_posterior_is_prior_times_the_product_over_scans():
+    """Independent recomputation, by loops over patients, scans and states: P(state |
+    patient) = prior(state | recorded) x prod_scans P(pattern | state, context) /
+    normaliser, for a random outcome model."""
+    from scipy import sparse
+
+    cases = _race_cases(patients=40)
+    specs = normalize_by(["race"])
+    cm = case_matrix(cases, specs, cluster="patient_id")
+    d = le._design(cm, specs, le.check_label_error(flip_table("race", RACES, 0.3)))
+    rng = np.random.default_rng(2)
+    pi = rng.dirichlet(np.ones(d.n_patterns), size=(2, d.n_states, d.n_context)).reshape(
+        2, d.n_states, -1)
+    codes, first, pcode = np.unique(cm.patient, return_index=True, return_inverse=True)
+    member = sparse.csr_matrix((np.ones(len(pcode)), (np.arange(len(pcode)), pcode)),
+                               shape=(len(pcode), len(codes)))
+    got = le._patient_posterior(pi, d, first, member)
+    for m in range(2):
+        for j in range(len(codes)):
+            scans = np.flatnonzero(pcode == j)
+            w = d.prior[d.combo[scans[0]]].copy()
+            for i in scans:
+                w = w * pi[m, :, d.k[d.combo[i]]]
+            np.testing.assert_allclose(got[m, j], w / w.sum(), rtol=1e-10, atol=1e-14)
