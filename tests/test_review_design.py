@@ -104,3 +104,24 @@ def test_encoder_reliability_bins_cluster_on_the_case():
     np.testing.assert_allclose(got["conf_low"].to_numpy(), want["conf_low"].to_numpy(),
                                rtol=1e-12)
     np.testing.assert_array_equal(got["n_clusters"].to_numpy(), want["n_clusters"].to_numpy())
+
+
+def test_crs_replicate_counts_are_the_crs_rows_and_the_ranks_are_stated():
+    """Review finding: the methods counted 0 to 1491 unusable replicates over every axis
+    row (the ECE rows have none) while the CRS table said 369 to 1491, and the rank
+    probabilities' replicates were not stated."""
+    import pandas as pd
+
+    from reports.sections.crs import replicates_text
+
+    crs = type("C", (), {"n_boot": 100, "seed": 7})()
+    scores = pd.DataFrame({"estimand": ["calibration", "crs", "crs"], "n_boot": 100,
+                           "n_boot_not_estimable": [0, 3, 9]})
+    ranks = pd.DataFrame({"n_boot_not_estimable": [12, 12]})
+    t = replicates_text(scores, crs, ranks)
+    assert "3 to 9 of them (by encoder or pair) could not be estimated" in t
+    assert "rank probabilities use the 88 replicates" in t
+    one = replicates_text(pd.DataFrame({"n_boot": [100], "n_boot_not_estimable": [4]}), crs)
+    assert "; 4 of them could not be estimated" in one and "rank" not in one
+    none = replicates_text(pd.DataFrame({"n_boot": [100], "n_boot_not_estimable": [0]}), crs)
+    assert none == "100 paired-seed bootstrap replicates drawn (seed 7)"

@@ -31,19 +31,28 @@ def p_floor(df: pd.DataFrame) -> pd.Series:
     return 2.0 / (usable + 1.0)
 
 
-def replicates_text(df: pd.DataFrame, crs) -> str:
+def replicates_text(df: pd.DataFrame, crs, ranks: pd.DataFrame | None = None) -> str:
     """'B paired-seed bootstrap replicates (seed s)', with the replicates that could not be
-    estimated counted wherever B is stated."""
+    estimated counted wherever B is stated: over the CRS rows when ``df`` has an
+    ``estimand`` column (the axes' own counts are in the CSV), per encoder or pair, and,
+    with ``ranks``, the replicates the rank probabilities use (those in which every
+    encoder's CRS could be estimated)."""
     n = int(df["n_boot"].max()) if "n_boot" in df and df["n_boot"].notna().any() else crs.n_boot
+    if "estimand" in df and (df["estimand"] == "crs").any():
+        df = df[df["estimand"] == "crs"]
     bad = (df["n_boot_not_estimable"].fillna(0) if "n_boot_not_estimable" in df
            else pd.Series([0.0]))
     lo, hi = int(bad.min()), int(bad.max())
     out = f"{n} paired-seed bootstrap replicates drawn (seed {crs.seed})"
     if hi > 0:
-        span = f"{hi}" if lo == hi else f"{lo} to {hi}"
-        out += (f"; {span} of them could not be estimated (a resampled dataset lacked a "
+        span = f"{hi} of them" if lo == hi else f"{lo} to {hi} of them (by encoder or pair)"
+        out += (f"; {span} could not be estimated (a resampled dataset lacked a "
                 f"condition or fraction an axis needs) and are left out of the intervals and "
                 f"p-values")
+    if ranks is not None and "n_boot_not_estimable" in ranks and len(ranks):
+        used = n - int(ranks["n_boot_not_estimable"].fillna(0).max())
+        out += (f"; the rank probabilities use the {used} replicates in which every "
+                f"encoder's CRS could be estimated")
     return out
 
 
@@ -127,7 +136,7 @@ def build(study) -> Section:
                 "worst_axis": "Worst axis", "crs": "CRS [CI]", "rank": "Rank [CI]",
                 "p1": "P(rank 1)", "pk": f"P(top {crs.k})", "tier": "Leading tier"},
         spanners=(("Components", ["dominance", "similarity", "worst_axis"]),),
-        notes=(f"{replicates_text(res['scores'], crs)}; anchors held fixed. CRS = weighted sum of dominance, "
+        notes=(f"{replicates_text(res['scores'], crs, res['rank_probabilities'])}; anchors held fixed. CRS = weighted sum of dominance, "
                f"similarity and worst axis (weights in the reference file). Leading tier: "
                f"the best encoder and every encoder whose CRS difference from it has a "
                f"bootstrap CI containing 0.",))
@@ -144,8 +153,10 @@ def build(study) -> Section:
         labels={"pair": "Encoders", "diff": "Difference [CI]", "p": "Bootstrap p",
                 "p_adj": "Holm p"},
         notes=(f"Two-sided bootstrap p-values; with B usable replicates a bootstrap p-value "
-               f"cannot go below 2/(B + 1), so the smallest ones are shown as \u2264 that "
-               f"resolution, and Holm's adjustment over all pairs inherits it "
+               f"cannot go below 2/(B + 1) (here at most {float(p_floor(diff).max()):.2g}): "
+               f"none is shown below it, a p-value "
+               f"at it reads \u2264 that resolution, or < 0.001 when the resolution is finer, "
+               f"and Holm's adjustment over all pairs is bounded by it "
                f"({replicates_text(diff, crs)}).",))
     # ---- stability
     st = res["stability"]

@@ -154,7 +154,8 @@ def _crs(study) -> list[str]:
     from .crs import replicates_text
 
     scores = study.results["crs"]["scores"]
-    out.append(f"Uncertainty: {replicates_text(scores, crs)}, anchors held fixed; rank "
+    ranks = study.results["crs"].get("rank_probabilities")
+    out.append(f"Uncertainty: {replicates_text(scores, crs, ranks)}, anchors held fixed; rank "
                f"probabilities use top k = {crs.k}.")
     return out
 
