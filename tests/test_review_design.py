@@ -125,3 +125,27 @@ def test_crs_replicate_counts_are_the_crs_rows_and_the_ranks_are_stated():
     assert "; 4 of them could not be estimated" in one and "rank" not in one
     none = replicates_text(pd.DataFrame({"n_boot": [100], "n_boot_not_estimable": [0]}), crs)
     assert none == "100 paired-seed bootstrap replicates drawn (seed 7)"
+
+
+def test_block_tests_are_holm_adjusted_per_model_and_crude_n_is_the_denominator():
+    from clinrel.cli.report import demo_plan_path
+    from statsmodels.stats.multitest import multipletests
+
+    from stats.analysis.detection import MULTIPLICITY
+
+    plan = load_plan(demo_plan_path())
+    with plan_limits(plan), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = run(plan, load_tables(plan), only=["adjusted_blocks", "adjusted_vs_crude"],
+                errors="raise")
+    bt = r["adjusted_blocks"]
+    lr = bt[bt["estimand"] == "likelihood_ratio"]
+    for _, g in lr.groupby("model"):
+        assert len(g) >= 4
+        np.testing.assert_allclose(g["p_adjusted"], multipletests(g["p_value"], method="holm")[1],
+                                   rtol=1e-12)
+    assert "likelihood-ratio tests of their blocks" in MULTIPLICITY
+    cmp = r["adjusted_vs_crude"]
+    for (model, var, level), g in cmp.groupby(["model", "variable", "group_level"]):
+        if set(g["kind"]) >= {"crude"} and len(g) == 2:
+            assert g["n"].nunique() == 1, (model, var, level)   # both count positives

@@ -131,15 +131,17 @@ def build(study) -> Section:
         disp_b = pd.DataFrame({
             "model": lr["model"].astype(str), "block": lr["block"].astype(str),
             "terms": lr["terms"].astype(str), "chisq": [text.num(x) for x in lr["statistic"]],
-            "df": [text.count(x) for x in lr["df"]], "p": [text.pvalue(p) for p in lr["p_value"]]})
+            "df": [text.count(x) for x in lr["df"]], "p": [text.pvalue(p) for p in lr["p_value"]],
+            "p_adj": [text.pvalue(p) for p in lr["p_adjusted"]]})
         blocks_tbl = ReportTable(
             name="adjusted_block_tests", caption=f"Likelihood-ratio tests of covariate blocks "
             f"({METHOD_LABEL[ml]}): each block dropped from the full model.", data=bt,
             display=disp_b, group_col="model",
             labels={"block": "Block", "terms": "Terms dropped", "chisq": "LR chi-square",
-                    "df": "df", "p": "p"},
+                    "df": "df", "p": "p", "p_adj": "Holm p"},
             notes=(f"The {group} row tests the random intercept against a model without it "
-                   "(boundary: 50:50 mixture of chi-square(0) and chi-square(1)).",))
+                   "(boundary: 50:50 mixture of chi-square(0) and chi-square(1)). Prespecified: "
+                   "Holm's adjustment over each model's tests.",))
     # ---- variance decomposition; every fit states the scans it used and why others were left out
     miss = res["adjusted_missing"]
 

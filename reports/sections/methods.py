@@ -74,7 +74,9 @@ def _detection(study) -> list[str]:
         out.append(f"Scans are clustered within {md(cluster)} (some have several scans): every "
                    f"proportion's interval is computed at the effective sample size implied by "
                    f"the cluster-robust variance over the {md(cluster)} clusters of its cell "
-                   f"(Korn & Graubard 1998; design effect floored at 1, shown in the CSVs), the "
+                   f"(Korn & Graubard 1998: never above the number of scans, so clustering "
+                   f"never narrows an interval; the CSVs show the raw design effect, which can "
+                   f"be below 1, and the effective size used), the "
                    f"tests of equal sensitivity and specificity across levels use the Rao-Scott "
                    f"second-order correction with an F reference (R's survey::svychisq "
                    f"default), and the cluster bootstrap resamples whole {md(cluster)} "
@@ -95,7 +97,10 @@ def _detection(study) -> list[str]:
     if "multiplicity" in res.decisions:
         out.append("Multiplicity: " + res.decisions["multiplicity"])
     out.append("Missing data: a missing subgroup value is a level of its own (\"Missing\"), "
-               "so every axis's levels add up to the evaluated scans; tumour size and location "
+               "so every axis's levels add up to the evaluated scans; a value recorded as "
+               "\"Unknown\" (race) is a recorded category, shown as a level and kept in the "
+               "adjusted models, which are refitted without it (complete case) beside the "
+               "main fit; tumour size and location "
                "of reference-negative scans read \"not applicable\" (the attribute does not "
                "exist), not missing. The adjusted models use the scans with every formula "
                "variable present (R's na.omit); the scans each fit left out, and why, are "
@@ -147,9 +152,9 @@ def _crs(study) -> list[str]:
            f"labels; lower is better; the encoder's one ECE, shown also in the calibration "
            f"section), label efficiency and robustness, averaged over datasets. Each axis is "
            f"normalized against the fixed reference panel ({md(text.human_list(panel))}; "
-           f"reference file {ref_name}, "
-           f"reference hash {ref_hash[:16]}, the hash recorded with every score in the CSV "
-           f"files), and "
+           f"reference file {ref_name}; panel hash {ref_hash[:16]}: the SHA-256 of the "
+           f"panel's canonical content, recorded with every score in the CSV files, not of "
+           f"the file's bytes, whose SHA-256 is in manifest.json), and "
            f"CRS = weighted dominance + similarity + worst axis."]
     from .crs import replicates_text
 

@@ -190,8 +190,18 @@ def adjusted_blocks(results) -> pd.DataFrame:
     kw = _fit_kw(results)
     kw.pop("conf_level")
     # the full model is the primary fit of that method (same rows, formula and options)
-    return block_tests(results["adjusted_rows"], adj["formula"], adj["blocks"] or None,
-                       method=ml, full=(results.get("adjusted_fits") or {}).get(ml), **kw)
+    out = block_tests(results["adjusted_rows"], adj["formula"], adj["blocks"] or None,
+                      method=ml, full=(results.get("adjusted_fits") or {}).get(ml), **kw)
+    # prespecified: Holm over each model's block tests (the group's test included), as the
+    # multiplicity statement says for every prespecified family
+    from ..subgroups import adjust_p
+
+    lr = out["estimand"] == "likelihood_ratio"
+    if lr.any():
+        adjusted = adjust_p(out[lr].copy(), ["model"])
+        out.loc[lr, "p_adjusted"] = adjusted["p_adjusted"]
+    results.decide("adjusted.block_multiplicity", "Holm over each model's block tests")
+    return out
 
 
 def repeated_scans(results) -> dict | None:
@@ -272,8 +282,8 @@ def adjusted_vs_crude(results) -> pd.DataFrame:
     for var, mm in marginal:
         parts.append(mm.assign(kind=f"adjusted ({kind})", variable=var))
         cr = crude_all[crude_all["group_var"] == var]
-        if len(cr):
-            parts.append(cr.assign(kind="crude", variable=var))
+        if len(cr):   # n: the estimand's denominator, as the adjusted rows count it
+            parts.append(cr.assign(kind="crude", variable=var, n=cr["denominator"]))
     if not parts:
         return pd.DataFrame(columns=["model", "variable", "group_level", "kind", "estimate",
                                      "conf_low", "conf_high", "n", "method", "flag"])

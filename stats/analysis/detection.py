@@ -180,7 +180,8 @@ def roles(results) -> dict:
 MULTIPLICITY = ("Holm within each family of prespecified tests, one family per model and "
                 "estimand: the heterogeneity tests across the prespecified axes; the "
                 "subgroup-versus-rest tests of every level of every single-variable axis of the "
-                "plan, together (not axis by axis); exploratory tests are shown unadjusted and "
+                "plan, together (not axis by axis); the adjusted models' likelihood-ratio tests "
+                "of their blocks and group, per model; exploratory tests are shown unadjusted and "
                 "labelled exploratory; confidence intervals are not adjusted for multiplicity.")
 
 
