@@ -28,12 +28,16 @@ from stats.clustered import (FLAG_DEFF, SUFFIX, clustered_proportions, complemen
                              design_effect, effective_counts, metric_indicators, pair_codes)
 from stats.detection import (BIN_SOURCES, GROUP_COLS, METRICS, OVERALL, PROPORTIONS, CaseMatrix,
                              case_matrix, metric_fractions, ratio)
-from stats.intervals import (AUC_SCALES, PROPORTION_METHODS, AucScale, _auc_ci_from, auc_method,
-                             clustered_auc_variance, delong_placements, newcombe_diff_ci,
-                             proportion_ci)
+from stats.intervals import (AUC_SCALES, PROPORTION_METHODS, AucScale, _auc_ci_from,
+                             auc_boundary, auc_method, clustered_auc_variance,
+                             delong_placements, newcombe_diff_ci, proportion_ci)
 from stats.schema import ContractError, tidy
 
 ALL_METRICS = (*METRICS, "auc")
+#: AUC rows whose DeLong variance is 0 (zero-width interval): the AUC is 0 or 1 ...
+FLAG_AUC_BOUNDARY = "auc_boundary"
+#: ... or every placement value is alike (e.g. all of the cell's scores tied)
+FLAG_AUC_ZERO_VARIANCE = "auc_zero_variance"
 MSG_METRIC = "metrics: unknown metric(s) {bad}; choose from {allowed}"
 MSG_CI = "ci must be one of {allowed} or 'bootstrap'; got {ci!r}"
 MSG_BOOT = "ci='bootstrap' needs n_boot= a number of replicates (e.g. 2000); got {b!r}"
@@ -186,8 +190,9 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     ``conf_level``, ``n`` (cases in the cell), ``n_pos``, ``n_neg``, ``method`` (wilson,
     clopper-pearson, jeffreys, delong, delong-logit, delong-cluster, delong-cluster-logit,
     bootstrap-percentile, bootstrap-bca, bootstrap-wilson or none),
-    ``flag`` ("", empty, not_estimable, small_n, deff_not_estimable; several joined by
-    ";"), extras ``numerator`` and ``denominator`` (the counts behind a proportion; NaN for
+    ``flag`` ("", empty, not_estimable, small_n, deff_not_estimable, and for AUC
+    auc_boundary (AUC 0 or 1) or auc_zero_variance (every placement alike, e.g. tied
+    scores): a zero-width DeLong interval; several joined by ";"), extras ``numerator`` and ``denominator`` (the counts behind a proportion; NaN for
     AUC), ``n_clusters`` (clusters with a scan in the row's denominator: the ``cluster``
     column, else ``patient_id``, else every case its own; for AUC, with a scan in the
     cell), ``design_effect`` and ``n_effective`` (closed-form proportions: 1 and the
@@ -307,6 +312,11 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
                         np.where(nmin == 0, "not_estimable",
                                  np.where(nmin < small_n, "small_n", "")))
         flag = _add_flag(flag, rep & np.isnan(var) & ~np.isnan(a["var"]), FLAG_DEFF)
+        # a zero-width interval: AUC 0 or 1 (complete separation; pROC warns), or every
+        # placement alike (e.g. all scores tied): DeLong's variance is 0
+        bnd = auc_boundary(a["auc"])
+        flag = _add_flag(flag, bnd, FLAG_AUC_BOUNDARY)
+        flag = _add_flag(flag, ~bnd & (var == 0), FLAG_AUC_ZERO_VARIANCE)
         nan = np.full(a["auc"].shape, np.nan)
         frames.append(_frame(cm, "auc", {
             "estimate": a["auc"], "std_error": se, "conf_low": lo, "conf_high": hi,

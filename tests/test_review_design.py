@@ -149,3 +149,26 @@ def test_block_tests_are_holm_adjusted_per_model_and_crude_n_is_the_denominator(
     for (model, var, level), g in cmp.groupby(["model", "variable", "group_level"]):
         if set(g["kind"]) >= {"crude"} and len(g) == 2:
             assert g["n"].nunique() == 1, (model, var, level)   # both count positives
+
+
+def test_zero_width_auc_intervals_are_flagged():
+    """Review finding: a subgroup AUC of 0.50 [0.50, 0.50] (all scores tied) carried only
+    small_n, and subgroup AUCs of exactly 1 carried no auc_boundary flag (issue 15 item 6)."""
+    import pandas as pd
+
+    import stats
+
+    rows = []
+    for lvl, scores, labels in (("perfect", [0.9, 0.8, 0.2, 0.1], [1, 1, 0, 0]),
+                                ("tied", [0.5, 0.5, 0.5, 0.5], [1, 1, 0, 0]),
+                                ("mixed", [0.9, 0.2, 0.8, 0.1], [1, 1, 0, 0])):
+        for i, (s, y) in enumerate(zip(scores, labels)):
+            rows.append({"case_id": f"{lvl}{i}", "model": "m", "label": y, "score": s,
+                         "pred": int(s >= 0.5), "site": "s", "group": lvl})
+    out = stats.subgroup_metrics(pd.DataFrame(rows), by=["group"], metrics=["auc"])
+    out = out[out.group_var == "group"].set_index("group_level")
+    assert "auc_boundary" in out.loc["perfect", "flag"].split(";")
+    assert out.loc["perfect", "conf_low"] == out.loc["perfect", "conf_high"] == 1.0
+    assert "auc_zero_variance" in out.loc["tied", "flag"].split(";")
+    assert out.loc["tied", "estimate"] == 0.5
+    assert not {"auc_boundary", "auc_zero_variance"} & set(out.loc["mixed", "flag"].split(";"))
