@@ -243,7 +243,11 @@ def label_error_compare(study) -> ReportTable | None:
                + (f"; each imputation's variance is the cluster-aware one over its {cluster} "
                   f"clusters, as for the naive intervals (methods mi-wilson-cluster and "
                   f"wilson-cluster)" if cluster else " (method mi-wilson)")
-               + ". Specificity and the intersections are in tables/label_error_metrics.csv.",))
+               + ". An error-aware interval can be a little narrower than the naive one: where "
+               "the imputations move scans into a level, its mean denominator exceeds the "
+               "recorded count, and with little missing information that outweighs the "
+               "between-imputation variance. Specificity and the intersections are in "
+               "tables/label_error_metrics.csv.",))
 
 
 def label_error_text(study) -> str:
