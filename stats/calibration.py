@@ -182,8 +182,8 @@ def reliability_table(label, prob, *, n_bins: int = 15, strategy: Strategy = "un
     ``cluster`` (optional, one id per case, e.g. the patient of each scan): each bin's
     interval is Wilson at Korn & Graubard's effective size over the clusters of the bin
     (:func:`stats.clustered.clustered_proportions`; method "wilson-cluster", flag
-    "deff_not_estimable" by its rules), with extras ``n_clusters``, ``design_effect``
-    and ``n_effective``.
+    "deff_not_estimable" by its rules), with ``std_error`` (the ratio estimator's
+    cluster-robust SE) and extras ``n_clusters``, ``design_effect`` and ``n_effective``.
 
     Returns
     -------
@@ -218,7 +218,8 @@ def reliability_table(label, prob, *, n_bins: int = 15, strategy: Strategy = "un
         lo, hi = c["conf_low"][:, 0], c["conf_high"][:, 0]
         method = "wilson-cluster"
         flag = np.where(c["not_estimable"][:, 0], FLAG_DEFF, flag)
-        extra = {"n_clusters": c["n_clusters"][:, 0], "design_effect": c["design_effect"][:, 0],
+        extra = {"std_error": c["std_error"][:, 0], "n_clusters": c["n_clusters"][:, 0],
+                 "design_effect": c["design_effect"][:, 0],
                  "n_effective": c["n_effective"][:, 0]}
     binary = np.asarray(prob).ndim == 1
     df = pd.DataFrame({

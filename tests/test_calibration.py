@@ -391,6 +391,7 @@ def test_reliability_bins_are_cluster_aware():
         lo, hi = proportion_ci(np.array([ph * neff]), np.array([neff]))
         row = t.iloc[k]
         assert row["design_effect"] == pytest.approx(deff, rel=1e-10)
+        assert row["std_error"] == pytest.approx(np.sqrt(var), rel=1e-10)
         assert row["n_clusters"] == C
         assert (row["conf_low"], row["conf_high"]) == pytest.approx((lo[0], hi[0]), abs=1e-10)
         checked += 1
