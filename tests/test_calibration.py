@@ -199,11 +199,20 @@ def test_ece_ci_many_equals_separate_calls():
         one = pd.concat([cal.ece_ci(y, p, n_boot=200, seed=3, strategy=strategy)
                          for y, p in items], ignore_index=True)
         pd.testing.assert_frame_equal(many, one)
-    # the percentile limits of the legacy replicates, to 1e-12
+    # the percentile limits of the legacy replicates, to 1e-12, and the basic (default)
+    # interval their reflection about the estimate (lower limit floored at 0)
     y, p = items[0]
     lo, hi = np.percentile(_legacy_replicates(y, p, 200, 3), [2.5, 97.5])
-    row = cal.ece_ci(y, p, n_boot=200, seed=3).iloc[0]
+    row = cal.ece_ci(y, p, n_boot=200, seed=3, interval="percentile").iloc[0]
     assert abs(row["conf_low"] - lo) < 1e-12 and abs(row["conf_high"] - hi) < 1e-12
+    assert row["method"] == "bootstrap-percentile"
+    basic = cal.ece_ci(y, p, n_boot=200, seed=3).iloc[0]
+    e = cal.ece(y, p)
+    assert basic["method"] == "bootstrap-basic"
+    assert basic["conf_low"] == pytest.approx(max(0.0, 2 * e - hi), abs=1e-12)
+    assert basic["conf_high"] == pytest.approx(2 * e - lo, abs=1e-12)
+    with pytest.raises(ValueError, match="interval must be one of"):
+        cal.ece_ci(y, p, n_boot=20, interval="bca")
 
 
 def test_temperature_scaling_lowers_held_out_nll_and_keeps_auroc():
@@ -357,7 +366,7 @@ def test_ece_cluster_bootstrap_is_the_definition():
     for col in ("estimate", "std_error", "conf_low", "conf_high"):
         assert a[col].iloc[0] == pytest.approx(b[col].iloc[0], abs=1e-12)
     c = ece_ci(y, p, n_boot=400, seed=2, cluster=pat)
-    assert c["method"].iloc[0] == "cluster-bootstrap-percentile"
+    assert c["method"].iloc[0] == "cluster-bootstrap-basic"
     assert c["n_clusters"].iloc[0] == C and c["estimate"].iloc[0] == a["estimate"].iloc[0]
     with pytest.raises(ValueError, match="equal-width"):
         ece_ci(y, p, strategy="quantile", cluster=pat)
