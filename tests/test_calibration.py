@@ -209,8 +209,19 @@ def test_ece_ci_many_equals_separate_calls():
     basic = cal.ece_ci(y, p, n_boot=200, seed=3).iloc[0]
     e = cal.ece(y, p)
     assert basic["method"] == "bootstrap-basic"
-    assert basic["conf_low"] == pytest.approx(max(0.0, 2 * e - hi), abs=1e-12)
-    assert basic["conf_high"] == pytest.approx(2 * e - lo, abs=1e-12)
+    assert basic["conf_low"] == pytest.approx(min(e, max(0.0, 2 * e - hi)), abs=1e-12)
+    assert basic["conf_high"] == pytest.approx(max(e, 2 * e - lo), abs=1e-12)
+    # a calibrated model: every replicate above E; the reflection alone would invert the
+    # interval (review finding); the limits stay on their sides of the estimate, >= 0
+    rng = np.random.default_rng(8)
+    for n in (100, 1000, 5000):
+        pc = np.full(n, 0.3)
+        yc = np.zeros(n, int)
+        yc[: int(0.3 * n)] = 1
+        for q in (pc, rng.uniform(0, 1, n)):
+            yy = yc if q is pc else (rng.random(n) < q).astype(int)
+            r = cal.ece_ci(yy, q, n_boot=300, seed=1).iloc[0]
+            assert 0 <= r["conf_low"] <= r["estimate"] <= r["conf_high"], (n, r.to_dict())
     with pytest.raises(ValueError, match="interval must be one of"):
         cal.ece_ci(y, p, n_boot=20, interval="bca")
 

@@ -76,6 +76,9 @@ def test_without_repeats_the_independent_se(data):
 def test_edge_cases():
     one = kappa_interval(["M", "M", "F"], ["M", "M", "F"], cluster=["p", "p", "p"])
     assert one["kappa"] == 1.0 and np.isnan(one["std_error"])   # a single cluster
+    assert np.isnan(one["conf_low"]) and np.isnan(one["conf_high"])   # no interval
+    mixed = kappa_interval(list("MMFFMF"), list("MFFFMM"), cluster=["p"] * 6)
+    assert np.isfinite(mixed["kappa"]) and np.isnan(mixed["conf_low"])
     assert one["method"] == KAPPA_CLUSTER_METHOD and one["n_clusters"] == 1
     assert np.isnan(kappa_interval(["M", "M"], ["M", "M"], cluster=["p", "p"])["kappa"])
 

@@ -71,6 +71,8 @@ def test_multiplicity_statement_names_the_family_the_code_uses():
         r = run(plan, load_tables(plan), only=["subgroup_vs_rest"], errors="raise")
     svr = r["subgroup_vs_rest"]
     assert "every level of every single-variable axis" in MULTIPLICITY
+    assert "every level of every single-variable axis" in r.decisions.get(
+        "multiplicity", MULTIPLICITY)
     for _, g in svr.groupby(["model", "estimand"]):
         ok = g["p_value"].notna()
         assert g["group_var"].nunique() > 1
@@ -144,7 +146,10 @@ def test_block_tests_are_holm_adjusted_per_model_and_crude_n_is_the_denominator(
         assert len(g) >= 4
         np.testing.assert_allclose(g["p_adjusted"], multipletests(g["p_value"], method="holm")[1],
                                    rtol=1e-12)
-    assert "likelihood-ratio tests of their blocks" in MULTIPLICITY
+    from stats.analysis.detection import BLOCKS_CLAUSE
+
+    assert "likelihood-ratio tests of their blocks" in BLOCKS_CLAUSE
+    assert "{blocks}" in MULTIPLICITY
     cmp = r["adjusted_vs_crude"]
     for (model, var, level), g in cmp.groupby(["model", "variable", "group_level"]):
         if set(g["kind"]) >= {"crude"} and len(g) == 2:

@@ -82,9 +82,10 @@ def definitions(study, summ: pd.DataFrame) -> list[str]:
         out.append(f"Detection models: ECE of the test-split predictions, {how}"
                    f"{n_boot} replicates, seed {seed})"
                    + ("; the plug-in ECE is biased upward in small samples and the basic "
-                      "interval subtracts the bias the bootstrap sees, covering 84-90% of the "
-                      "population ECE in simulation (bench/ece_cluster_coverage.md), short of "
-                      "the nominal level" if kind.startswith("basic") else "") + ".")
+                      "interval subtracts the bias the bootstrap sees (its limits kept on "
+                      "their sides of the estimate), covering 85-91% of the population ECE in "
+                      "simulation (bench/ece_cluster_coverage.md), short of the nominal level"
+                      if kind.startswith("basic") else "") + ".")
     enc = summ[(summ["source"] == PROBE) & (summ["estimand"] == "ece")]
     if len(enc):
         boot = study.results.decisions.get("calibration.encoder_bootstrap", {})

@@ -49,10 +49,12 @@ def axis_table(study, axis: tuple[str, ...]) -> ReportTable:
                   ("Reference negative", ["spec", "spec_n"])),
         notes=(D.methods_note(study), heterogeneity_note(study, axis),
                f"\u2020 fewer than {det.small_n} reference positives (negatives) behind the "
-               f"sensitivity (specificity) (small n); \u2021 design effect not estimable "
-               f"(every scan of the cell detected, or none, or a single patient): the interval "
-               f"treats the cell's scans as independent (Korn & Graubard's rule), so it may be "
-               f"too narrow; \u2014 not estimable (no cases)."))
+               f"sensitivity (specificity) (small n); \u2021 design effect not estimable: "
+               f"where every scan of the cell is detected (or none), the interval treats the "
+               f"cell's scans as independent (Korn & Graubard's rule), so it may be too "
+               f"narrow; where all of them belong to one patient, it counts them as one "
+               f"observation (effective size 1, the widest interval); \u2014 not estimable "
+               f"(no cases)."))
 
 
 def _marked(w: pd.DataFrame, estimand: str, n_col: str, small_n: int) -> list[str]:

@@ -180,9 +180,12 @@ def roles(results) -> dict:
 MULTIPLICITY = ("Holm within each family of prespecified tests, one family per model and "
                 "estimand: the heterogeneity tests across the prespecified axes; the "
                 "subgroup-versus-rest tests of every level of every single-variable axis of the "
-                "plan, together (not axis by axis); the adjusted models' likelihood-ratio tests "
-                "of their blocks and group, per model; exploratory tests are shown unadjusted and "
-                "labelled exploratory; confidence intervals are not adjusted for multiplicity.")
+                "plan, together (not axis by axis){blocks}; exploratory tests are shown "
+                "unadjusted and labelled exploratory; confidence intervals are not adjusted for "
+                "multiplicity.")
+#: the clause of MULTIPLICITY for the adjusted models' block tests (when the plan has them)
+BLOCKS_CLAUSE = ("; the adjusted models' likelihood-ratio tests of their blocks and group, "
+                 "per model")
 
 
 @analysis("heterogeneity", wanted=_wants_detection)
@@ -205,7 +208,10 @@ def heterogeneity(results) -> pd.DataFrame:
     adjusted = adjust_p(pre, ["model", "estimand"])  # Holm per family (and BH beside it)
     out["p_adjusted"] = adjusted["p_adjusted"].reindex(out.index)
     out["p_adjusted_bh"] = adjusted["p_adjusted_bh"].reindex(out.index)
-    results.decide("multiplicity", MULTIPLICITY)
+    from .adjusted import block_method
+
+    blocks = bool(plan.detection.adjusted) and block_method(plan) is not None
+    results.decide("multiplicity", MULTIPLICITY.format(blocks=BLOCKS_CLAUSE if blocks else ""))
     return out
 
 

@@ -284,6 +284,8 @@ def kappa_interval(a, b, *, cluster=None, conf_level: float = 0.95) -> dict:
     else:
         se = float(np.sqrt(max(res.var_kappa, 0.0)))
     q = norm.ppf(0.5 + conf_level / 2)
+    if not np.isfinite(se):     # one cluster: no interval (max(-1, nan) would give -1)
+        return {**nan, "kappa": k, "std_error": se}
     return {"kappa": k, "std_error": se, "conf_low": float(max(-1.0, k - q * se)),
             "conf_high": float(min(1.0, k + q * se)), "method": method, "n_clusters": n_cl}
 
@@ -338,8 +340,9 @@ def metadata_agreement(results) -> pd.DataFrame:
     results.decide("metadata.agreement", "cases with both values; Wilson CI; Cohen's kappa "
                    "(nominal) with the Fleiss-Cohen-Everitt (1969) large-sample SE, Wald CI"
                    + ("" if patient is None else "; with repeated scans the interval is "
-                      "cluster-aware (wilson-cluster) and kappa's SE the linearization over "
-                      f"{patient.nunique()} patients"))
+                      "cluster-aware (wilson-cluster), and kappa's SE the linearization over "
+                      "patients in the pairs whose cases repeat a patient (kappa_method "
+                      f"{KAPPA_CLUSTER_METHOD})"))
     return ag
 
 
