@@ -180,7 +180,7 @@ class _Design:
     ctx: np.ndarray
     n_patterns: int
     uncovered: dict[str, list[str]]
-    recorded: np.ndarray  # (n,) code of each case's recorded values x keys (its prior row)
+    field_rid: np.ndarray  # (n, fields) each case's prior row per field (recorded value x keys)
 
     @property
     def n_states(self) -> int:
@@ -257,13 +257,12 @@ def _design(cm: CaseMatrix, specs: list[tuple[str, ...]], table: pd.DataFrame,
     prior = np.ones((len(uniq), 1))
     for j, P in enumerate(mats):  # joint prior: Kronecker product of the fields' rows
         prior = (prior[:, :, None] * P[uniq[:, j]][:, None, :]).reshape(len(uniq), -1)
-    rec = (np.unique(np.column_stack(rid), axis=0, return_inverse=True)[1].ravel()
-           if n and rid else np.zeros(n, dtype=np.int64))
+    field_rid = np.column_stack(rid) if rid else np.zeros((n, 0), dtype=np.int64)
     return _Design(fields=fields, levels=levels, radix=radix, context_cols=ctx_cols,
                    context_levels=ctx_levels, ctx_radix=ctx_radix, prior=prior,
                    k=uniq[:, -2] * n_pat + uniq[:, -1], count=count.astype("float64"),
                    combo=combo.ravel(), ctx=ctx, n_patterns=n_pat, uncovered=uncovered,
-                   recorded=rec)
+                   field_rid=field_rid)
 
 
 # --------------------------------------------------------------------------- imputation
@@ -334,40 +333,106 @@ def _fit_outcome(w: np.ndarray, d: _Design, *, prior_mass: float, tol: float,
     return pi
 
 
-def patient_level(d: _Design, patient: np.ndarray | None) -> bool:
-    """Whether the true state is a patient's, not a scan's: a ``patient`` code per case is
-    given, some patient has several scans, and every patient's scans share their recorded
-    values and table keys (race or sex recorded once per patient, not a contrast phase)."""
+def patient_fields(d: _Design, patient: np.ndarray | None) -> np.ndarray | None:
+    """Per error-prone field of the design (``d.fields`` order): whether it is recorded once
+    per patient (every patient's scans share its recorded value and table keys: race, sex;
+    not a contrast phase). None without ``patient`` codes or when no patient has several
+    scans."""
     if patient is None or not len(patient):
-        return False
+        return None
     patient = np.asarray(patient, dtype=np.int64)
     n_pat = len(np.unique(patient))
     if n_pat == len(patient):
-        return False
-    pairs = np.unique(patient * (int(d.recorded.max()) + 1) + d.recorded)
-    return len(pairs) == n_pat
+        return None
+    out = []
+    for j in range(d.field_rid.shape[1]):
+        r = np.asarray(d.field_rid[:, j], dtype=np.int64)
+        out.append(len(np.unique(patient * (int(r.max()) + 1) + r)) == n_pat)
+    return np.array(out, dtype=bool)
+
+
+def patient_level(d: _Design, patient: np.ndarray | None) -> bool:
+    """Whether some error-prone field is a patient's, not a scan's
+    (:func:`patient_fields`): then :func:`impute_states` draws it once per patient."""
+    f = patient_fields(d, patient)
+    return f is not None and bool(f.any())
+
+
+def _state_split(d: _Design, pmask: np.ndarray) -> np.ndarray:
+    """``joint[a, b]``: the joint state whose patient-level fields' digits are the a-th
+    combination and whose scan-level fields' digits are the b-th ((SP, SQ); the joint
+    state is the mixed-radix number over ``d.fields`` in order, first field first)."""
+    shape = tuple(d.radix)
+    pa = [i for i, f in enumerate(pmask) if f]
+    qa = [i for i, f in enumerate(pmask) if not f]
+    sp = int(np.prod([shape[i] for i in pa])) if pa else 1
+    grid = np.arange(int(np.prod(shape)) if shape else 1).reshape(shape)
+    return grid.transpose(pa + qa).reshape(sp, -1)
 
 
 def _patient_posterior(pi: np.ndarray, d: _Design, first: np.ndarray,
-                       member: sparse.spmatrix) -> np.ndarray:
-    """P(true state | all of a patient's scans) for outcome model(s) ``pi`` (M, S, C*P):
-    (M, patients, S). The table's prior of the patient's recorded values (shared by its
-    scans; ``first`` a scan of each patient) times the product over its scans of
-    P(pattern | state, context), normalised; the prior alone where no state fits."""
-    M, S = pi.shape[0], d.n_states
+                       member: sparse.spmatrix, joint: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """P(patient-level part of the true state | all of a patient's scans) for outcome
+    model(s) ``pi`` (M, S, C*P): (M, patients, SP), and each scan's prior x likelihood
+    (M, SP, SQ, n) for the conditional draw of its scan-level part. ``joint``: the
+    (SP, SQ) split of the states (:func:`_state_split`; default: every field patient-level).
+
+    Scan i's joint prior is prior_P(a) prior_Q,i(b) (the table's rows; the patient-level
+    factor is the same on every scan of the patient), so with
+    ``m_i(a) = sum_b prior_i(a, b) P(pattern_i | a, b, context_i)``:
+    ``P(a | patient) ∝ prod_i m_i(a) / prior_P(a)^(k - 1)`` over the patient's k scans
+    (= prior_P(a) prod_i sum_b prior_Q,i(b) P(pattern_i | a, b)); the prior alone where no
+    state fits."""
+    M, n = pi.shape[0], len(d.combo)
+    if joint is None:
+        joint = np.arange(d.n_states)[:, None]
+    SP, SQ = joint.shape
+    q = d.prior[d.combo][:, joint.ravel()].reshape(n, SP, SQ)            # (n, SP, SQ)
+    L = (pi[:, :, d.k][:, joint.ravel()][:, :, d.combo].reshape(M, SP, SQ, n)
+         * q.transpose(1, 2, 0)[None])                                      # (M, SP, SQ, n)
+    qp = q.sum(2)[first]                                                     # (patients, SP)
     with np.errstate(divide="ignore"):
-        loglik = np.log(pi[:, :, d.k])[:, :, d.combo]                 # (M, S, n)
-        logp = np.log(d.prior[d.combo[first]])                        # (patients, S)
-    fin = np.isfinite(loglik)
-    # sum over each patient's scans (member: scans x patients); -inf where any scan has 0
-    tot = (np.where(fin, loglik, 0.0).reshape(M * S, -1) @ member).reshape(M, S, -1)
-    dead = ((~fin).reshape(M * S, -1).astype(np.float64) @ member).reshape(M, S, -1) > 0
-    lp = np.where(dead, -np.inf, tot).transpose(0, 2, 1) + logp[None]   # (M, patients, S)
+        logm = np.log(L.sum(2))                                              # (M, SP, n)
+        logq = np.log(qp)
+    fin = np.isfinite(logm)
+    tot = (np.where(fin, logm, 0.0).reshape(M * SP, n) @ member).reshape(M, SP, -1)
+    dead = ((~fin).reshape(M * SP, n).astype(np.float64) @ member).reshape(M, SP, -1) > 0
+    k = np.asarray(member.sum(0)).ravel()                                   # scans per patient
+    lp = (tot.transpose(0, 2, 1)
+          - (k - 1)[None, :, None] * np.where(np.isfinite(logq), logq, 0.0)[None])
+    lp = np.where(dead.transpose(0, 2, 1), -np.inf, lp)                      # (M, patients, SP)
     top = lp.max(2, keepdims=True)
     ok = np.isfinite(top)
-    q = np.exp(lp - np.where(ok, top, 0.0))
-    q /= np.where(ok, q.sum(2, keepdims=True), 1.0)
-    return np.where(ok, q, d.prior[d.combo[first]][None])
+    post = np.exp(lp - np.where(ok, top, 0.0))
+    post /= np.where(ok, post.sum(2, keepdims=True), 1.0)
+    return np.where(ok, post, qp[None]), L
+
+
+def _draw_by_patient(pi: np.ndarray, d: _Design, joint: np.ndarray, pcode: np.ndarray,
+                     first: np.ndarray, member: sparse.spmatrix,
+                     rng: np.random.Generator) -> np.ndarray:
+    """Joint states (M, n): each patient's patient-level part once from its posterior
+    (:func:`_patient_posterior`), then each scan's scan-level part from its prior x
+    likelihood given that part (the table's prior where nothing fits)."""
+    post, L = _patient_posterior(pi, d, first, member, joint)
+    M, n_pat, SP = post.shape
+    cdf = np.cumsum(post, axis=2)
+    u = rng.random((M, n_pat, 1)) * cdf[:, :, -1:]
+    a = np.minimum((u >= cdf).sum(2), SP - 1)[:, pcode]                     # (M, n)
+    SQ = joint.shape[1]
+    if SQ == 1:
+        return joint[a, 0]
+    cond = np.take_along_axis(L, a[:, None, None, :], axis=1)[:, 0]         # (M, SQ, n)
+    tot = cond.sum(1, keepdims=True)
+    q = d.prior[d.combo][:, joint.ravel()].reshape(len(pcode), SP, SQ)
+    fall = np.take_along_axis(q[None], a[:, :, None, None], axis=2)[:, :, 0]  # (M, n, SQ)
+    cond = np.where(tot > 0, cond / np.where(tot > 0, tot, 1.0),
+                    fall.transpose(0, 2, 1) / fall.sum(2)[:, None, :])
+    cdf = np.cumsum(cond, axis=1)
+    u = rng.random((M, 1, len(pcode))) * cdf[:, -1:, :]
+    b = np.minimum((u >= cdf).sum(1), SQ - 1)                                # (M, n)
+    return joint[a, b]
 
 
 def impute_states(d: _Design, n_imputations: int, rng: np.random.Generator, *,
@@ -380,16 +445,21 @@ def impute_states(d: _Design, n_imputations: int, rng: np.random.Generator, *,
     model by EM under those weights, then draws every case's true state from its
     posterior given its recorded values, key, context and outcome pattern.
 
-    With ``patient`` (a code per case) where :func:`patient_level` holds, the unit is the
-    patient: the Bayesian bootstrap weighs patients (Gamma(1, 1) each, summed over the
-    scans of each distinct row), and each patient's true state is drawn once, from its
-    posterior given all of its scans (:func:`_patient_posterior`), for every scan of the
-    patient: one patient is never split between levels. The outcome model is fitted as
-    before (scans independent given the true state and context).
+    With ``patient`` (a code per case) where some field is recorded once per patient
+    (:func:`patient_fields`), the unit is the patient: the Bayesian bootstrap weighs
+    patients (Gamma(1, 1) each, summed over the scans of each distinct row); the
+    patient-level fields' true values are drawn once per patient, from their posterior given
+    all of the patient's scans with the scan-level fields summed out
+    (:func:`_patient_posterior`), and each scan's scan-level fields (a contrast phase) are
+    then drawn given them: one patient is never split between levels of race or sex. The
+    outcome model is fitted as before (scans independent given the true state and
+    context).
     """
     U, S, n = len(d.count), d.n_states, len(d.combo)
-    by_patient = patient_level(d, patient)
+    pmask = patient_fields(d, patient)
+    by_patient = pmask is not None and bool(pmask.any())
     if by_patient:
+        joint = _state_split(d, pmask)
         _, first, pcode = np.unique(np.asarray(patient, dtype=np.int64), return_index=True,
                                     return_inverse=True)
         pcode = pcode.ravel()
@@ -409,9 +479,7 @@ def impute_states(d: _Design, n_imputations: int, rng: np.random.Generator, *,
         pi = _fit_outcome(w[lo:hi], d, prior_mass=prior_mass, tol=tol, max_iter=max_iter,
                           start=mle)
         if by_patient:
-            cdf = np.cumsum(_patient_posterior(pi, d, first, member), axis=2)
-            u = rng.random((hi - lo, n_pat, 1)) * cdf[:, :, -1:]
-            out[lo:hi] = np.minimum((u >= cdf).sum(2), S - 1)[:, pcode]
+            out[lo:hi] = _draw_by_patient(pi, d, joint, pcode, first, member, rng)
             continue
         post = _posterior(pi, d)
         cdf = np.cumsum(np.swapaxes(post, 1, 2), axis=2)[:, d.combo, :]  # (m, n, S)
@@ -528,12 +596,13 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
         ``p_m (1 - p_m) / n_eff_m`` (method "mi-wilson-cluster"). With no metadata error
         (every imputation alike) the interval is exactly ``wilson-cluster``; without a
         repeated cluster in a level it is exactly "mi-wilson". Adds ``n_clusters`` (mean
-        over imputations). When every patient's scans share their recorded values and
-        table keys (a field recorded once per patient: race, sex) and some patient has
-        several scans, each patient's true level is drawn once, from the posterior given
-        all of the patient's scans, and the Bayesian bootstrap weighs patients
-        (:func:`impute_states` with ``patient``); a scan-level field (phase) is imputed
-        scan by scan.
+        over imputations). A field whose recorded value and table keys every patient's
+        scans share (recorded once per patient: race, sex), when some patient has several
+        scans, is drawn once per patient, from the posterior given all of the patient's
+        scans, and the Bayesian bootstrap weighs patients (:func:`impute_states` with
+        ``patient``); a scan-level field (phase) is drawn scan by scan given it. The
+        imputed rows name those fields in ``imputed_per_patient`` (";"-joined; "" when
+        none).
     **naive_kw : passed to :func:`stats.subgroup_metrics` for the axes without error.
 
     Returns
@@ -609,8 +678,10 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
                                 small_n=small_n, cluster=cluster, **naive_kw)
     cm = case_matrix(cases, by, cluster=cluster)
     d = _design(cm, specs, table, tuple(context))
-    T = impute_states(d, int(n_imputations), rng,
-                      patient=cm.patient if cluster is not None else None)
+    patient = cm.patient if cluster is not None else None
+    T = impute_states(d, int(n_imputations), rng, patient=patient)
+    pmask = patient_fields(d, patient)
+    per_patient = ";".join(f for f, p in zip(d.fields, pmask) if p) if pmask is not None else ""
     frames = [naive]
     cells = []
     for i, spec in enumerate(specs):
@@ -626,6 +697,8 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
     for col in ("n_imputations", "df", "fraction_missing_info"):
         if col not in out:
             out[col] = np.nan
+    # which fields were drawn once per patient (impute_states): on the imputed rows
+    out["imputed_per_patient"] = np.where(out["n_imputations"].notna(), per_patient, None)
     return tidy(sg._order(out, replace(cm, cells=all_cells)), group_cols=GROUP_COLS)
 
 

@@ -444,7 +444,7 @@ def test_patient_posterior_is_prior_times_the_product_over_scans():
     codes, first, pcode = np.unique(cm.patient, return_index=True, return_inverse=True)
     member = sparse.csr_matrix((np.ones(len(pcode)), (np.arange(len(pcode)), pcode)),
                                shape=(len(pcode), len(codes)))
-    got = le._patient_posterior(pi, d, first, member)
+    got = le._patient_posterior(pi, d, first, member)[0]
     for m in range(2):
         for j in range(len(codes)):
             scans = np.flatnonzero(pcode == j)
@@ -452,3 +452,52 @@ def test_patient_posterior_is_prior_times_the_product_over_scans():
             for i in scans:
                 w = w * pi[m, :, d.k[d.combo[i]]]
             np.testing.assert_allclose(got[m, j], w / w.sum(), rtol=1e-10, atol=1e-14)
+
+
+def test_mixed_design_draws_race_per_patient_and_phase_per_scan():
+    """A design of race (recorded once per patient) and phase (per scan): race is drawn
+    once per patient, phase per scan (the demo's case: phase with age group and sex).
+    The patient posterior of race against a brute-force sum over every combination of
+    the patient's scans' phases (itertools.product), for a random outcome model."""
+    import itertools
+
+    from scipy import sparse
+
+    cases = _race_cases(patients=30)
+    specs = normalize_by(["race", "phase"])
+    cm = case_matrix(cases, specs, cluster="patient_id")
+    table = pd.concat([flip_table("race", RACES, 0.3), flip_table("phase", PHASES, 0.2)],
+                      ignore_index=True)
+    d = le._design(cm, specs, le.check_label_error(table))
+    pmask = le.patient_fields(d, cm.patient)
+    assert list(pmask) == [f == "race" for f in d.fields] and pmask.any() and not pmask.all()
+    joint = le._state_split(d, pmask)
+    rng = np.random.default_rng(3)
+    pi = rng.dirichlet(np.ones(d.n_patterns), size=(2, d.n_states, d.n_context)).reshape(
+        2, d.n_states, -1)
+    codes, first, pcode = np.unique(cm.patient, return_index=True, return_inverse=True)
+    member = sparse.csr_matrix((np.ones(len(pcode)), (np.arange(len(pcode)), pcode)),
+                               shape=(len(pcode), len(codes)))
+    got = le._patient_posterior(pi, d, first, member, joint)[0]
+    SP, SQ = joint.shape
+    for m in range(2):
+        for j in range(len(codes)):
+            scans = np.flatnonzero(pcode == j)
+            pr = [d.prior[d.combo[i]] for i in scans]
+            prior_p = np.array([pr[0][joint[a]].sum() for a in range(SP)])
+            prior_q = [np.array([p[joint[:, b]].sum() for b in range(SQ)]) for p in pr]
+            w = np.zeros(SP)
+            for a in range(SP):
+                for bs in itertools.product(range(SQ), repeat=len(scans)):
+                    term = prior_p[a]
+                    for i, pq, b in zip(scans, prior_q, bs):
+                        term *= pq[b] * pi[m, joint[a, b], d.k[d.combo[i]]]
+                    w[a] += term
+            np.testing.assert_allclose(got[m, j], w / w.sum(), rtol=1e-9, atol=1e-14)
+    T = le.impute_states(d, 20, np.random.default_rng(1), patient=cm.patient)
+    race_digit = T // int(np.prod(d.radix[1:])) if d.fields[0] == "race" else T % d.radix[1]
+    frame = pd.DataFrame(race_digit.T).assign(p=cm.patient)
+    assert (frame.groupby("p").nunique() == 1).all().all()          # race: one per patient
+    phase_digit = T % d.radix[1] if d.fields[0] == "race" else T // d.radix[1]
+    split = pd.DataFrame(phase_digit.T).assign(p=cm.patient).groupby("p").nunique()
+    assert (split > 1).any().any()                                    # phase: per scan

@@ -239,7 +239,7 @@ def label_error_compare(study) -> ReportTable | None:
                 "fmi": "Fraction of missing information"},
         notes=("Error-aware: multiple imputation of each scan's true level from P(true | "
                "recorded) and an outcome model, pooled by Rubin's rules with the widened "
-               "Wilson interval (stats.label_error)"
+               "Wilson interval (stats.label_error)" + _per_patient_text(study)
                + (f"; each imputation's variance is the cluster-aware one over its {cluster} "
                   f"clusters, as for the naive intervals (methods mi-wilson-cluster and "
                   f"wilson-cluster)" if cluster else " (method mi-wilson)")
@@ -314,3 +314,16 @@ def build(study) -> Section:
     if _wants_label_error(study):
         sec.add(label_error_text(study), label_error_table(study), label_error_compare(study))
     return sec
+
+
+def _per_patient_text(study) -> str:
+    """The fields the imputation drew once per patient (decision
+    ``metadata.label_error_per_patient``), for the label-error table note."""
+    fields = study.results.decisions.get("metadata.label_error_per_patient") or []
+    if not fields:
+        return ""
+    return ("; " + text.human_list(f.replace("_", " ") for f in fields)
+            + (" is" if len(fields) == 1 else " are")
+            + " recorded once per patient and drawn once per patient, from all of the "
+            "patient's scans (a patient is never split between levels), the other fields "
+            "scan by scan")

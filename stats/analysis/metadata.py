@@ -532,8 +532,13 @@ def label_error_metrics(results) -> pd.DataFrame:
     results.decide("metadata.label_error_axes", [":".join(a) for a in by])
     results.decide("seeds.label_error_imputation", opts.seed)
     results.decide("metadata.n_imputations", opts.n_imputations)
-    return compare_naive(results["evaluation"], by, table[list(LABEL_ERROR_COLUMNS)],
-                         metrics=("sensitivity", "specificity"), ci=closed_form_ci(results),
-                         conf_level=det.conf_level, small_n=det.small_n,
-                         n_imputations=opts.n_imputations, seed=opts.seed,
-                         cluster=results["cluster"])
+    out = compare_naive(results["evaluation"], by, table[list(LABEL_ERROR_COLUMNS)],
+                        metrics=("sensitivity", "specificity"), ci=closed_form_ci(results),
+                        conf_level=det.conf_level, small_n=det.small_n,
+                        n_imputations=opts.n_imputations, seed=opts.seed,
+                        cluster=results["cluster"])
+    per = (out.loc[out["kind"] == "error_aware", "imputed_per_patient"].dropna()
+           if "imputed_per_patient" in out else pd.Series(dtype=object))
+    results.decide("metadata.label_error_per_patient",
+                   sorted({f for v in per for f in str(v).split(";") if f}))
+    return out
