@@ -428,22 +428,29 @@ def test_patient_level_field_is_imputed_once_per_patient():
     assert not le.patient_level(d, single) and not le.patient_level(d, None)
 
 
-def test_patient_posterior_is_prior_times_the_product_over_scans():
-    """Independent recomputation, by loops over patients, scans and states: P(state |
-    patient) = prior(state | recorded) x prod_scans P(pattern | state, context) /
-    normaliser, for a random outcome model."""
+def _posterior_inputs(d, cm, seed: int):
+    """A random outcome model (2 imputations) and the patient codes, first scans and
+    scans x patients membership that _patient_posterior takes."""
     from scipy import sparse
 
-    cases = _race_cases(patients=40)
-    specs = normalize_by(["race"])
-    cm = case_matrix(cases, specs, cluster="patient_id")
-    d = le._design(cm, specs, le.check_label_error(flip_table("race", RACES, 0.3)))
-    rng = np.random.default_rng(2)
+    rng = np.random.default_rng(seed)
     pi = rng.dirichlet(np.ones(d.n_patterns), size=(2, d.n_states, d.n_context)).reshape(
         2, d.n_states, -1)
     codes, first, pcode = np.unique(cm.patient, return_index=True, return_inverse=True)
     member = sparse.csr_matrix((np.ones(len(pcode)), (np.arange(len(pcode)), pcode)),
                                shape=(len(pcode), len(codes)))
+    return pi, codes, first, pcode, member
+
+
+def test_patient_posterior_is_prior_times_the_product_over_scans():
+    """Independent recomputation, by loops over patients, scans and states: P(state |
+    patient) = prior(state | recorded) x prod_scans P(pattern | state, context) /
+    normaliser, for a random outcome model."""
+    cases = _race_cases(patients=40)
+    specs = normalize_by(["race"])
+    cm = case_matrix(cases, specs, cluster="patient_id")
+    d = le._design(cm, specs, le.check_label_error(flip_table("race", RACES, 0.3)))
+    pi, codes, first, pcode, member = _posterior_inputs(d, cm, seed=2)
     got = le._patient_posterior(pi, d, first, member)[0]
     for m in range(2):
         for j in range(len(codes)):
@@ -461,8 +468,6 @@ def test_mixed_design_draws_race_per_patient_and_phase_per_scan():
     the patient's scans' phases (itertools.product), for a random outcome model."""
     import itertools
 
-    from scipy import sparse
-
     cases = _race_cases(patients=30)
     specs = normalize_by(["race", "phase"])
     cm = case_matrix(cases, specs, cluster="patient_id")
@@ -472,12 +477,7 @@ def test_mixed_design_draws_race_per_patient_and_phase_per_scan():
     pmask = le.patient_fields(d, cm.patient)
     assert list(pmask) == [f == "race" for f in d.fields] and pmask.any() and not pmask.all()
     joint = le._state_split(d, pmask)
-    rng = np.random.default_rng(3)
-    pi = rng.dirichlet(np.ones(d.n_patterns), size=(2, d.n_states, d.n_context)).reshape(
-        2, d.n_states, -1)
-    codes, first, pcode = np.unique(cm.patient, return_index=True, return_inverse=True)
-    member = sparse.csr_matrix((np.ones(len(pcode)), (np.arange(len(pcode)), pcode)),
-                               shape=(len(pcode), len(codes)))
+    pi, codes, first, pcode, member = _posterior_inputs(d, cm, seed=3)
     got = le._patient_posterior(pi, d, first, member, joint)[0]
     SP, SQ = joint.shape
     for m in range(2):
