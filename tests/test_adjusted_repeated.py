@@ -79,3 +79,14 @@ def test_report_text_names_the_inference_to_read(demo):
     assert "independent given site" in both and "read the GEE columns" in both
     assert "neither model" in _repeated_text({**rep, "nested": False}, {"glmm": 1, "gee": 2})
     assert _repeated_text(None, {"glmm": 1}) == ""
+
+
+def test_methods_sentence_follows_the_decision(demo):
+    from reports.sections.methods import _repeated_methods
+
+    rep = demo[2].decisions["adjusted.repeated_scans"]
+    s = _repeated_methods(rep)
+    assert s.startswith(f" {rep['with_repeats']} of the {rep['patients']} patients")
+    assert "inference is read from the GEE" in s and "nests each patient" in s
+    assert "neither accounts" in _repeated_methods({**rep, "nested": False})
+    assert _repeated_methods(None) == ""

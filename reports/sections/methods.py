@@ -61,8 +61,9 @@ def _detection(study) -> list[str]:
            "DeLong's variance with a Wald interval on the logit scale, back-transformed "
            "(better coverage in small cells than the AUC scale)")
     out.append(f"Proportions (sensitivity, specificity, PPV, NPV) carry {CI_NAMES[det.ci]} "
-               f"{conf}% confidence intervals; the AUC carries {auc}. Cells with "
-               f"fewer than {det.small_n} reference positives are flagged as small.")
+               f"{conf}% confidence intervals; the AUC carries {auc}. An estimate whose "
+               f"denominator is below {det.small_n} (reference positives for sensitivity, "
+               f"negatives for specificity) is flagged as small.")
     axes = text.human_list(" \u00d7 ".join(a) for a in det.subgroups)
     out.append(f"Prespecified subgroup axes: {md(axes)}.")
     if det.exploratory_subgroups:
@@ -121,7 +122,8 @@ def _detection(study) -> list[str]:
                    f"{md(a['formula'])}, fitted as {methods}. Likelihood-ratio tests compare "
                    f"the full model with the model without each block ("
                    + md("; ".join(f"{b}: {', '.join(t)}" for b, t in a["blocks"].items()))
-                   + ").")
+                   + ")."
+                   + _repeated_methods(study.results.decisions.get("adjusted.repeated_scans")))
         units = study.results.decisions.get("adjusted.units") or {}
         if units:
             out.append("Odds ratios of continuous terms are reported per a stated unit: "
@@ -160,8 +162,8 @@ def _crs(study) -> list[str]:
 
     scores = study.results["crs"]["scores"]
     ranks = study.results["crs"].get("rank_probabilities")
-    out.append(f"Uncertainty: {replicates_text(scores, crs, ranks)}, anchors held fixed; rank "
-               f"probabilities use top k = {crs.k}.")
+    out.append(f"Uncertainty, anchors held fixed: {replicates_text(scores, crs, ranks)}; "
+               f"P(top k) with k = {crs.k}.")
     return out
 
 
@@ -203,3 +205,17 @@ def build(study) -> Section:
         sec.add("Sections not produced in this build: " + text.md("; ".join(
             f"{t} ({r})" for _, t, r in skipped)) + ".")
     return sec
+
+
+def _repeated_methods(rep: dict | None) -> str:
+    """The methods sentence for a patient's repeated scans in the adjusted models (the
+    analysis layer's ``adjusted.repeated_scans``)."""
+    if not rep:
+        return ""
+    g = text.md(rep["group"])
+    return (f" {text.count(rep['with_repeats'])} of the {text.count(rep['patients'])} "
+            f"patients have several of the modelled scans; the GLMM's random intercept per "
+            f"{g} treats them as independent given {g}, so inference is read from the GEE, "
+            + ("whose sandwich is clustered on the " + g + " that nests each patient, and "
+               "the adjusted-versus-crude comparison uses it." if rep["nested"] else
+               "although some patients span several " + g + "s, so neither accounts for them."))
