@@ -177,3 +177,25 @@ def test_zero_width_auc_intervals_are_flagged():
     assert "auc_zero_variance" in out.loc["tied", "flag"].split(";")
     assert out.loc["tied", "estimate"] == 0.5
     assert not {"auc_boundary", "auc_zero_variance"} & set(out.loc["mixed", "flag"].split(";"))
+
+
+def test_report_coverage_figures_match_the_bench_tables():
+    """The methods and calibration texts quote simulated coverage; the figures must be
+    those of the bench tables they cite (a rerun that changes them fails here)."""
+    import inspect
+    import re
+    from pathlib import Path
+
+    from reports.sections import calibration, methods
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    cc = (bench / "cluster_coverage.md").read_text()
+    lo, hi = re.search(r"\| wilson-cluster \| ([\d.]+) \| [\d.]+ \| ([\d.]+) \|", cc).groups()
+    wilson_lo = re.search(r"\| wilson \| ([\d.]+) \|", cc).group(1)
+    src = inspect.getsource(methods)
+    assert f"{lo}-{hi}%" in src and f"down to {wilson_lo}%" in src
+    ece = (bench / "ece_cluster_coverage.md").read_text()
+    rows = [r.split("|")[1:-1] for r in ece.splitlines() if re.match(r"\| \d+ \| ", r)]
+    basic = [float(r[i]) for r in rows for i in (4, 6)]        # case and cluster basic
+    span = f"{round(100 * min(basic))}-{round(100 * max(basic))}%"
+    assert span in inspect.getsource(calibration), span
