@@ -474,6 +474,8 @@ def impute_states(d: _Design, n_imputations: int, rng: np.random.Generator, *,
     mle = _fit_outcome(d.count[None], d, prior_mass=prior_mass, tol=tol / 100,
                        max_iter=10 * max_iter)[0]
     per = max(1, _BLOCK_ELEMENTS // max(1, max(U, n) * S))
+    if by_patient:   # the patient path holds a few more (M, S, n) arrays at once
+        per = max(1, per // 2)
     for lo in range(0, n_imputations, per):  # blocks of imputations, vectorized inside
         hi = min(n_imputations, lo + per)
         pi = _fit_outcome(w[lo:hi], d, prior_mass=prior_mass, tol=tol, max_iter=max_iter,
@@ -601,8 +603,11 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
         scans, is drawn once per patient, from the posterior given all of the patient's
         scans, and the Bayesian bootstrap weighs patients (:func:`impute_states` with
         ``patient``); a scan-level field (phase) is drawn scan by scan given it. The
-        imputed rows name those fields in ``imputed_per_patient`` (";"-joined; "" when
-        none).
+        imputed rows name those of their axis in ``imputed_per_patient`` (";"-joined; ""
+        when none). Which fields are patient-level is read from the data: one patient
+        whose scans disagree on a field (or on a key such as ``site``) makes it scan-level
+        for everyone, and a field that happens to agree within every patient is drawn
+        per patient.
     **naive_kw : passed to :func:`stats.subgroup_metrics` for the axes without error.
 
     Returns
@@ -681,7 +686,7 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
     patient = cm.patient if cluster is not None else None
     T = impute_states(d, int(n_imputations), rng, patient=patient)
     pmask = patient_fields(d, patient)
-    per_patient = ";".join(f for f, p in zip(d.fields, pmask) if p) if pmask is not None else ""
+    per_patient = [f for f, p in zip(d.fields, pmask) if p] if pmask is not None else []
     frames = [naive]
     cells = []
     for i, spec in enumerate(specs):
@@ -698,7 +703,10 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
         if col not in out:
             out[col] = np.nan
     # which fields were drawn once per patient (impute_states): on the imputed rows
-    out["imputed_per_patient"] = np.where(out["n_imputations"].notna(), per_patient, None)
+    axis_fields = out["group_var"].astype(str).str.split(":")
+    out["imputed_per_patient"] = [
+        ";".join(f for f in per_patient if f in fields) if imputed else None
+        for fields, imputed in zip(axis_fields, out["n_imputations"].notna())]
     return tidy(sg._order(out, replace(cm, cells=all_cells)), group_cols=GROUP_COLS)
 
 

@@ -501,3 +501,16 @@ def test_mixed_design_draws_race_per_patient_and_phase_per_scan():
     phase_digit = T % d.radix[1] if d.fields[0] == "race" else T // d.radix[1]
     split = pd.DataFrame(phase_digit.T).assign(p=cm.patient).groupby("p").nunique()
     assert (split > 1).any().any()                                    # phase: per scan
+
+
+def test_imputed_rows_name_the_per_patient_fields_of_their_axis():
+    cases = _race_cases(patients=80)
+    table = pd.concat([flip_table("race", RACES, 0.1), flip_table("phase", PHASES, 0.1)],
+                      ignore_index=True)
+    out = le.error_aware_metrics(cases, by=["race", "phase"], label_error=table,
+                                 metrics=("sensitivity",), n_imputations=5, seed=1,
+                                 cluster="patient_id")
+    imp = out[out["n_imputations"].notna()]
+    assert set(imp.loc[imp.group_var == "race", "imputed_per_patient"]) == {"race"}
+    assert set(imp.loc[imp.group_var == "phase", "imputed_per_patient"]) == {""}
+    assert out.loc[out["n_imputations"].isna(), "imputed_per_patient"].isna().all()

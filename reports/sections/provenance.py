@@ -322,8 +322,11 @@ def _per_patient_text(study) -> str:
     fields = study.results.decisions.get("metadata.label_error_per_patient") or []
     if not fields:
         return ""
+    table = study.results["label_error_table"]
+    others = sorted(set(table["field"].astype(str)) - set(fields)) if len(table) else []
     return ("; " + text.human_list(f.replace("_", " ") for f in fields)
             + (" is" if len(fields) == 1 else " are")
             + " recorded once per patient and drawn once per patient, from all of the "
-            "patient's scans (a patient is never split between levels), the other fields "
-            "scan by scan")
+            "patient's scans (a patient is never split between levels)"
+            + (", " + text.human_list(f.replace("_", " ") for f in others) + " scan by scan"
+               if others else ""))
