@@ -703,10 +703,10 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
         if col not in out:
             out[col] = np.nan
     # which fields were drawn once per patient (impute_states): on the imputed rows
-    axis_fields = out["group_var"].astype(str).str.split(":")
-    out["imputed_per_patient"] = [
-        ";".join(f for f in per_patient if f in fields) if imputed else None
-        for fields, imputed in zip(axis_fields, out["n_imputations"].notna())]
+    axes_ = pd.unique(out["group_var"].astype(str))            # one entry per axis
+    of_axis = {a: ";".join(f for f in per_patient if f in a.split(":")) for a in axes_}
+    out["imputed_per_patient"] = out["group_var"].astype(str).map(of_axis).where(
+        out["n_imputations"].notna(), None)
     return tidy(sg._order(out, replace(cm, cells=all_cells)), group_cols=GROUP_COLS)
 
 

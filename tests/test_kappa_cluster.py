@@ -108,3 +108,8 @@ def test_clustered_interval_covers_where_the_independent_one_does_not():
             hit[ki["method"]] += ki["conf_low"] <= truth <= ki["conf_high"]
     assert hit[KAPPA_CLUSTER_METHOD] / 400 >= 0.925
     assert hit[KAPPA_METHOD] / 400 < 0.92
+
+
+def test_cluster_of_the_wrong_length_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="cluster has 2 ids for 3 cases; give one cluster id"):
+        kappa_interval(["M", "F", "M"], ["M", "F", "F"], cluster=["p", "q"])

@@ -175,7 +175,8 @@ def _calibration(study) -> list[str]:
     return ["**Calibration.** ECE with 15 equal-width bins (an edge value in the lower bin), "
             "Brier score and negative log-likelihood; temperature scaling is fitted on the "
             "validation (calibration) split and evaluated on the test split.",
-            *definitions(study, study.results["calibration"]["summary"])]
+            # plain text (also the table notes), escaped here: a column name is user text
+            *(text.md(d) for d in definitions(study, study.results["calibration"]["summary"]))]
 
 
 def build(study) -> Section:

@@ -387,23 +387,30 @@ def precision(results) -> pd.DataFrame:
 def estimated_icc(results) -> float:
     """The intra-patient correlation for the precision table when scans repeat and the plan
     gives none: per model and estimand (sensitivity on positives, specificity on
-    negatives), ``(deff - 1) / (m - 1)`` with ``deff`` the overall design effect of the
-    subgroup table (``stats.clustered``: the ratio-estimator variance over the binomial's)
-    and ``m`` the Kish mean cluster size ``sum m_c^2 / sum m_c`` of those scans (Kish's
-    ``deff = 1 + (m - 1) icc`` solved for icc); the largest over models and estimands,
-    floored at 0 (planning errs toward more patients)."""
+    negatives), ``(deff - 1) / (m - 1)`` with ``deff`` the overall design effect
+    (:func:`stats.clustered.design_effect`: the ratio-estimator variance over the
+    binomial's, whatever interval the plan asks for) and ``m`` the Kish mean cluster size
+    ``sum m_c^2 / sum m_c`` of those scans (Kish's ``deff = 1 + (m - 1) icc`` solved for
+    icc); the largest over models and estimands, floored at 0 and capped at 1 (planning
+    errs toward more patients)."""
+    from scipy import sparse
+
+    from ..clustered import cluster_moments, design_effect
+
     cluster = results["cluster"]
     ev = results["evaluation"]
-    sm = results["subgroup_metrics"]
-    sm = sm[(sm["group_var"] == "overall")].set_index(["model", "estimand"])["design_effect"]
     best = 0.0
-    for (model, estimand), deff in sm.items():
-        if estimand not in ("sensitivity", "specificity") or not np.isfinite(deff):
-            continue
-        rows = ev[(ev["model"].astype(str) == str(model))
-                  & (ev["label"] == (1 if estimand == "sensitivity" else 0))]
-        m = rows.groupby(cluster, observed=True).size().to_numpy(dtype=float)
-        kish = (m ** 2).sum() / m.sum() if m.sum() else 1.0
-        if kish > 1:
-            best = max(best, (deff - 1) / (kish - 1))
+    for _, g in ev.groupby("model", sort=False, observed=True):
+        codes = pd.factorize(g[cluster].astype(str))[0]
+        y = g["label"].to_numpy() == 1
+        right = (g["pred"].to_numpy() == 1) == y
+        den = np.column_stack([y, ~y]).astype(float)          # sensitivity, specificity
+        member = sparse.csr_matrix(np.ones((1, len(g))))
+        mom = cluster_moments(member, codes, right[:, None] * den, den)
+        deff = design_effect(mom)["design_effect"][0]
+        for k in range(2):
+            m = np.bincount(codes, weights=den[:, k])
+            kish = (m ** 2).sum() / m.sum() if m.sum() else 1.0
+            if kish > 1 and np.isfinite(deff[k]):
+                best = max(best, (deff[k] - 1) / (kish - 1))
     return float(min(best, 1.0))

@@ -257,6 +257,9 @@ def kappa_interval(a, b, *, cluster=None, conf_level: float = 0.95) -> dict:
 
     a, b = np.asarray(a, dtype=str), np.asarray(b, dtype=str)
     cats = np.union1d(a, b)
+    if cluster is not None and len(cluster) != len(a):
+        raise ValueError(f"kappa_interval: cluster has {len(cluster)} ids for {len(a)} cases; "
+                         "give one cluster id (e.g. the patient) per case, in the cases' order")
     clus = None if cluster is None else pd.factorize(np.asarray(cluster, dtype=str))[0]
     n_cl = np.nan if clus is None else float(clus.max() + 1 if len(clus) else 0)
     repeats = clus is not None and n_cl < len(clus)
