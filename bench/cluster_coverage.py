@@ -29,8 +29,21 @@ with ``c = Var(expit(a + u))`` by the same quadrature and ``S2 = sum_c m_c (m_c 
 the cell's patients, ``m_c`` their positive scans in the cell,
 ``Var_true = (n p (1 - p) + S2 c) / n^2`` and ``deff_true = Var_true / (p (1 - p) / n)``,
 never below 1: no estimation of the design effect, no truncation at n, no df factor); the
+error in each tail of the default (``below``: the truth below the lower limit; ``above``:
+above the upper limit; nominal 2.5% each) and the upper-tail error of the reference; the
 mean ratio of effective to actual scans and the share of cells flagged
-``deff_not_estimable``; the Monte Carlo SE of a coverage is ``sqrt(0.95 * 0.05 / reps)``
+``deff_not_estimable``.
+
+Which rows the band can judge. A study can miss the truth from below only if its lower
+limit exceeds the truth. A lower limit that keeps its tail at 2.5% never exceeds
+``0.025^(1/n)`` (the exact Clopper-Pearson limit with all ``n`` scans detected and scans
+independent; under a patient random effect ``P(all detected) >= p^n`` by Jensen's
+inequality, which only lowers that bound), so where the truth is above it no such
+interval can err from below. ``lower tail open`` is the share of a row's studies whose
+truth is below ``0.025^(1/n)``; in rows where it is under one half (high sensitivity, few
+scans) two-sided coverage is 100% minus the upper-tail error, and coverage below 96.5% would
+need an upper-tail error of 3.5% or more. The first summary splits the rows there. The
+Monte Carlo SE of a coverage is ``sqrt(0.95 * 0.05 / reps)``
 (0.22% at the default 10,000). ``tests/test_clustered.py::test_coverage_fast`` (slow) runs :func:`coverage` at fewer replicates. A second table gives
 the type-I error of ``subgroup_vs_rest(cluster=)`` (:func:`type_one`); a third the coverage
 of a design effect borrowed from the whole axis, an alternative not offered, with one
@@ -63,6 +76,8 @@ KINDS = {"patient-level": (1.0, (8, 20, 60)), "scan-level": (0.4, (19, 50, 150))
 SDS = (1.0, 2.0)
 INTERCEPTS = (0.5, 1.5, 2.5, 3.5)
 BAND = (0.935, 0.965)
+#: the nominal error of each tail of the 95% interval
+LOWER_TAIL = 0.025
 
 
 def _truth(a: float, sd: float) -> float:
@@ -114,13 +129,21 @@ def coverage(n_patients: int, a: float, sd: float, reps: int = 4000, seed: int =
     def cov(lo, hi):
         return float(np.mean((lo <= truth) & (truth <= hi)))
 
+    lo_d, hi_d = out["conf_low"].to_numpy(), out["conf_high"].to_numpy()
+    lo_k, hi_k = effective_interval(x, n, n / deff_true)
     # without the degrees-of-freedom factor: n / max(deff, 1) where deff was estimated (the
     # not-estimable cells keep the default's rules)
     n_nodf = np.where(np.isnan(deff), n_eff, n / np.fmax(deff, 1.0))
     return {"sensitivity": truth, "positive scans": float(n.mean()),
             "patients": float(out["n_clusters"].mean()),
-            "wilson-cluster": cov(out["conf_low"].to_numpy(), out["conf_high"].to_numpy()),
-            "known deff": cov(*effective_interval(x, n, n / deff_true)),
+            "wilson-cluster": cov(lo_d, hi_d),
+            "known deff": cov(lo_k, hi_k),
+            "below": float(np.mean(truth < lo_d)), "above": float(np.mean(truth > hi_d)),
+            "known above": float(np.mean(truth > hi_k)),
+            # a miss from below needs a lower limit above the truth; no interval that keeps
+            # its lower tail at 2.5% can put one above 0.025^(1/n) (the exact lower limit
+            # with all n scans detected; clustering only lowers it): module docstring
+            "lower tail open": float(np.mean(truth < LOWER_TAIL ** (1 / n))),
             "wilson": cov(*proportion_ci(x, n)),
             "clopper-pearson-cluster": cov(*effective_interval(x, n, n_eff,
                                                                method="clopper-pearson")),
@@ -337,13 +360,38 @@ def borrowed_markdown(bt: pd.DataFrame, reps: int) -> list[str]:
         BORROWED_READING]
 
 
+def _two_sided(df: pd.DataFrame) -> pd.Series:
+    """Rows where a miss from below is possible in at least half the studies (the lower
+    tail is open: module docstring)."""
+    return df["lower tail open"] >= 0.5
+
+
+def tails_markdown(df: pd.DataFrame) -> list[str]:
+    """The default's coverage where both tails can err, and its tail errors where only the
+    upper one can."""
+    lo, hi = BAND
+    both = _two_sided(df)
+    lines = ["| lower tail | rows | coverage min | coverage max | in the band | below, max | "
+             "above, min | above, max | known deff: above, max |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for label, g in (("open: both tails can err", df[both]),
+                     ("closed in most studies", df[~both])):
+        v = g["wilson-cluster"]
+        lines.append(f"| {label} | {len(g)} | {100 * v.min():.1f} | {100 * v.max():.1f} | "
+                     f"{int(((v >= lo) & (v <= hi)).sum())} of {len(g)} | "
+                     f"{100 * g['below'].max():.1f} | {100 * g['above'].min():.1f} | "
+                     f"{100 * g['above'].max():.1f} | {100 * g['known above'].max():.1f} |")
+    return lines
+
+
 def markdown(df: pd.DataFrame, t1: pd.DataFrame, reps: int, seconds: float,
              bt: pd.DataFrame | None = None) -> str:
     cols = ["cell", "patient SD", "positive scans", "patients", "sensitivity",
-            "wilson-cluster", "known deff", "wilson", "no df factor",
-            "clopper-pearson-cluster", "n_eff / n", "flagged"]
-    pct = {"wilson-cluster", "known deff", "wilson", "clopper-pearson-cluster", "no df factor",
-           "flagged"}
+            "wilson-cluster", "below", "above", "lower tail open", "known deff",
+            "known above", "wilson", "no df factor", "clopper-pearson-cluster", "n_eff / n",
+            "flagged"]
+    pct = {"wilson-cluster", "below", "above", "lower tail open", "known deff",
+           "known above", "wilson", "clopper-pearson-cluster", "no df factor", "flagged"}
     lines = _md_table(df, cols, pct)
     lo, hi = BAND
     return "\n".join([
@@ -356,6 +404,12 @@ def markdown(df: pd.DataFrame, t1: pd.DataFrame, reps: int, seconds: float,
         "",
         *_band_summary(df, ("wilson-cluster", "known deff", "wilson", "no df factor",
                             "clopper-pearson-cluster")),
+        "",
+        "The default by whether an interval can miss the truth from below (`lower tail "
+        "open` in at least half the studies) and its error in each tail (%, nominal 2.5 "
+        "each; `below`: the truth below the lower limit, `above`: above the upper limit):",
+        "",
+        *tails_markdown(df),
         "",
         *lines,
         "",
@@ -380,9 +434,10 @@ def markdown(df: pd.DataFrame, t1: pd.DataFrame, reps: int, seconds: float,
 
 
 BORROWED_READING = """Reading. Why the default estimates each cell's design effect from the cell's own
-patients although that over-covers in cells of 8-20 patients. When every patient of the
-axis shares one patient SD (the model of the coverage table above), borrowing the SD from
-the whole axis removes the over-coverage: the borrowed design effect rests on 150 more
+patients. When every patient of the axis shares one patient SD (the model of the coverage
+table above), borrowing the SD from the whole axis puts every row in the band, the rows
+whose lower tail is closed included (as the known-deff reference does, by a larger
+upper-tail error there): the borrowed design effect rests on 150 more
 patients, so it no longer rises with a cell's chance concentration of misses in one
 patient. But the borrowed interval is only as right as that assumption. When the cell's
 patients vary more than the rest's (cell SD 2, rest SD 1: a site or an age group with more
@@ -391,9 +446,9 @@ improve with more patients in the cell, since the axis's SD is the wrong one at 
 the default stays at or above 93.7% there. When the cell varies less (cell SD 1, rest SD 2)
 the borrowed interval is the conservative one (up to 97.7%). A cell-level interval that is
 wrong, in the liberal direction, whenever subgroups differ in patient heterogeneity is a
-worse default for a subgroup-reliability report than one that is conservative where a cell
-has few patients, so the default keeps the cell's own design effect; the price is the 7
-over-coverage rows of the first table (96.5-97.4%, all with 8-20 patients)."""
+worse default for a subgroup-reliability report than one whose coverage exceeds the band
+only where its lower tail cannot err (first table), so the default keeps the cell's own
+design effect."""
 
 
 TYPE_ONE_READING = """Reading. With subgroups of whole patients the scans-as-independent test rejects
@@ -406,30 +461,32 @@ it conservative (2-5% from 5 subgroup patients on)."""
 
 READING = """Reading. The default, `wilson-cluster` (Wilson at Korn and Graubard's effective
 sample size: n / deff with the degrees-of-freedom factor (t_{n-1} / t_{C-1})^2, never above
-n), stays in or just above the band from 15 to 120 positive scans and for both patient
-SDs, and never below it, where plain Wilson (scans as independent) falls to 88-90% under
-strong clustering. It is above the band (conservative) where a cell has few patients and
-the sensitivity is high: the factor is large with 8 patients, and the truncation at n
-(clustering never narrows an interval) and the correlation of the design-effect estimate
-with the miss count widen some intervals. The reference `known deff` (Wilson at n over
-the cell's true design effect given its cluster sizes: nothing estimated, no factor, no
-truncation) covers 94.5-96.4% and is in the band in all 48 rows; in the seven rows where
-the default is above the band (96.5-97.4%) it covers 95.3-96.4%, 0.4-1.8 points below the
-default, so the over-coverage comes from estimating the design effect from 8-20 patients
-(with the factor and the truncation that guard that estimate), not from the binomial's
-discreteness. With 60 patients (89 in scan-level cells) the gap closes: the default is
-within 0.8 points of the known-deff interval in every row (94.3-95.9% against
-94.5-96.0% for whole patients, 94.9-95.8% against 94.9-95.6% for scan-level cells).
-Without the factor (`no df factor`: Wilson at n / max(deff, 1)) the interval is closer
-to 95% at 8 patients and SD 1 but falls below the band with 8-20 patients at SD 2 (the
-design effect is estimated from few clusters and few misses), so the factor is the
-default. Clopper-Pearson at the effective counts (R's `svyciprop(method = "beta")`) is
+n), covers 94.0-96.2% in the 38 rows where an interval can miss the truth on either side,
+inside the band in every one of them, where plain Wilson (scans as independent) falls to
+88-90% under strong clustering. The other 10 rows are cells of 15-40 positive scans with a
+sensitivity of 0.83-0.96, where in most studies no interval can miss from below: that needs
+a lower limit above the truth, and no interval whose lower tail keeps its 2.5% puts its
+lower limit above 0.025^(1/n), even with every scan detected (the exact Clopper-Pearson
+limit with independent scans; a patient random effect makes all-detected more likely,
+P >= p^n by Jensen's inequality, so the bound only falls). There a 95% interval's coverage
+is 100% minus its upper-tail error, and the band's ceiling of 96.5% would take an
+upper-tail error of 3.5% or more, 1.4 times the nominal 2.5%. The default's upper-tail
+error in those rows is 2.4-4.0%, at or above nominal: its coverage of 96.0-97.4% there (7
+rows above 96.5%) is the empty lower tail, not a wide interval. The reference `known deff` (Wilson at n over the cell's true
+design effect given its cluster sizes: nothing estimated, no factor, no truncation) is
+inside the band in all 48 rows, but in those 10 rows only by an upper-tail error of
+3.6-4.9%, up to twice nominal. Without the factor (`no df factor`: Wilson at
+n / max(deff, 1)) the interval falls below the band with 8-20 patients at SD 2 (the design
+effect is estimated from few clusters and few misses), so the factor is the default.
+Clopper-Pearson at the effective counts (R's `svyciprop(method = "beta")`) is
 conservative, as Clopper-Pearson is. The cluster bootstrap's Wilson interval
 (`boot_ci="wilson"`) uses the effective-n construction with a bootstrap variance and no
 degrees-of-freedom factor (tests/test_coverage.py); it needs replicates and adds nothing
-here. Columns: `n_eff / n` the mean ratio of the effective to the actual number of
-positive scans; `flagged` the share of cells flagged `deff_not_estimable` (all detected,
-or one patient)."""
+here. Columns: `below` and `above` the default's error in each tail (the truth below its
+lower limit, above its upper limit), `known above` the same for the known-deff reference,
+`lower tail open` the share of studies whose truth is below 0.025^(1/n), `n_eff / n` the
+mean ratio of the effective to the actual number of positive scans, `flagged` the share of
+cells flagged `deff_not_estimable` (all detected, or one patient)."""
 
 
 def main(argv=None) -> None:

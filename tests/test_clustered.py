@@ -271,3 +271,20 @@ def test_coverage_fast():
     assert 0.935 <= row["wilson-cluster"] <= 0.965, row
     assert row["wilson"] < 0.92, row
     assert 35 <= row["positive scans"] <= 45, row
+
+
+@pytest.mark.slow
+def test_coverage_lower_tail_closed():
+    """Where no interval can miss from below (8 patients, about 16 positive scans,
+    sensitivity 0.9: the truth above 0.025^(1/n) in every study) the default's two-sided
+    coverage is 100% minus its upper-tail error, and that error is near its nominal 2.5%
+    (not conservative): the over-band coverage of bench/cluster_coverage.md's closed rows
+    is the empty lower tail, not a wide interval."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from cluster_coverage import coverage
+
+    row = coverage(n_patients=8, a=2.5, sd=1.0, reps=3000, seed=7)
+    assert row["lower tail open"] == 0 and row["below"] == 0, row
+    assert row["wilson-cluster"] == pytest.approx(1 - row["above"]), row
+    assert 0.015 <= row["above"] <= 0.045, row          # Monte Carlo SE 0.3%
+    assert row["known above"] > row["above"], row       # the reference is in band by erring

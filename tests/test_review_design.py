@@ -190,10 +190,14 @@ def test_report_coverage_figures_match_the_bench_tables():
 
     bench = Path(__file__).resolve().parents[1] / "bench"
     cc = (bench / "cluster_coverage.md").read_text()
-    lo, hi = re.search(r"\| wilson-cluster \| ([\d.]+) \| [\d.]+ \| ([\d.]+) \|", cc).groups()
+    both = re.search(r"\| open: both tails can err \| \d+ \| ([\d.]+) \| ([\d.]+) \|", cc)
+    closed = re.search(r"\| closed in most studies \| \d+ \| ([\d.]+) \| ([\d.]+) \| "
+                       r"\d+ of \d+ \| [\d.]+ \| ([\d.]+) \| ([\d.]+) \|", cc).groups()
     wilson_lo = re.search(r"\| wilson \| ([\d.]+) \|", cc).group(1)
     src = inspect.getsource(methods)
-    assert f"{lo}-{hi}%" in src and f"down to {wilson_lo}%" in src
+    assert "{}-{}%".format(*both.groups()) in src
+    assert "{}-{}%".format(*closed[:2]) in src and "{}-{}%".format(*closed[2:]) in src
+    assert f"down to {wilson_lo}%" in src
     ece = (bench / "ece_cluster_coverage.md").read_text()
     rows = [r.split("|")[1:-1] for r in ece.splitlines() if re.match(r"\| \d+ \| ", r)]
     basic = [float(r[i]) for r in rows for i in (4, 6)]        # case and cluster basic
