@@ -464,16 +464,23 @@ sample size: n / deff with the degrees-of-freedom factor (t_{n-1} / t_{C-1})^2, 
 n), covers 94.0-96.2% in the 38 rows where an interval can miss the truth on either side,
 inside the band in every one of them, where plain Wilson (scans as independent) falls to
 88-90% under strong clustering. The other 10 rows are cells of 15-40 positive scans with a
-sensitivity of 0.83-0.96, where in most studies no interval can miss from below: that needs
-a lower limit above the truth, and no interval whose lower tail keeps its 2.5% puts its
-lower limit above 0.025^(1/n), even with every scan detected (the exact Clopper-Pearson
-limit with independent scans; a patient random effect makes all-detected more likely,
-P >= p^n by Jensen's inequality, so the bound only falls). There a 95% interval's coverage
-is 100% minus its upper-tail error, and the band's ceiling of 96.5% would take an
-upper-tail error of 3.5% or more, 1.4 times the nominal 2.5%. The default's upper-tail
-error in those rows is 2.4-4.0%, at or above nominal: its coverage of 96.0-97.4% there (7
-rows above 96.5%) is the empty lower tail, not a wide interval. The reference `known deff` (Wilson at n over the cell's true
-design effect given its cluster sizes: nothing estimated, no factor, no truncation) is
+sensitivity of 0.83-0.96, where in most studies (at least 89%) no interval that keeps its
+lower tail at 2.5% can miss from below: that needs a lower limit above the truth, and such
+an interval never puts its lower limit above 0.025^(1/n), even with every scan detected
+(the exact Clopper-Pearson limit with independent scans; a patient random effect makes
+all-detected more likely, P >= p^n by Jensen's inequality, so the bound only falls). There
+a 95% interval's coverage is about 100% minus its upper-tail error, and the band's ceiling
+of 96.5% would take an upper-tail error of about 3.5% or more, 1.4 times the nominal 2.5%.
+The default's upper-tail error in those rows is 2.4-4.0% (nominal 2.5%) and its lower-tail
+error at most 1.1%: Wilson's own limit with all n detected, n / (n + z^2), is above
+0.025^(1/n) up to n = 45, so it can miss from below in a few studies of those rows. Of its
+7 rows above 96.5% (96.5-97.4%), 5 are the empty lower tail with an upper tail at or
+above nominal; the two at sensitivity 0.83 with 15-16 scans (96.6% and 96.7%) keep both
+tails under nominal (96.5% and 96.7%: lower 1.1% and 0.6%, upper 2.4% and 2.7%), mildly conservative; and 3
+of the 7 are within one Monte Carlo SE of 96.5% (an independent rerun with other seeds
+found 5 rows above it). The band is therefore not met in those rows, and no interval
+that keeps both tails at nominal could meet it in the 5 with an empty lower tail. The
+reference `known deff` (Wilson at n over the cell's true design effect given its cluster sizes: nothing estimated, no factor, no truncation) is
 inside the band in all 48 rows, but in those 10 rows only by an upper-tail error of
 3.6-4.9%, up to twice nominal. Without the factor (`no df factor`: Wilson at
 n / max(deff, 1)) the interval falls below the band with 8-20 patients at SD 2 (the design
