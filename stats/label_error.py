@@ -80,6 +80,18 @@ MSG_TABLE_SUM = ("label_error: probabilities must sum to 1 over true values for 
 MSG_TABLE_KEY = ("label_error: key column(s) {columns} are not columns of the cases; a column "
                  "beyond field, recorded_value, true_value, probability names the cases a row "
                  "applies to; add the column to the cases or drop it from the table")
+MSG_PER_PATIENT_FIELD = ("label_error: per_patient (metadata.per_patient) names {names}, which "
+                         "is not a field of the label-error table (its fields: {fields}); fix "
+                         "the name or remove it")
+MSG_PER_PATIENT_CLUSTER = ("label_error: per_patient (metadata.per_patient) names {names}, but no "
+                           "cluster column marks a patient's scans; give cluster= (in a plan: "
+                           "detection.cluster) or remove per_patient")
+MSG_PER_PATIENT_DISAGREE = ("label_error: per_patient (metadata.per_patient) declares {field!r} "
+                            "recorded once per patient, but the scans of {n} {cluster} value(s) "
+                            "differ in its recorded value or in a key of the label-error table: "
+                            "{patients}{more}; correct those records in the cases file or "
+                            "leave {field!r} out of per_patient (it is then imputed scan by "
+                            "scan)")
 MSG_NO_FIELD = ("label_error: no field of the table ({fields}) is a column of the subgroup axes "
                 "{axes}; name the fields as the cases' columns (e.g. 'race', 'phase')")
 MSG_CI = ("label_error: ci={ci!r} cannot carry metadata error (the bootstrap resamples scans "
@@ -333,28 +345,45 @@ def _fit_outcome(w: np.ndarray, d: _Design, *, prior_mass: float, tol: float,
     return pi
 
 
-def patient_fields(d: _Design, patient: np.ndarray | None) -> np.ndarray | None:
-    """Per error-prone field of the design (``d.fields`` order): whether it is recorded once
-    per patient (every patient's scans share its recorded value and table keys: race, sex;
-    not a contrast phase). None without ``patient`` codes or when no patient has several
-    scans."""
+def patient_disagreement(d: _Design, patient: np.ndarray | None) -> np.ndarray | None:
+    """Per error-prone field of the design (``d.fields`` order): a bool per patient code
+    (fields x patients) of whether that patient's scans differ in its recorded value or
+    table keys. None without ``patient`` codes or when no patient has several scans."""
     if patient is None or not len(patient):
         return None
-    patient = np.asarray(patient, dtype=np.int64)
-    n_pat = len(np.unique(patient))
-    if n_pat == len(patient):
+    _, code = np.unique(np.asarray(patient, dtype=np.int64), return_inverse=True)
+    code = code.ravel()
+    n_pat = int(code.max()) + 1
+    if n_pat == len(code):
         return None
-    out = []
-    for j in range(d.field_rid.shape[1]):
+    out = np.zeros((d.field_rid.shape[1], n_pat), dtype=bool)
+    for j in range(d.field_rid.shape[1]):     # per field (a handful), vectorized over scans
         r = np.asarray(d.field_rid[:, j], dtype=np.int64)
-        out.append(len(np.unique(patient * (int(r.max()) + 1) + r)) == n_pat)
-    return np.array(out, dtype=bool)
+        pairs = np.unique(code * (int(r.max()) + 1) + r)
+        out[j] = np.bincount(pairs // (int(r.max()) + 1), minlength=n_pat) > 1
+    return out
 
 
-def patient_level(d: _Design, patient: np.ndarray | None) -> bool:
+def patient_fields(d: _Design, patient: np.ndarray | None,
+                   declared: Sequence[str] | None = None) -> np.ndarray | None:
+    """Per error-prone field of the design (``d.fields`` order): whether it is recorded once
+    per patient (race, sex; not a contrast phase). ``declared`` (the plan's
+    ``metadata.per_patient``): exactly the fields it names; None: read from the data, the
+    fields whose recorded value and table keys every patient's scans share. None without
+    ``patient`` codes or when no patient has several scans."""
+    dis = patient_disagreement(d, patient)
+    if dis is None:
+        return None
+    if declared is not None:
+        return np.array([f in set(declared) for f in d.fields], dtype=bool)
+    return ~dis.any(axis=1)
+
+
+def patient_level(d: _Design, patient: np.ndarray | None,
+                  declared: Sequence[str] | None = None) -> bool:
     """Whether some error-prone field is a patient's, not a scan's
     (:func:`patient_fields`): then :func:`impute_states` draws it once per patient."""
-    f = patient_fields(d, patient)
+    f = patient_fields(d, patient, declared)
     return f is not None and bool(f.any())
 
 
@@ -437,7 +466,8 @@ def _draw_by_patient(pi: np.ndarray, d: _Design, joint: np.ndarray, pcode: np.nd
 
 def impute_states(d: _Design, n_imputations: int, rng: np.random.Generator, *,
                   prior_mass: float = 1.0, tol: float = 1e-6, max_iter: int = 500,
-                  patient: np.ndarray | None = None) -> np.ndarray:
+                  patient: np.ndarray | None = None,
+                  per_patient: Sequence[str] | None = None) -> np.ndarray:
     """Draw ``n_imputations`` true joint states per case: an (M, n) integer array.
 
     Proper imputation by the Bayesian bootstrap: imputation m weights the distinct rows
@@ -446,7 +476,8 @@ def impute_states(d: _Design, n_imputations: int, rng: np.random.Generator, *,
     posterior given its recorded values, key, context and outcome pattern.
 
     With ``patient`` (a code per case) where some field is recorded once per patient
-    (:func:`patient_fields`), the unit is the patient: the Bayesian bootstrap weighs
+    (:func:`patient_fields`; ``per_patient`` names them, else they are read from the data),
+    the unit is the patient: the Bayesian bootstrap weighs
     patients (Gamma(1, 1) each, summed over the scans of each distinct row); the
     patient-level fields' true values are drawn once per patient, from their posterior given
     all of the patient's scans with the scan-level fields summed out
@@ -456,7 +487,7 @@ def impute_states(d: _Design, n_imputations: int, rng: np.random.Generator, *,
     context).
     """
     U, S, n = len(d.count), d.n_states, len(d.combo)
-    pmask = patient_fields(d, patient)
+    pmask = patient_fields(d, patient, per_patient)
     by_patient = pmask is not None and bool(pmask.any())
     if by_patient:
         joint = _state_split(d, pmask)
@@ -566,7 +597,8 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
                                                   "accuracy", "f1", "auc"),
                         ci: str = "wilson", conf_level: float = 0.95, n_imputations: int = 100,
                         seed=None, small_n: int = 10, context: Sequence[str] = (),
-                        cluster: str | None = None, **naive_kw) -> pd.DataFrame:
+                        cluster: str | None = None, per_patient: Sequence[str] | None = None,
+                        **naive_kw) -> pd.DataFrame:
     """Detection metrics per subgroup cell with intervals that include metadata error.
 
     Parameters
@@ -604,10 +636,14 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
         scans, and the Bayesian bootstrap weighs patients (:func:`impute_states` with
         ``patient``); a scan-level field (phase) is drawn scan by scan given it. The
         imputed rows name those of their axis in ``imputed_per_patient`` (";"-joined; ""
-        when none). Which fields are patient-level is read from the data: one patient
-        whose scans disagree on a field (or on a key such as ``site``) makes it scan-level
-        for everyone, and a field that happens to agree within every patient is drawn
-        per patient.
+        when none).
+    per_patient : field names recorded once per patient (the plan's
+        ``metadata.per_patient``): exactly these are drawn per patient, and a patient whose
+        scans differ in one of them (recorded value, or a table key such as ``site``) is an
+        error naming the patients and scans. None (default): read from the data, where one
+        patient whose scans disagree on a field makes it scan-level for everyone and a
+        field that happens to agree within every patient is drawn per patient. Needs
+        ``cluster``; a name that is no field of ``label_error`` is an error.
     **naive_kw : passed to :func:`stats.subgroup_metrics` for the axes without error.
 
     Returns
@@ -681,11 +717,14 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
     naive = sg.subgroup_metrics(cases, by=[s for i, s in enumerate(specs) if i not in aff],
                                 metrics=metrics, ci=ci, conf_level=conf_level, seed=rng,
                                 small_n=small_n, cluster=cluster, **naive_kw)
+    declared = _declared(per_patient, table, cluster)
     cm = case_matrix(cases, by, cluster=cluster)
     d = _design(cm, specs, table, tuple(context))
     patient = cm.patient if cluster is not None else None
-    T = impute_states(d, int(n_imputations), rng, patient=patient)
-    pmask = patient_fields(d, patient)
+    if declared is not None:
+        _check_declared(cases, cm, d, patient, declared, cluster)
+    T = impute_states(d, int(n_imputations), rng, patient=patient, per_patient=declared)
+    pmask = patient_fields(d, patient, declared)
     per_patient = [f for f, p in zip(d.fields, pmask) if p] if pmask is not None else []
     frames = [naive]
     cells = []
@@ -708,6 +747,46 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
     out["imputed_per_patient"] = out["group_var"].astype(str).map(of_axis).where(
         out["n_imputations"].notna(), None)
     return tidy(sg._order(out, replace(cm, cells=all_cells)), group_cols=GROUP_COLS)
+
+
+def _declared(per_patient, table: pd.DataFrame, cluster: str | None) -> tuple[str, ...] | None:
+    """``per_patient`` checked against the table's fields (None: read from the data)."""
+    if per_patient is None:
+        return None
+    names = (per_patient,) if isinstance(per_patient, str) else tuple(map(str, per_patient))
+    fields = sorted(set(table["field"].astype(str)))
+    unknown = [f for f in names if f not in fields]
+    if unknown:
+        raise ContractError(MSG_PER_PATIENT_FIELD.format(
+            names=", ".join(map(repr, unknown)), fields=", ".join(fields)))
+    if names and cluster is None:
+        raise ContractError(MSG_PER_PATIENT_CLUSTER.format(names=", ".join(names)))
+    return names
+
+
+def _check_declared(cases: pd.DataFrame, cm: CaseMatrix, d: _Design, patient, declared,
+                    cluster: str) -> None:
+    """A field declared patient-level must agree within every patient (recorded value and
+    table keys): otherwise an error naming the patients and their scans."""
+    dis = patient_disagreement(d, patient)
+    if dis is None:
+        return
+    _, code = np.unique(np.asarray(patient, dtype=np.int64), return_inverse=True)
+    code = code.ravel()
+    ids = (cases.drop_duplicates("case_id").set_index("case_id")[cluster]
+           .reindex(cm.case_id).astype(str).to_numpy())
+    for j, f in enumerate(d.fields):
+        if f not in declared or not dis[j].any():
+            continue
+        bad = np.flatnonzero(dis[j])
+        shown = []
+        for p in bad[:5]:               # the message shows five patients at most
+            scans = np.flatnonzero(code == p)
+            shown.append(f"{ids[scans[0]]} (cases {', '.join(map(str, cm.case_id[scans][:4]))}"
+                         f"{', ...' if len(scans) > 4 else ''})")
+        raise ContractError(MSG_PER_PATIENT_DISAGREE.format(
+            field=f, n=len(bad), cluster=cluster, patients="; ".join(shown),
+            more=f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
 
 
 def _axis_rows(cm: CaseMatrix, d: _Design, spec, T, metrics, ci, conf_level, small_n,

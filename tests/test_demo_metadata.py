@@ -154,3 +154,50 @@ def test_write_makes_the_table_and_the_inspection_files(tmp_path, built):
     rep = pd.read_csv(tmp_path / "metadata_reports.csv", keep_default_na=False)
     full = built.reports.set_index("case_id")["text"]
     assert (rep["text"].to_numpy() == full.loc[rep["case_id"]].to_numpy()).all()
+
+
+def _demo_label_error(per_patient=None, flip_sex_of_one_scan=False):
+    """label_error_metrics of the demo plan, optionally with metadata.per_patient set and
+    one scan's recorded sex changed (a patient whose two scans then disagree)."""
+    import dataclasses
+
+    from stats.analysis import load_plan, load_tables, run
+
+    plan = load_plan(DEMO / "plan.yaml")
+    if per_patient is not None:
+        plan = dataclasses.replace(plan, metadata_options=dataclasses.replace(
+            plan.metadata_options, per_patient=tuple(per_patient)))
+    tables = load_tables(plan)
+    pid = None
+    if flip_sex_of_one_scan:
+        cases = tables.cases.copy()
+        first = cases.drop_duplicates("case_id")
+        n = first.groupby("patient_id")["case_id"].transform("size")
+        row = first[(n > 1) & first["sex"].isin(["F", "M"])].iloc[0]
+        pid = row["patient_id"]
+        cases.loc[cases["case_id"] == row["case_id"], "sex"] = {"F": "M", "M": "F"}[row["sex"]]
+        tables = dataclasses.replace(tables, cases=cases)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return run(plan, tables, only=["label_error_metrics"], errors="raise"), pid
+
+
+def test_plan_declares_the_fields_recorded_once_per_patient():
+    """metadata.per_patient: the declared fields are those drawn per patient (the demo's
+    age group and sex: the same table as auto), the rule is recorded, and a patient whose
+    scans then differ in sex is an error naming the patient (auto instead imputes sex
+    scan by scan and says why in a note naming the plan key)."""
+    from stats.schema import ContractError
+
+    auto, _ = _demo_label_error()
+    declared, _ = _demo_label_error(per_patient=["age_group", "sex"])
+    pd.testing.assert_frame_equal(auto["label_error_metrics"], declared["label_error_metrics"])
+    assert declared.decisions["metadata.per_patient_rule"].startswith("declared in the plan")
+    assert auto.decisions["metadata.per_patient_rule"].startswith("read from the data")
+    assert declared.decisions["metadata.label_error_per_patient"] == ["age_group", "sex"]
+    flipped, pid = _demo_label_error(flip_sex_of_one_scan=True)
+    assert flipped.decisions["metadata.label_error_per_patient"] == ["age_group"]
+    note = [n for n in flipped.notes if n.startswith("sex differs between the scans of 1 ")]
+    assert note and "metadata.per_patient" in note[0], flipped.notes
+    with pytest.raises(ContractError, match=f"declares 'sex'.*{pid} \\(cases "):
+        _demo_label_error(per_patient=["age_group", "sex"], flip_sex_of_one_scan=True)

@@ -514,3 +514,48 @@ def test_imputed_rows_name_the_per_patient_fields_of_their_axis():
     assert set(imp.loc[imp.group_var == "race", "imputed_per_patient"]) == {"race"}
     assert set(imp.loc[imp.group_var == "phase", "imputed_per_patient"]) == {""}
     assert out.loc[out["n_imputations"].isna(), "imputed_per_patient"].isna().all()
+
+
+def test_declared_per_patient_fields_are_exactly_those_drawn_per_patient():
+    """per_patient (the plan's metadata.per_patient) decides which fields are drawn once
+    per patient: [] draws race scan by scan even though every patient agrees on it, and
+    [race] gives the same imputations as reading it from the data."""
+    cases = _race_cases(patients=80)
+    table = pd.concat([flip_table("race", RACES, 0.1), flip_table("phase", PHASES, 0.1)],
+                      ignore_index=True)
+    kw = dict(by=["race", "phase"], label_error=table, metrics=("sensitivity",),
+              n_imputations=5, seed=1, cluster="patient_id")
+    auto = le.error_aware_metrics(cases, **kw)
+    same = le.error_aware_metrics(cases, per_patient=["race"], **kw)
+    pd.testing.assert_frame_equal(auto, same)
+    none = le.error_aware_metrics(cases, per_patient=[], **kw)
+    imp = none[none["n_imputations"].notna()]
+    assert set(imp["imputed_per_patient"]) == {""}
+    race = imp["group_var"] == "race"
+    assert not np.allclose(imp.loc[race, "conf_low"], auto.loc[imp.index[race], "conf_low"])
+
+
+def test_declared_per_patient_field_that_differs_within_a_patient_is_an_error():
+    """A field declared recorded once per patient but recorded differently on two scans
+    of one patient: a ContractError naming the field, the patient, its cases and the
+    fix; an unknown field name or a declaration without a cluster: errors too."""
+    cases = _race_cases(patients=60)
+    first = cases.drop_duplicates("case_id")
+    multi = first.groupby("patient_id")["case_id"].agg(list)
+    pid = multi[multi.str.len() > 1].index[0]
+    cid = multi[pid][1]
+    other = next(r for r in RACES if r != first.loc[first.case_id == cid, "race"].iloc[0])
+    cases.loc[cases["case_id"] == cid, "race"] = other
+    kw = dict(by=["race"], label_error=flip_table("race", RACES, 0.1),
+              metrics=("sensitivity",), n_imputations=3, seed=1)
+    with pytest.raises(le.ContractError) as exc:
+        le.error_aware_metrics(cases, per_patient=["race"], cluster="patient_id", **kw)
+    msg = str(exc.value)
+    assert "'race'" in msg and f"{pid} (cases " in msg and str(cid) in msg
+    assert "metadata.per_patient" in msg and "correct those records" in msg
+    out = le.error_aware_metrics(cases, cluster="patient_id", **kw)   # auto: scan by scan
+    assert set(out.loc[out["n_imputations"].notna(), "imputed_per_patient"]) == {""}
+    with pytest.raises(le.ContractError, match="'rase', which is not a field"):
+        le.error_aware_metrics(cases, per_patient=["rase"], cluster="patient_id", **kw)
+    with pytest.raises(le.ContractError, match="no cluster column"):
+        le.error_aware_metrics(cases, per_patient=["race"], **kw)

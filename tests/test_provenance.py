@@ -241,10 +241,20 @@ def test_estimated_table_bins_age_evidence_onto_the_plan_axis(tmp_path):
     ({"n_imputations": 1}, "metadata.n_imputations"),
     ({"label_eror": "estimate"}, "unknown key"),
     ({"prefer": "ex1"}, "metadata.prefer"),
+    ({"per_patient": "race"}, "metadata.per_patient.*auto or a list of field names"),
 ])
 def test_metadata_block_is_validated(tmp_path, block, needs):
     with pytest.raises(PlanError, match=needs):
         load_plan(_study(tmp_path, metadata=False, block=block))
+
+
+def test_metadata_per_patient_reads_auto_or_a_list(tmp_path):
+    assert load_plan(_study(tmp_path, metadata=False, block={"seed": 1})
+                     ).metadata_options.per_patient is None               # default: auto
+    auto = load_plan(_study(tmp_path, metadata=False, block={"per_patient": "auto"}))
+    assert auto.metadata_options.per_patient is None
+    given = load_plan(_study(tmp_path, metadata=False, block={"per_patient": ["race", "sex"]}))
+    assert given.metadata_options.per_patient == ("race", "sex")
 
 
 def test_section_never_shows_evidence_text(tmp_path):

@@ -326,7 +326,10 @@ def _per_patient_text(study) -> str:
     others = sorted(set(table["field"].astype(str)) - set(fields)) if len(table) else []
     return ("; " + text.human_list(f.replace("_", " ") for f in fields)
             + (" is" if len(fields) == 1 else " are")
-            + " recorded once per patient and drawn once per patient, from all of the "
+            + " recorded once per patient"
+            + (" (declared in the plan)" if str(study.results.decisions.get(
+                "metadata.per_patient_rule", "")).startswith("declared") else "")
+            + " and drawn once per patient, from all of the "
             "patient's scans (a patient is never split between levels)"
             + (", " + text.human_list(f.replace("_", " ") for f in others) + " scan by scan"
                if others else ""))

@@ -517,6 +517,32 @@ def label_error_table(results) -> pd.DataFrame:
     return table
 
 
+#: a field that differs within at most this share of the patients with several scans reads
+#: as one recorded once per patient with a few inconsistent records (note in auto mode)
+NEAR_PATIENT_LEVEL = 0.10
+
+
+def _note_near_patient_level(results, fields: list[str]) -> None:
+    """``metadata.per_patient: auto`` makes a field scan-level when any patient's scans
+    differ in it; where only a few patients' do (at most :data:`NEAR_PATIENT_LEVEL` of
+    those with several scans), say so, with the plan key that declares it."""
+    cases = results["evaluation"].drop_duplicates("case_id")
+    cluster = results["cluster"]
+    multi = cases.groupby(cluster, observed=True)["case_id"].size()
+    multi = multi[multi > 1].index
+    sub = cases[cases[cluster].isin(multi)]
+    if not len(multi):
+        return
+    for f in fields:
+        n_dis = int((sub.groupby(cluster, observed=True)[f].nunique(dropna=False) > 1).sum())
+        if 0 < n_dis <= NEAR_PATIENT_LEVEL * len(multi):
+            results.note(f"{f} differs between the scans of {n_dis} of the {len(multi)} "
+                         f"patients with several scans, so its error was imputed scan by "
+                         f"scan; if it is recorded once per patient, correct those records "
+                         f"or declare it under metadata.per_patient (then a disagreeing "
+                         f"patient is an error naming the scans)")
+
+
 @analysis("label_error_metrics", wanted=_wants_label_error)
 def label_error_metrics(results) -> pd.DataFrame:
     """Naive and error-aware sensitivity and specificity on the subgroup axes built on a
@@ -539,7 +565,12 @@ def label_error_metrics(results) -> pd.DataFrame:
                         metrics=("sensitivity", "specificity"), ci=closed_form_ci(results),
                         conf_level=det.conf_level, small_n=det.small_n,
                         n_imputations=opts.n_imputations, seed=opts.seed,
-                        cluster=results["cluster"])
+                        cluster=results["cluster"], per_patient=opts.per_patient)
+    results.decide("metadata.per_patient_rule",
+                   "declared in the plan (metadata.per_patient)" if opts.per_patient is not None
+                   else "read from the data: the fields on which every patient's scans agree")
+    if opts.per_patient is None and results["cluster"]:
+        _note_near_patient_level(results, sorted(fields & {c for a in by for c in a}))
     per = (out.loc[out["kind"] == "error_aware", "imputed_per_patient"].dropna()
            if "imputed_per_patient" in out else pd.Series(dtype=object))
     results.decide("metadata.label_error_per_patient",

@@ -133,12 +133,14 @@ class MetadataOptions:
     estimated from the evidence: ``stats.label_error.misclassification_from_review``) or
     the Path of a given table (``field, recorded_value, true_value, probability``);
     ``prefer``: extractor order of the recorded value where no review exists;
-    ``n_imputations`` and ``seed`` of the multiple imputation."""
+    ``n_imputations`` and ``seed`` of the multiple imputation; ``per_patient``: the
+    fields recorded once per patient (None: ``auto``, read from the data)."""
 
     label_error: str | Path | None = None
     prefer: tuple[str, ...] = ()
     n_imputations: int = 50
     seed: int | None = None
+    per_patient: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -274,7 +276,8 @@ CAL_KEYS = {"bootstrap": ""}
 CAL_BOOT_KEYS = {"n_boot": "", "seed": ""}
 POPULATIONS = get_args(Population)
 PRIVACY_KEYS = {"allow_identifiers": "", "pseudonymize_ids": "", "salt": ""}
-METADATA_KEYS = {"label_error": "", "prefer": "", "n_imputations": "", "seed": ""}
+METADATA_KEYS = {"label_error": "", "prefer": "", "n_imputations": "", "seed": "",
+                 "per_patient": ""}
 
 
 def _notes(c: _Checker, value, key: str) -> tuple[str, ...]:
@@ -649,7 +652,13 @@ def _metadata_options(c: _Checker, raw, base: Path, paths: dict) -> MetadataOpti
     prefer = m.get("prefer") or []
     c.typed(prefer, "metadata.prefer", list, "a list of extractor names",
             "write e.g. prefer: [dicom_rules, text_rules]")
+    per_patient = m.get("per_patient", "auto")
+    if per_patient != "auto":
+        c.typed(per_patient, "metadata.per_patient", list, "auto or a list of field names",
+                "write e.g. per_patient: [race, sex], or per_patient: auto")
+        per_patient = tuple(str(f) for f in per_patient)
     return MetadataOptions(
+        per_patient=None if per_patient == "auto" else per_patient,
         label_error=value, prefer=tuple(str(e) for e in prefer),
         n_imputations=_count(c, m.get("n_imputations", MetadataOptions.n_imputations),
                              "metadata.n_imputations", 2, "imputations of the true subgroup",

@@ -266,6 +266,12 @@ KEYS: dict[str, Key] = {
                            "[dicom_header, text_rules]"),
     "metadata.n_imputations": Key("whole number >= 2", "`50`", "Imputations of the true "
                                   "subgroup.", "50"),
+    "metadata.per_patient": Key("`auto`, or a list of field names", "`auto`",
+                                "Fields recorded once per patient (race, sex): each is "
+                                "imputed once per patient, and a patient whose scans differ "
+                                "in one is an error naming them. `auto`: the fields on which "
+                                "every patient's scans agree (a note names a field that "
+                                "differs within only a few patients).", "[race, sex]"),
     "metadata.seed": Key(_SEED[0], _SEED[1], "Seed of the imputations.", "3"),
     "crs": Key("mapping", "none (no CRS sections)", "The CRS half of the report (needs "
                "`inputs.runs` and `inputs.reference`)."),
