@@ -90,3 +90,41 @@ def test_methods_sentence_follows_the_decision(demo):
     assert "inference is read from the GEE" in s and "nests each patient" in s
     assert "neither accounts" in _repeated_methods({**rep, "nested": False})
     assert _repeated_methods(None) == ""
+
+
+def test_separated_level_flags_its_term_only_in_the_report():
+    """The audit's case: every delayed-phase positive of the demo detected (score 60). The
+    adjusted table flags the delayed-phase term only, once ("separation", no
+    "separation;separation"); the other terms carry the fit-level "fitted_0_1" at most and
+    keep finite SEs in the GLMM; a fit that did not converge shows no p-values."""
+    from clinrel.cli.report import demo_plan_path
+    from reports.sections import adjusted as sec
+    from reports.study import Study
+
+    plan = load_plan(demo_plan_path())
+    with plan_limits(plan), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tables = load_tables(plan)
+        cases = tables.cases.copy()
+        cases.loc[(cases["label"] == 1) & (cases["phase"] == "delayed"), "score"] = 60.0
+        tables = __import__("dataclasses").replace(tables, cases=cases)
+        r = run(plan, tables, only=["adjusted_table"], errors="raise")
+    tab = r["adjusted_table"]
+    flagged = tab[tab["term_flag"].astype(str).str.len() > 0]
+    assert len(flagged) and set(flagged["label"].astype(str).str.lower()) == {"phase: delayed vs venous"}
+    assert (flagged["term_flag"] == "separation").all()
+    assert not tab["fit_flag"].astype(str).str.contains("separation").any()
+    glmm = r["adjusted_terms"]
+    glmm = glmm[(glmm["fit_method"] == "glmm") & (glmm["effect"] == "fixed")
+                & ~glmm["estimand"].str.contains("delayed")]
+    assert glmm["std_error"].notna().all()
+    row = tab.iloc[0].to_dict()
+    assert sec._not_converged({**row, "fit_flag": "fitted_0_1;not_converged"})
+    assert not sec._not_converged({**row, "fit_flag": "fitted_0_1"})
+    study = Study(plan=plan, tables=tables, results=r)
+    with plan_limits(plan), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        built = sec.build(study)
+    ors = next(b for b in built.blocks if getattr(b, "name", "") == "adjusted_odds_ratios")
+    assert sum("\u00a7" in str(v) for v in ors.display.to_numpy().ravel()) == \
+        len(flagged)

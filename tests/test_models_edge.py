@@ -180,6 +180,11 @@ def test_warnings_never_crash(cohort):
     assert "separation" in g.warnings and "empty_level" in g.warnings
     td = fit.tidy().set_index("estimand")
     assert td.flag["phase[T.arterial]"].startswith("separation")
+    # the separation flag on the term it concerns only, once (issue 15 item 5)
+    flags = td.flag.fillna("").str.split(";")
+    assert flags["phase[T.arterial]"].count("separation") == 1
+    assert [t for t, f in flags.items() if "separation" in f] == ["phase[T.arterial]"]
+    assert not any("not_estimable" in f for t, f in flags.items() if t != "race[T.Pacific]")
     assert td.flag["race[T.Pacific]"].startswith("empty") and np.isnan(td.estimate["race[T.Pacific]"])
     # fewer than 5 groups
     few = d[d.site.isin(d.site.cat.categories[:3])]

@@ -31,6 +31,11 @@ def _naive_few(r) -> bool:
             and pd.notna(r["n_clusters"]) and r["n_clusters"] < FEW_CLUSTERS)
 
 
+def _not_converged(r) -> bool:
+    """A row of a fit that did not converge: its p-value is not shown."""
+    return "not_converged" in str(r["fit_flag"]).split(";")
+
+
 def _term_label(r) -> str:
     """The row label; a per-SD unit states the SD (``unit_step``)."""
     if str(r["unit"]).startswith("per SD"):
@@ -79,7 +84,8 @@ def build(study) -> Section:
                 else:
                     row[f"or_{m}"] = text.ratio_ci(r["odds_ratio"], r["or_conf_low"],
                                                    r["or_conf_high"]) + mark
-                    row[f"p_{m}"] = (text.DASH if _naive_few(r) else text.pvalue(r["p_value"]))
+                    row[f"p_{m}"] = (text.DASH if _naive_few(r) or _not_converged(r)
+                                     else text.pvalue(r["p_value"]))
             rows.append(row)
     disp = pd.DataFrame(rows)
     fit_flags = sorted({f for x in tab["fit_flag"] for f in str(x).split(";") if f})
@@ -107,7 +113,9 @@ def build(study) -> Section:
                      "estimate is not reliable; tables/adjusted_odds_ratios.csv has the flag.")
     if fit_flags:
         notes.append("Fit warnings: " + ", ".join(fit_flags) + " (see the variance table and "
-                     "the text below).")
+                     "the text below)"
+                     + ("; a fit that did not converge shows no p-values (\u2014)."
+                        if "not_converged" in fit_flags else "."))
     terms = tab
     or_table = ReportTable(
         name="adjusted_odds_ratios", caption="Adjusted odds ratios of detection (sensitivity) "

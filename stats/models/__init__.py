@@ -50,7 +50,7 @@ from stats.schema import ContractError, tidy
 
 from . import design as _design
 from .fit import Fit, ModelFit
-from .fixed import fit_glm
+from .fixed import FITTED_0_1, fit_glm
 from .gee import fit_gee
 from .glmm import fit_glmm
 
@@ -206,9 +206,10 @@ def _fit_one(name, data, formula, **kw) -> ModelFit:
         mf = _fit_one_inner(name, data, formula, **kw)
         eta = mf.design.X @ mf.beta
     if np.all(np.isfinite(eta)) and np.max(np.abs(eta), initial=0.0) > 30 and not any(
-            w.startswith("separation: fitted") for w in mf.warnings):
-        mf.warnings.append("separation: fitted probabilities of 0 or 1 occurred (|linear "
-                           "predictor| > 30); some log-odds ratios are not finite")
+            w.startswith(FITTED_0_1) for w in mf.warnings):
+        mf.warnings.append(f"{FITTED_0_1}: fitted probabilities of 0 or 1 occurred (|linear "
+                           "predictor| > 30: complete or quasi-complete separation somewhere "
+                           "in the data); some log-odds ratios are not finite")
     if not np.all(np.isfinite(mf.beta)):
         mf.warnings.append("not_estimable: the fit produced non-finite estimates")
     return mf
@@ -225,7 +226,9 @@ def _fit_one_inner(name, data, formula, *, group, method, nagq, bias_reduced, cl
                         f"poorly estimated with fewer than {MIN_GROUPS} (consider method='fixed')")
     start = fit_glm(d.X, d.y, d.trials)
     if method == "glmm":
-        r = fit_glmm(d.X, d.y, d.trials, d.groups, G, nagq=nagq, beta0=start.beta)
+        separated = _design.separated_columns(d, warnings)
+        r = fit_glmm(d.X, d.y, d.trials, d.groups, G, nagq=nagq, beta0=start.beta,
+                     separated=separated)
         label = "glmm-laplace-wald" if nagq <= 1 else f"glmm-agq{nagq}-wald"
         b = r.theta * r.u_hat
         re = pd.DataFrame({"group": d.group_levels, "estimate": b,

@@ -293,3 +293,9 @@ def separation_warnings(d: Design) -> list[str]:
             out.append(f"separation: every row with {t} has outcome {int(rate)}; its log-odds "
                        "ratio is infinite (estimate unreliable; merge levels or use a penalised fit)")
     return out
+
+
+def separated_columns(d: Design, warnings: list[str]) -> np.ndarray:
+    """Bool per column of ``d.X``: the terms :func:`separation_warnings` named."""
+    named = {w.split(" ")[4] for w in warnings if w.startswith("separation: every row")}
+    return np.array([t in named for t in d.terms], dtype=bool)

@@ -47,7 +47,7 @@ class ModelFit:
 
     def flags(self) -> str:
         """Fit-level flag codes (term-specific ones go on their term's row only)."""
-        term_specific = ("separation: every row", "empty_level", "aliased")
+        term_specific = ("separation: every row", "empty_level", "aliased", "not_estimable")
         codes = [w.split(":", 1)[0] for w in self.warnings if not w.startswith(term_specific)]
         return ";".join(dict.fromkeys(codes))
 
@@ -170,6 +170,8 @@ class Fit:
                 flag = d.dropped.get(t, "")
                 if t in sep:
                     flag = "separation"
+                elif not flag and not (np.isfinite(b) and np.isfinite(s)):
+                    flag = "not_estimable"      # on the term it concerns, not on every term
                 rows.append(dict(estimand=t, model=m, estimate=b, std_error=s,
                                  conf_low=b - q * s, conf_high=b + q * s, conf_level=level,
                                  n=f.nobs, n_pos=npos, n_neg=nneg, method=f.method_label,

@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import expit, gammaln
 
+#: the fit-level warning code of fitted probabilities of 0 or 1 (R's glm warning); the
+#: term-level code "separation" marks the term whose level is all one outcome
+FITTED_0_1 = "fitted_0_1"
+
 
 @dataclass
 class GLMResult:
@@ -68,7 +72,8 @@ def fit_glm(X, y, trials, cluster=None) -> GLMResult:
     msgs: list[str] = []
     p = expit(X @ beta)
     if np.any((p < 1e-10) | (p > 1 - 1e-10)) or np.max(np.abs(beta)) > 15:
-        msgs.append("separation: fitted probabilities of 0 or 1 occurred (perfect separation)")
+        msgs.append(f"{FITTED_0_1}: fitted probabilities of 0 or 1 occurred (complete or "
+                    "quasi-complete separation)")
     if not converged:
         msgs.append("not_converged: IRLS did not converge in 100 iterations")
     try:

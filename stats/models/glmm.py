@@ -254,12 +254,21 @@ def _scaling(X) -> np.ndarray:
 
 
 def fit_glmm(X, y, trials, groups, n_groups, *, nagq=1, beta0=None, theta0=None,
-             maxiter=500) -> GLMMResult:
+             maxiter=500, separated=None) -> GLMMResult:
     """Fit the random-intercept binomial GLMM (Laplace when ``nagq == 1``).
 
     The optimisation runs on centred and scaled columns (``X M``); L-BFGS to a moderate
     tolerance, then Newton steps on the finite-difference Hessian (quadratic convergence);
-    estimates and covariance are mapped back (``beta = M beta'``, ``V = M V' M'``)."""
+    estimates and covariance are mapped back (``beta = M beta'``, ``V = M V' M'``).
+
+    ``separated`` (bool per column of X): columns whose log-odds ratio is infinite (every
+    row of a factor level has one outcome: ``design.separation_warnings``). Where the
+    Hessian is then not positive definite (the separated direction is flat), the other
+    parameters' covariance is the inverse of the Hessian without the separated rows and
+    columns, in the original parameterisation: as the separated coefficient runs off to
+    infinity its rows carry no information and its cross-information vanishes, so this is
+    the limit of the full inverse (what glmer's finite Hessian approximates); the
+    separated columns' variances are NaN."""
     M = _scaling(X)
     Xs = X @ M
     obj = LaplaceObjective(Xs, y, trials, groups, n_groups, nagq=nagq)
@@ -319,17 +328,33 @@ def fit_glmm(X, y, trials, groups, n_groups, *, nagq=1, beta0=None, theta0=None,
         vcov[1:, 1:] = _safe_inv(Hess[1:, 1:] / 2.0)
     else:
         vcov = _safe_inv(Hess / 2.0)
-    if not np.all(np.isfinite(np.diag(vcov)[1:])):
-        warnings.append("not_estimable: the Hessian is not positive definite; standard errors "
-                        "are unavailable (separation or an over-parameterised model)")
     A = np.eye(p + 1)
     A[1:, 1:] = M
+    sep = np.zeros(p, bool) if separated is None else np.asarray(separated, bool)
+    if not np.all(np.isfinite(np.diag(vcov)[1:])) and sep.any() and not sep.all():
+        # the Hessian in the original parameters: H_orig = A^-T H A^-1
+        Ainv = np.linalg.inv(A)
+        Ho = Ainv.T @ Hess @ Ainv
+        keep = np.concatenate([[not singular], ~sep])
+        sub = _safe_inv(Ho[np.ix_(keep, keep)] / 2.0)
+        if np.all(np.isfinite(sub)):
+            out = np.full((p + 1, p + 1), np.nan)
+            out[np.ix_(keep, keep)] = sub
+            A = np.eye(p + 1)      # already in the original parameters
+            vcov = out
+    if not np.all(np.isfinite(np.diag(vcov)[1:][~sep])):
+        warnings.append("not_estimable: the Hessian is not positive definite; standard errors "
+                        "are unavailable (separation or an over-parameterised model)")
     nan = ~np.isfinite(vcov)
     vcov = A @ np.where(nan, 0.0, vcov) @ A.T
     if nan[0, 0]:               # keep "not available" where it was (theta row/column)
         vcov[0, :] = vcov[:, 0] = np.nan
     if nan[1:, 1:].any():
-        vcov[1:, 1:] = np.nan
+        bad = np.flatnonzero(np.diag(nan)[1:])
+        if sep[bad].all() and not sep.all():   # only the separated terms: keep the others
+            vcov[1 + bad, :] = vcov[:, 1 + bad] = np.nan
+        else:
+            vcov[1:, 1:] = np.nan
     u, H = obj.last
     return GLMMResult(beta=M @ x[1:], theta=theta, vcov_full=vcov, loglik=-dev / 2.0,
                       u_hat=u, h_curv=H, converged=converged, n_iter=int(res.nit),
