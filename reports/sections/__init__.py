@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from ..figures import ReportFigure
 from ..tables import ReportTable
+from . import _roles
 
 log = logging.getLogger("clinrel.report")
 
@@ -123,6 +124,7 @@ def build_all(study, *, only=None, advance=lambda n=1: None, strict: bool = Fals
         t0 = time.perf_counter()
         try:
             built[key] = mod.build(study)
+            built[key].blocks = [_roles.label(study, b) for b in built[key].blocks]
         except SkipSection as exc:
             if strict:  # the plan asked for this section (it applies): a skip is a failure
                 _failed(study, key, mod.TITLE, exc, strict)

@@ -62,6 +62,20 @@ def build(study) -> Section:
               for m, why in res.decisions["adjusted.failed"].items()]
     for m, why in res.decisions["adjusted.failed"].items():
         study.note(f"adjusted models: the {m} fit failed: {why}")
+    # every model table states the scans each fit used and why others were left out
+    miss = res["adjusted_missing"]
+
+    def miss_for(g: pd.DataFrame) -> pd.DataFrame:
+        return g[["model", "fit_method"]].merge(miss, on=["model", "fit_method"], how="left")
+
+    ex = miss[miss["n_excluded"] > 0]
+    used = "; ".join(f"{r.model}, {METHOD_LABEL.get(r.fit_method, r.fit_method)}: "
+                     f"{text.count(r.n_used)} of {text.count(r.n_population)}"
+                     for r in miss.itertuples())
+    excluded_note = (f"Scans used: {used}. " + ("Left out: " + "; ".join(
+        f"{r.model}, {METHOD_LABEL.get(r.fit_method, r.fit_method)}: {r.n_excluded} "
+        f"({r.reason})" for r in ex.itertuples()) + "." if len(ex) else
+        "Every fit used every scan of its population (no missing covariate)."))
     # ---- odds ratios (readable rows: Results['adjusted_table'])
     tab = res["adjusted_table"]
     models = list(pd.unique(ev["model"]))
@@ -111,6 +125,7 @@ def build(study) -> Section:
     if term_flags:
         notes.append("\u00a7 a term-specific warning (" + ", ".join(term_flags) + "): the "
                      "estimate is not reliable; tables/adjusted_odds_ratios.csv has the flag.")
+    notes.append(excluded_note)
     if fit_flags:
         notes.append("Fit warnings: " + ", ".join(fit_flags) + " (see the variance table and "
                      "the text below)"
@@ -140,7 +155,8 @@ def build(study) -> Section:
             "model": lr["model"].astype(str), "block": lr["block"].astype(str),
             "terms": lr["terms"].astype(str), "chisq": [text.num(x) for x in lr["statistic"]],
             "df": [text.count(x) for x in lr["df"]], "p": [text.pvalue(p) for p in lr["p_value"]],
-            "p_adj": [text.pvalue(p) for p in lr["p_adjusted"]]})
+            **({"p_adj": [text.pvalue(p) for p in lr["p_adjusted"]]}
+               if "p_adjusted" in lr and lr["p_adjusted"].notna().any() else {})})
         blocks_tbl = ReportTable(
             name="adjusted_block_tests", caption=f"Likelihood-ratio tests of covariate blocks "
             f"({METHOD_LABEL[ml]}): each block dropped from the full model.", data=bt,
@@ -148,19 +164,12 @@ def build(study) -> Section:
             labels={"block": "Block", "terms": "Terms dropped", "chisq": "LR chi-square",
                     "df": "df", "p": "p", "p_adj": "Holm p"},
             notes=(f"The {group} row tests the random intercept against a model without it "
-                   "(boundary: 50:50 mixture of chi-square(0) and chi-square(1)). Prespecified: "
-                   "Holm's adjustment over each model's tests.",))
-    # ---- variance decomposition; every fit states the scans it used and why others were left out
-    miss = res["adjusted_missing"]
-
-    def miss_for(g: pd.DataFrame) -> pd.DataFrame:
-        return g[["model", "fit_method"]].merge(miss, on=["model", "fit_method"], how="left")
-
-    ex = miss[miss["n_excluded"] > 0]
-    excluded_note = ("Scans left out of a fit: " + "; ".join(
-        f"{r.model}, {METHOD_LABEL.get(r.fit_method, r.fit_method)}: {r.n_excluded} "
-        f"({r.reason})" for r in ex.itertuples()) + "." if len(ex) else
-        "Every fit used every scan of its population (no missing covariate).")
+                   "(boundary: 50:50 mixture of chi-square(0) and chi-square(1)). "
+                   + ("Prespecified: Holm's adjustment over each model's tests."
+                      if str(res.decisions.get("adjusted.block_multiplicity", "")).startswith(
+                          "Holm") else "Exploratory: p-values not adjusted for multiplicity."),
+                   excluded_note))
+    # ---- variance decomposition
     glance = res["adjusted_glance"]
     disp_v = pd.DataFrame({
         "model": glance["model"].astype(str),

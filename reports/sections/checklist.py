@@ -1,12 +1,15 @@
 """Checklist map: reporting-guideline items (STARD 2015, TRIPOD+AI, CLAIM 2024) -> the
 sections of this appendix that address them. Only sections present in this report are
-cited; items this appendix cannot address (study design, registration, ...) say so."""
+cited; items this appendix cannot address (study design, registration, ...) say so. The
+missing-data items (STARD 15-16, TRIPOD+AI 11) cite sections only where the report says how
+missing data were handled (Methods' missing-data sentence, or a "Missing" level in the
+subgroup tables); otherwise they read not addressed."""
 from __future__ import annotations
 
 import pandas as pd
 
 from ..tables import ReportTable
-from . import Section
+from . import ORDER, Section
 
 KEY = "checklist"
 TITLE = "Reporting checklist map"
@@ -56,10 +59,44 @@ ITEMS = (
 )
 
 
+#: the missing-data items: their sections are cited only where this report describes
+#: missing data (:func:`missing_data_sections`)
+MISSING_DATA_ITEMS = (("STARD 2015", "15-16"), ("TRIPOD+AI", "11"))
+#: what a missing-data item reads when this report says nothing about missing data
+NOT_ADDRESSED_MISSING = ("not addressed in this report (no section of it says how missing "
+                         "data were handled)")
+
+
+def missing_data_sections(study, present: dict) -> set[str]:
+    """The sections of this report that say how missing data were handled: Methods when it
+    has its missing-data sentence (:func:`reports.sections.methods.missing_data`: the
+    detection half), Subgroups when a subgroup table shows a "Missing" level. Empty: the
+    missing-data items are not addressed (a CRS-only report)."""
+    from stats.detection import MISSING
+
+    from .methods import level_counts, missing_data
+
+    out = set()
+    if "methods" in present and missing_data(study) is not None:
+        out.add("methods")
+    if ("subgroups" in present and study.plan.detection is not None
+            and study.cases is not None and level_counts(study, MISSING)[0]):
+        out.add("subgroups")
+    return out
+
+
 def build(study) -> Section:
     present = getattr(study, "built_sections", {})
+    described = missing_data_sections(study, present)
     rows = []
     for guideline, item, topic, keys in ITEMS:
+        if (guideline, item) in MISSING_DATA_ITEMS:
+            wanted = described | (set(keys) - {"methods"}) if described else set()
+            keys = tuple(k for k in ORDER if k in wanted)
+            here = [present[k] for k in keys if k in present]
+            rows.append({"guideline": guideline, "item": item, "topic": topic,
+                         "sections": "; ".join(here) if here else NOT_ADDRESSED_MISSING})
+            continue
         here = [present[k] for k in keys if k in present]
         rows.append({"guideline": guideline, "item": item, "topic": topic,
                      "sections": "; ".join(here) if here else

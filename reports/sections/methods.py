@@ -3,6 +3,9 @@ methods, subgroups, bootstrap size and seed, models, CRS reference, software ver
 and which sections this build could not produce."""
 from __future__ import annotations
 
+from stats.analysis.adjusted import UNKNOWN, formula_columns
+from stats.detection import MISSING, NOT_APPLICABLE
+
 from .. import text
 from ..manifest import package_versions
 from . import Section
@@ -100,19 +103,12 @@ def _detection(study) -> list[str]:
                    f"1998), and AUC differences Obuchowski's (1997) variance of the "
                    f"difference.")
     else:
-        out.append("Each patient contributes one scan per model, so scans are treated as "
-                   "independent.")
+        out.append(_independent(study))
     if "multiplicity" in res.decisions:
         out.append("Multiplicity: " + res.decisions["multiplicity"])
-    out.append("Missing data: a missing subgroup value is a level of its own (\"Missing\"), "
-               "so every axis's levels add up to the evaluated scans; a value recorded as "
-               "\"Unknown\" (race) is a recorded category, shown as a level and kept in the "
-               "adjusted models, which are refitted without it (complete case) beside the "
-               "main fit; tumour size and location "
-               "of reference-negative scans read \"not applicable\" (the attribute does not "
-               "exist), not missing. The adjusted models use the scans with every formula "
-               "variable present (R's na.omit); the scans each fit left out, and why, are "
-               "counted under the variance table.")
+    missing = missing_data(study)
+    if missing:
+        out.append(missing)
     if det.bins:
         out.append("Bins (left-closed intervals): " + md("; ".join(
             f"{b.column} \u2192 {b.name} ({', '.join(b.labels)})" for b in det.bins)) + ".")
@@ -184,6 +180,38 @@ def _calibration(study) -> list[str]:
             *(text.md(d) for d in definitions(study, study.results["calibration"]["summary"]))]
 
 
+#: the analyses of the plan's ``roles`` block, as the sentence names them
+ROLE_NAMES = {"overall": "overall accuracy", "precision": "achieved precision",
+              "sensitivity_collapse": "sensitivity collapse", "threshold_sweep":
+              "threshold sweep", "pooled": "partially pooled cells", "adjusted":
+              "adjusted models", "comparisons": "model comparisons", "calibration":
+              "calibration", "crs": "CRS", "crs_stability": "CRS stability analyses",
+              "metadata": "metadata quality", "label_error": "error-aware intervals"}
+
+
+def _roles_sentence(study) -> str:
+    """Which of the analyses the report shows are exploratory (the analysis layer's
+    ``roles``, set by the plan's ``roles`` block and subgroup axes); every caption says it."""
+    roles = study.results["roles"]
+    plan = study.plan
+    shown = set()
+    if plan.detection is not None and study.cases is not None:
+        shown |= {"overall", "precision", "sensitivity_collapse", "threshold_sweep", "pooled",
+                  "comparisons"} | ({"adjusted"} if plan.detection.adjusted else set())
+    if plan.crs is not None and study.runs is not None:
+        shown |= {"crs", "crs_stability"}
+    if "calibration" in study.results:
+        shown.add("calibration")
+    if plan.metadata is not None:
+        shown |= {"metadata"} | ({"label_error"} if plan.metadata_options and
+                                 plan.metadata_options.label_error else set())
+    exp = [ROLE_NAMES[k] for k in ROLE_NAMES if k in shown and roles.get(k) == "exploratory"]
+    return ("Every table and figure caption says whether its analysis is prespecified or "
+            "exploratory (plan key `roles`; subgroup axes by `detection.subgroups`). "
+            + ("Exploratory analyses: " + text.human_list(exp) + "; their tests are not "
+               "adjusted for multiplicity." if exp else "Every analysis is prespecified."))
+
+
 def build(study) -> Section:
     plan = study.plan
     sec = Section(KEY, TITLE)
@@ -193,6 +221,7 @@ def build(study) -> Section:
         sec.add("Prespecified: " + " ".join(text.md(p) for p in plan.prespecified))
     if plan.exploratory:
         sec.add("Exploratory: " + " ".join(text.md(p) for p in plan.exploratory))
+    sec.add(_roles_sentence(study))
     if plan.detection is not None and study.cases is not None:
         sec.add(" ".join(_detection(study)))
     if plan.crs is not None and study.runs is not None:
@@ -227,3 +256,167 @@ def _repeated_methods(rep: dict | None) -> str:
             + ("whose sandwich is clustered on the " + g + " that nests each patient, and "
                "the adjusted-versus-crude comparison uses it." if rep["nested"] else
                "although some patients span several " + g + "s, so neither accounts for them."))
+
+
+# --------------------------------------------------------------- clustering and missing data
+
+def _repeats(study) -> tuple[int, int] | None:
+    """``(patients with several scans, patients)`` as the analysis layer recorded them
+    (decision ``detection.patient_repeats``, beside ``detection.cluster``); None without a
+    ``patient_id`` column."""
+    rep = study.results.decisions.get("detection.patient_repeats")
+    return None if not rep else (int(rep["with_repeats"]), int(rep["patients"]))
+
+
+def _independent(study) -> str:
+    """The sentence for scans treated as independent (the analysis layer decided no
+    cluster, ``detection.cluster`` None): turned off by the plan (its
+    ``detection.cluster: none``) although patients repeat, or one scan per patient."""
+    off = getattr(study.plan.detection, "cluster", "auto") is None
+    rep = _repeats(study)
+    if off and rep is not None and rep[0]:
+        return (f"Clustering was turned off by the plan (`detection.cluster: none`): scans "
+                f"are treated as independent although {text.count(rep[0])} of the "
+                f"{text.count(rep[1])} patients have several scans, so the closed-form "
+                f"intervals and the tests, the paired model comparisons included, ignore "
+                f"the correlation of a patient's scans and may be too narrow.")
+    if rep is None:
+        return ("Scans are treated as independent (the cases table has no patient_id "
+                "column).")
+    return ("Each patient contributes one scan per model, so scans are treated as "
+            "independent" + (" (the plan also sets `detection.cluster: none`)." if off
+                             else "."))
+
+
+def level_counts(study, level: str) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Where the results hold ``level`` ("Missing", "not applicable", "Unknown"):
+    ``({axis: scans per model}, {baseline characteristic: scans})``, first the
+    single-variable subgroup axes (the analysis layer's ``confusion_counts``), then the
+    other variables of the baseline table (``cohort``, one row per scan; for "Missing" also
+    a continuous variable's ``missing`` count), leaving out a column a binned axis was cut
+    from (the axis speaks for it)."""
+    res = study.results
+    axes: dict[str, list[int]] = {}
+    base: dict[str, list[int]] = {}
+    seen: set[str] = set()
+    cc = res.get("confusion_counts")
+    if cc is not None and len(cc):
+        single = cc[~cc["group_var"].astype(str).str.contains(":", regex=False)
+                    & (cc["group_var"].astype(str) != "overall")]
+        seen = set(single["group_var"].astype(str))
+        hit = single[(single["group_level"].astype(str) == level) & (single["n"] > 0)]
+        for var, g in hit.groupby(hit["group_var"].astype(str), sort=False):
+            axes[var] = [int(n) for n in g["n"]]
+    seen |= {b.column for b in study.plan.detection.bins if b.name in seen}
+    coh = res.get("cohort")
+    if coh is not None and len(coh):
+        ov = coh[coh["group_var"].astype(str) == "overall"]
+        hit = (ov["estimand"] == "count") & (ov["level"].astype(str) == level)
+        if level == MISSING:
+            hit |= ov["estimand"] == "missing"
+        for r in ov[hit & (ov["estimate"] > 0)].itertuples():
+            if str(r.variable) not in seen:
+                base.setdefault(str(r.variable), [int(r.estimate)])
+    return axes, base
+
+
+def _scans(ns) -> str:
+    """``"11 scans"``; ``"11-12 scans by model"`` where the models' counts differ."""
+    ns = sorted({int(n) for n in ns})
+    k = text.count(ns[0]) if len(ns) == 1 else f"{text.count(ns[0])}-{text.count(ns[-1])}"
+    return f"{k} scan{'' if ns == [1] else 's'}" + (" by model" if len(ns) > 1 else "")
+
+
+#: how a variable with an "Unknown" level is named: "race: 81 scans"
+UNKNOWN_FORM = "{v}: {n}"
+
+
+def _named(counts: dict[str, list[int]], form: str = "{v} ({n})") -> str:
+    """``"phase (11 scans) and age_group (23 scans)"``, the names escaped."""
+    return text.human_list(form.format(v=text.md(v), n=_scans(n)) for v, n in counts.items())
+
+
+def _left_out(rows, *, reason: bool = True) -> str:
+    """``"39 of 244 scans of each model's population"`` when every row (model x fit) of
+    ``adjusted_missing`` leaves out as many, else the rows that leave out any, one by one;
+    with the reason the analysis layer recorded."""
+    from .adjusted import METHOD_LABEL
+
+    pairs = set(zip(rows["n_excluded"], rows["n_population"], rows["reason"]))
+    if len(pairs) == 1:
+        n, pop, why = pairs.pop()
+        return (f"{text.count(n)} of {text.count(pop)} scans of each model's population"
+                + (f" ({text.md(why)})" if why and reason else ""))
+    return "; ".join(f"{text.md(r.model)}, {METHOD_LABEL.get(r.fit_method, r.fit_method)}: "
+                     f"{text.count(r.n_excluded)} of {text.count(r.n_population)}"
+                     + (f" ({text.md(r.reason)})" if r.reason and reason else "")
+                     for r in rows[rows["n_excluded"] > 0].itertuples())
+
+
+def missing_data(study) -> str | None:
+    """The methods' missing-data sentence, each clause from what this study holds: the
+    subgroup axes and other baseline characteristics with missing values and how many
+    (:func:`level_counts`), the attributes "not applicable" to reference negatives, a
+    recorded "Unknown" category (kept in the adjusted models when the formula uses it, and
+    the complete-case refit ``glmm_cc`` where the analysis layer fitted one), and the scans
+    the adjusted models left out and why (``adjusted_missing``). One sentence when nothing
+    is missing. None without the detection half (the checklist map reads this: no
+    sentence, no missing-data item covered by Methods)."""
+    plan, res = study.plan, study.results
+    det = plan.detection
+    if det is None or study.cases is None:
+        return None
+    miss_axes, miss_base = level_counts(study, MISSING)
+    na, unknown = ({**a, **b} for a, b in (level_counts(study, NOT_APPLICABLE),
+                                           level_counts(study, UNKNOWN)))
+    am = res.get("adjusted_missing") if det.adjusted else None
+    main = cc = None
+    if am is not None and len(am):
+        main, cc = am[am["fit_method"] != "glmm_cc"], am[am["fit_method"] == "glmm_cc"]
+    left = main is not None and bool((main["n_excluded"] > 0).any())
+    if not (miss_axes or miss_base or na or unknown or left):
+        where = ["subgroup axis", "baseline characteristic",
+                 *(["adjusted-model variable"] if main is not None else [])]
+        return (f"Missing data: no {', '.join(where[:-1])} or {where[-1]} of the evaluated "
+                f"scans has a missing value.")
+    parts = []
+    if miss_axes:
+        parts.append(f"a missing subgroup value is a level of its own (\"Missing\"), so every "
+                     f"axis's levels add up to the evaluated scans; values are missing in "
+                     f"{_named(miss_axes)}")
+    else:
+        parts.append("no subgroup axis has a missing value" if miss_base else
+                     "no subgroup axis or baseline characteristic has a missing value")
+    if miss_base:
+        parts.append(f"the baseline table counts the missing values of {_named(miss_base)}")
+    if na:
+        parts.append(f"{text.human_list(text.md(v) for v in na)} of reference-negative scans "
+                     f"read \"not applicable\" (the attribute does not exist), not missing")
+    if unknown:
+        cols = set(formula_columns(det.adjusted["formula"], res["evaluation"].columns)
+                   ) if det.adjusted else set()
+        used = [v for v in unknown if v in cols]  # the formula's, in the order shown
+        fitted = res.decisions.get("adjusted.fitted") or []
+        clause = (f"a value recorded as \"{UNKNOWN}\" ({_named(unknown, UNKNOWN_FORM)}) is a "
+                  f"recorded category, shown as a level")
+        if used:
+            clause += " and kept in the adjusted models" + (
+                "" if len(used) == len(unknown) else
+                f" ({text.human_list(text.md(v) for v in used)})")
+        if "race" in used and cc is not None and len(cc) and "glmm_cc" in fitted:
+            clause += (f", which are refitted without race {UNKNOWN} beside the main fit "
+                       f"(complete case: the GLMM leaves out "
+                       f"{_left_out(cc, reason=False)})")
+        elif "race" in used and res.decisions.get("adjusted.complete_case"):
+            clause += (f"; the complete-case refit without race {UNKNOWN} failed (the "
+                       f"adjusted models say why)")
+        parts.append(clause)
+    if main is not None:
+        parts.append("the adjusted models use the scans with every formula variable present "
+                     f"(R's na.omit), which leaves out {_left_out(main)}"
+                     if left else "the adjusted models' main fits use every scan of their "
+                     "population (no formula variable has a missing value)")
+        if "adjusted" in getattr(study, "built_sections", {}):
+            parts.append("the scans each fit used and left out, and why, are counted under "
+                         "the adjusted models' variance table")
+    return "Missing data: " + "; ".join(parts) + "."

@@ -197,6 +197,9 @@ def adjusted_blocks(results) -> pd.DataFrame:
     from ..subgroups import adjust_p
 
     lr = out["estimand"] == "likelihood_ratio"
+    if results["roles"]["adjusted"] != "prespecified":   # exploratory: unadjusted, labelled
+        results.decide("adjusted.block_multiplicity", "none (exploratory: plan roles.adjusted)")
+        return out
     if lr.any():
         adjusted = adjust_p(out[lr].copy(), ["model"])
         out.loc[lr, "p_adjusted"] = adjusted["p_adjusted"]

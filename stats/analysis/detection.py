@@ -155,23 +155,24 @@ def axis_role(plan, axis) -> str:
     return PRESPECIFIED if tuple(axis) in set(plan.detection.subgroups) else EXPLORATORY
 
 
-@analysis("roles", wanted=_wants_detection)
+@analysis("roles")
 def roles(results) -> dict:
     """Prespecified or exploratory, for every axis and analysis the report shows (STARD
     12a/17): subgroup axes as the plan lists them; the threshold as the plan fixes it; the
-    threshold sweep always exploratory; the failure map as its axis; adjusted models and
-    model comparisons prespecified (their settings are in the plan)."""
+    failure map as its axis; every other analysis as the plan's ``roles`` block says
+    (defaults ``plan.ROLE_DEFAULTS``: the threshold sweep and the partially pooled cells
+    exploratory, the rest prespecified)."""
+    from .plan import ROLE_DEFAULTS
+
     plan = results.plan
-    det = plan.detection
-    out = {"axis:" + ":".join(a): axis_role(plan, a) for a in axes(plan)}
-    out["threshold"] = PRESPECIFIED if det.threshold_value is not None or det.given_calls \
-        else EXPLORATORY
-    out["threshold_sweep"] = EXPLORATORY
-    out["comparisons"] = PRESPECIFIED
-    if det.failure_map:
-        out["failure_map"] = axis_role(plan, det.failure_map)
-    if det.adjusted:
-        out["adjusted"] = PRESPECIFIED
+    det = getattr(plan, "detection", None)
+    out = {**ROLE_DEFAULTS, **(getattr(plan, "roles", None) or {})}
+    if det is not None:
+        out.update({"axis:" + ":".join(a): axis_role(plan, a) for a in axes(plan)})
+        out["threshold"] = PRESPECIFIED if det.threshold_value is not None or det.given_calls \
+            else EXPLORATORY
+        if det.failure_map:
+            out["failure_map"] = axis_role(plan, det.failure_map)
     results.decide("roles", dict(out))
     return out
 
@@ -210,7 +211,8 @@ def heterogeneity(results) -> pd.DataFrame:
     out["p_adjusted_bh"] = adjusted["p_adjusted_bh"].reindex(out.index)
     from .adjusted import block_method
 
-    blocks = bool(plan.detection.adjusted) and block_method(plan) is not None
+    blocks = (bool(plan.detection.adjusted) and block_method(plan) is not None
+              and results["roles"]["adjusted"] == PRESPECIFIED)
     results.decide("multiplicity", MULTIPLICITY.format(blocks=BLOCKS_CLAUSE if blocks else ""))
     return out
 
@@ -223,12 +225,25 @@ def cluster(results):
     det = results.plan.detection
     ev = results["evaluation"]
     chosen = getattr(det, "cluster", "auto")
+    rep = patient_repeats(ev)
+    results.decide("detection.patient_repeats", rep)
     if chosen == "auto":
-        repeats = "patient_id" in ev.columns and bool(
-            ev.duplicated(["model", "patient_id"]).any())
-        chosen = "patient_id" if repeats else None
+        chosen = "patient_id" if rep and rep["with_repeats"] else None
     results.decide("detection.cluster", chosen)
     return chosen
+
+
+def patient_repeats(ev: pd.DataFrame) -> dict | None:
+    """``{with_repeats, patients}``: patients with several scans among the evaluated rows
+    of the model with the most such patients, and that model's patients (recorded beside
+    ``detection.cluster``, for the methods text); None without a ``patient_id`` column."""
+    if "patient_id" not in ev.columns or not len(ev):
+        return None
+    per = ev.groupby(["model", "patient_id"], observed=True, sort=False).size()
+    several = (per > 1).groupby(level=0, observed=True, sort=False).sum()
+    patients = per.groupby(level=0, observed=True, sort=False).size()
+    m = several.idxmax()
+    return {"with_repeats": int(several[m]), "patients": int(patients[m])}
 
 
 @analysis("subgroup_metrics", wanted=_wants_detection)

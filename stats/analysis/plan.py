@@ -169,6 +169,8 @@ class Plan:
     metadata_options: MetadataOptions | None = None
     prespecified: tuple[str, ...] = ()
     exploratory: tuple[str, ...] = ()
+    #: the ``roles`` block: analysis -> "prespecified" or "exploratory" (ROLE_DEFAULTS)
+    roles: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict, repr=False)
     #: Dask scheduler address for the bootstrap, per-model fits and CRS replicates
     #: (None: this process). Results are identical either way, so it is not part of the
@@ -256,7 +258,17 @@ RENAMED = {"n": "n_boot", "interval": "boot_ci", "auc_ci": "auc_scale"}
 
 TOP_KEYS = {"version": "", "title": "", "inputs": "", "detection": "", "crs": "", "privacy": "",
             "prespecified": "", "exploratory": "", "scheduler": "", "limits": "",
-            "calibration": "", "metadata": ""}
+            "calibration": "", "metadata": "", "roles": ""}
+#: analyses whose role (prespecified or exploratory) the plan's ``roles`` block may set,
+#: with their default; subgroup axes take theirs from detection.subgroups /
+#: exploratory_subgroups, the failure map from its axis
+ROLE_DEFAULTS = {"overall": "prespecified", "precision": "prespecified",
+                 "sensitivity_collapse": "prespecified", "threshold_sweep": "exploratory",
+                 "pooled": "exploratory", "adjusted": "prespecified",
+                 "comparisons": "prespecified", "calibration": "prespecified",
+                 "crs": "prespecified", "crs_stability": "prespecified",
+                 "metadata": "prespecified", "label_error": "prespecified"}
+ROLE_VALUES = ("prespecified", "exploratory")
 INPUT_KEYS = {"cases": "", "runs": "", "reference": "", "metadata": "", "probe_predictions": ""}
 DETECTION_KEYS = {"threshold": "", "ci": "", "auc_scale": "", "compare_by": "",
                   "exploratory_subgroups": "", "cluster": "", "precision": "", "conf_level": "", "subgroups": "", "bins": "",
@@ -631,7 +643,18 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
                 privacy=privacy, calibration=calibration, metadata_options=md_options,
                 prespecified=_notes(c, raw.get("prespecified"), "prespecified"),
                 exploratory=_notes(c, raw.get("exploratory"), "exploratory"), raw=raw,
+                roles=_roles(c, raw.get("roles")),
                 scheduler=_scheduler(c, raw.get("scheduler")), limits=limits)
+
+
+def _roles(c: _Checker, raw) -> dict:
+    """The ``roles`` block: which analyses are prespecified and which exploratory
+    (ROLE_DEFAULTS for the ones it leaves out)."""
+    given = c.keys(raw, {k: "" for k in ROLE_DEFAULTS}, "roles")
+    out = dict(ROLE_DEFAULTS)
+    for key, value in given.items():
+        out[key] = c.choice(value, f"roles.{key}", ROLE_VALUES)
+    return out
 
 
 def _metadata_options(c: _Checker, raw, base: Path, paths: dict) -> MetadataOptions | None:

@@ -50,9 +50,15 @@ def schema_keys() -> list[str]:
                     walk(child)
             elif path == "limits":
                 out.extend(f"limits.{k}" for k in limits.CAPS)
+            elif path == "roles":
+                out.extend(f"roles.{k}" for k in P.ROLE_DEFAULTS)
 
     walk("")
     return out
+
+
+#: the type column of the roles.* keys
+ROLE_TYPE = "`prespecified` or `exploratory`"
 
 
 @dataclass(frozen=True)
@@ -309,6 +315,37 @@ KEYS: dict[str, Key] = {
                         '["Threshold 50 voxels; Wilson intervals"]'),
     "exploratory": Key("text or list of texts", "none", "What was not prespecified.",
                        '["Threshold sweep"]'),
+    "roles": Key("mapping", "the defaults below", "Whether each analysis is prespecified or "
+                 "exploratory; every table and figure caption says which. Subgroup axes take "
+                 "theirs from `detection.subgroups` / `detection.exploratory_subgroups`, the "
+                 "failure map from its axis. Exploratory tests are not adjusted for "
+                 "multiplicity.", "{threshold_sweep: exploratory, adjusted: prespecified}"),
+    "roles.overall": Key(ROLE_TYPE, "`prespecified`",
+        "The overall accuracy table.", "prespecified"),
+    "roles.precision": Key(ROLE_TYPE, "`prespecified`",
+        "The achieved-precision table of the prespecified cells.", "prespecified"),
+    "roles.sensitivity_collapse": Key(ROLE_TYPE, "`prespecified`",
+        "The sensitivity-collapse table (subgroup-versus-rest tests).", "prespecified"),
+    "roles.threshold_sweep": Key(ROLE_TYPE, "`exploratory`",
+        "The threshold sweep (figure, table, ranking stability).", "exploratory"),
+    "roles.pooled": Key(ROLE_TYPE, "`exploratory`",
+        "The partially pooled failure-map cells.", "exploratory"),
+    "roles.adjusted": Key(ROLE_TYPE, "`prespecified`",
+        "The adjusted models (odds ratios, block tests, variance, adjusted "
+        "versus crude); exploratory: block tests not Holm-adjusted.", "prespecified"),
+    "roles.comparisons": Key(ROLE_TYPE, "`prespecified`",
+        "The paired model comparisons.", "prespecified"),
+    "roles.calibration": Key(ROLE_TYPE, "`prespecified`",
+        "The calibration tables and reliability diagrams.", "prespecified"),
+    "roles.crs": Key(ROLE_TYPE, "`prespecified`",
+        "The CRS axes, scores, rank probabilities, dominance and differences.", "prespecified"),
+    "roles.crs_stability": Key(ROLE_TYPE, "`prespecified`",
+        "The CRS stability analyses (leave-one-out panels, random weights, "
+        "ranking by AUROC).", "prespecified"),
+    "roles.metadata": Key(ROLE_TYPE, "`prespecified`",
+        "The metadata coverage, agreement, site test and review tables.", "prespecified"),
+    "roles.label_error": Key(ROLE_TYPE, "`prespecified`",
+        "The label-error table and the error-aware intervals.", "prespecified"),
     "scheduler": Key("Dask scheduler address", "none (this process)",
                      "Run bootstrap blocks and model fits on a Dask cluster; results are "
                      "identical.", '"tcp://10.0.0.5:8786"'),
