@@ -56,6 +56,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pandas as pd
 from scipy import sparse
 from scipy import stats as sps
 
@@ -65,6 +66,41 @@ from stats.intervals import group_sum as _group_sum, proportion_ci
 FLAG_DEFF = "deff_not_estimable"
 #: the method suffix of a cluster-aware interval: "wilson" -> "wilson-cluster"
 SUFFIX = "-cluster"
+#: the ``cluster`` value that chooses the cluster from the data (:func:`resolve_cluster`)
+AUTO = "auto"
+#: the ``cluster`` value (besides None) that keeps scans independent
+NONE = "none"
+#: the column ``cluster="auto"`` uses when its values repeat
+AUTO_COLUMN = "patient_id"
+
+
+def resolve_cluster(cases: pd.DataFrame, cluster: str | None = AUTO) -> str | None:
+    """The cluster column a ``cluster=`` setting means for ``cases``: the one rule behind
+    the default of every public function with a ``cluster`` keyword, of the plan's
+    ``detection.cluster`` and of the CLI's ``--cluster``.
+
+    * ``"auto"``: ``"patient_id"`` when that column exists and some patient has more than
+      one scan among the rows passed (per model, when there is a ``model`` column: the
+      same case evaluated by two models is not a repeat; missing ids do not count), else
+      None;
+    * None or ``"none"``: None (scans independent);
+    * any other string: that column, returned as given (the caller checks that it exists).
+
+    >>> import pandas as pd
+    >>> d = pd.DataFrame({"model": "m", "case_id": ["a", "b", "c"], "patient_id": ["p", "p", "q"]})
+    >>> resolve_cluster(d), resolve_cluster(d.iloc[1:]), resolve_cluster(d, None)
+    ('patient_id', None, None)
+    """
+    if cluster is None or cluster == NONE:
+        return None
+    if cluster != AUTO:
+        return cluster
+    if AUTO_COLUMN not in cases.columns:
+        return None
+    keys = ["model", AUTO_COLUMN] if "model" in cases.columns else [AUTO_COLUMN]
+    ids = cases[keys]
+    ids = ids[ids[AUTO_COLUMN].notna()]
+    return AUTO_COLUMN if bool(ids.duplicated().any()) else None
 
 
 def pair_sums(member: sparse.spmatrix, cluster: np.ndarray, values: np.ndarray
@@ -80,6 +116,26 @@ def pair_sums(member: sparse.spmatrix, cluster: np.ndarray, values: np.ndarray
     S = sparse.csr_matrix((np.ones(len(pair)), (pair, coo.col)),
                           shape=(len(cell), member.shape[1]))
     return cell, clu, np.asarray(S @ values)
+
+
+def clusters_per_cell(member: sparse.spmatrix, cluster: np.ndarray,
+                      in_population: np.ndarray | None = None) -> np.ndarray:
+    """Per cell (row of the cells x cases 0/1 ``member`` matrix), the number of clusters
+    with a case in the cell (among the cases where ``in_population`` holds, when given):
+    ``n_clusters`` of the tables that report it. ``cluster``: each case's cluster code;
+    a negative code (a missing id) is a cluster of its own."""
+    cluster = np.asarray(cluster, dtype=np.int64)
+    if len(cluster) and cluster.min() < 0:
+        cluster = cluster.copy()
+        miss = cluster < 0
+        cluster[miss] = cluster.max(initial=-1) + 1 + np.arange(int(miss.sum()))
+    coo = member.tocoo()
+    keep = (np.ones(len(coo.col), dtype=bool) if in_population is None
+            else np.asarray(in_population, dtype=bool)[coo.col])
+    if not keep.any():
+        return np.zeros(member.shape[0])
+    _, cell, _ = pair_codes(coo.row[keep], coo.col[keep], cluster)
+    return np.bincount(cell, minlength=member.shape[0]).astype(float)
 
 
 def pair_codes(cell: np.ndarray, case: np.ndarray, cluster: np.ndarray

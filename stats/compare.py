@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from stats.clustered import FLAG_DEFF, paired_difference, pair_codes
+from stats.clustered import AUTO, FLAG_DEFF, paired_difference, pair_codes, resolve_cluster
 from stats.detection import GROUP_COLS, case_matrix
 from stats.intervals import (_paired_auc_frame, clustered_auc_variance, delong_covariance,
                              mcnemar_exact, newcombe_diff_ci)
@@ -19,7 +19,7 @@ COMPARE_METRICS = ("sensitivity", "specificity", "auc")
 
 def compare_models(cases: pd.DataFrame, *, by=None,
                    metrics: Sequence[str] = COMPARE_METRICS, conf_level: float = 0.95,
-                   small_n: int = 10, cluster: str | None = None) -> pd.DataFrame:
+                   small_n: int = 10, cluster: str | None = AUTO) -> pd.DataFrame:
     """Every pair of models, per subgroup cell: paired differences with tests.
 
     Parameters
@@ -42,7 +42,9 @@ def compare_models(cases: pd.DataFrame, *, by=None,
         clustered-data variance of the difference (method "delong-paired-cluster",
         :func:`stats.intervals.clustered_auc_variance` of the difference of the placement
         values). Cells without a repeat keep the exact McNemar test and DeLong's
-        variance. ``None``: scans as independent.
+        variance. "auto" (default): ``"patient_id"`` when that column exists and a
+        patient has several scans among the rows passed, else None
+        (:func:`stats.clustered.resolve_cluster`); None or "none": scans as independent.
 
     Returns
     -------
@@ -93,6 +95,7 @@ def compare_models(cases: pd.DataFrame, *, by=None,
     bad = [k for k in metrics if k not in COMPARE_METRICS]
     if bad:
         raise ValueError(f"metrics: unknown {bad}; choose from {COMPARE_METRICS}")
+    cluster = resolve_cluster(cases, cluster)
     cm = case_matrix(cases, by, cluster=cluster)
     clustered = cluster is not None
     M, G = len(cm.models), cm.n_cells

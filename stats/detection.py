@@ -33,7 +33,8 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from stats.clustered import FLAG_DEFF, SUFFIX, clustered_proportions, metric_indicators
+from stats.clustered import (AUTO, FLAG_DEFF, SUFFIX, clustered_proportions, metric_indicators,
+                             resolve_cluster)
 from stats.intervals import proportion_ci
 from stats.ranking import kendall_tau_b  # the one tau-b (rows of X against r, vectorized)
 from stats.schema import INVISIBLE_HINT, ContractError, invisible, show_id, tidy
@@ -564,7 +565,7 @@ def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
                     chosen: float | Mapping[str, float] | None = None,
                     metrics: Sequence[str] = (*METRICS, "youden"),
                     ci: str = "wilson", conf_level: float = 0.95,
-                    cluster: str | None = None) -> pd.DataFrame:
+                    cluster: str | None = AUTO) -> pd.DataFrame:
     """Every metric per model across ``thresholds`` and the stability of the ranking.
 
     Parameters
@@ -579,7 +580,9 @@ def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
     cluster : column whose repeated values mark scans of one patient (e.g.
         ``"patient_id"``): the proportions' intervals become "<ci>-cluster" (the interval at
         Korn & Graubard's effective sample size; :mod:`stats.clustered`), as in
-        :func:`stats.subgroup_metrics`.
+        :func:`stats.subgroup_metrics`. "auto" (default): ``"patient_id"`` when that
+        column exists and a patient has several scans among the rows passed, else None
+        (:func:`stats.clustered.resolve_cluster`); None or "none": scans independent.
 
     Returns
     -------
@@ -595,6 +598,7 @@ def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
     models' values of ``ranked_by`` at ``threshold`` and at the chosen threshold(s),
     ``n`` the number of models, ``method`` "kendall-tau-b".
     """
+    cluster = resolve_cluster(cases, cluster)
     cm = case_matrix(cases, None, need_pred=False, cluster=cluster)
     thr = np.asarray(sorted(set(float(t) for t in thresholds)), dtype="float64")
     if chosen is None:

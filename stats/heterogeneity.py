@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from stats.clustered import AUTO, resolve_cluster
 from stats.detection import case_matrix
 from stats.schema import ContractError, tidy
 
@@ -66,7 +67,7 @@ BATCH_CELLS = 4_000_000  # cluster x cell counts per batch of models (memory bou
 
 
 def heterogeneity_test(cases: pd.DataFrame, by, estimand: Estimand = "sensitivity",
-                       cluster: str | None = None) -> pd.DataFrame:
+                       cluster: str | None = AUTO) -> pd.DataFrame:
     """Test of equal ``estimand`` across the levels of each axis in ``by``, per model.
 
     Parameters
@@ -77,6 +78,9 @@ def heterogeneity_test(cases: pd.DataFrame, by, estimand: Estimand = "sensitivit
     cluster : column whose repeated values mark correlated scans (e.g. ``patient_id``);
         when its values repeat among the population's scans the Rao-Scott corrected test
         (second order, F reference) is used, otherwise (or with None) Pearson's.
+        "auto" (default): ``"patient_id"`` when that column exists and a patient has
+        several scans among the rows passed, else None
+        (:func:`stats.clustered.resolve_cluster`); "none": as None.
 
     Returns
     -------
@@ -110,13 +114,18 @@ def heterogeneity_test(cases: pd.DataFrame, by, estimand: Estimand = "sensitivit
     >>> from stats import simulate
     >>> calls = stats.scan_level(simulate.benchx_cohort(600, n_models=1, n_sites=6,
     ...                                                 seed=1).data, threshold=50)
-    >>> het = heterogeneity_test(calls, ["phase"], estimand="sensitivity")
+    >>> het = heterogeneity_test(calls, ["phase"], estimand="sensitivity")  # patients repeat
+    >>> print(het[["group_var", "statistic", "df", "method"]].round(3).to_string(index=False))
+    group_var  statistic    df      method
+        phase      9.031 2.991 rao-scott-f
+    >>> het = heterogeneity_test(calls, ["phase"], estimand="sensitivity", cluster=None)
     >>> print(het[["group_var", "statistic", "df", "method"]].round(3).to_string(index=False))
     group_var  statistic  df        method
         phase     26.783 3.0 pearson-chisq
     """
     if estimand not in ESTIMANDS:
         raise ValueError(MSG_ESTIMAND.format(allowed=ESTIMANDS, estimand=estimand))
+    cluster = resolve_cluster(cases, cluster)
     cm = case_matrix(cases, by)
     if cluster is not None and cluster not in cm.covariates.columns:
         raise ContractError(MSG_CLUSTER.format(cluster=cluster,

@@ -43,7 +43,8 @@ from stats.detection import (
     metric_fractions,
     normalize_by,
 )
-from stats.clustered import FLAG_DEFF, SUFFIX, cluster_moments, design_effect, metric_indicators
+from stats.clustered import (FLAG_DEFF, SUFFIX, cluster_moments, design_effect,
+                             metric_indicators, resolve_cluster)
 from stats.intervals import PROPORTION_METHODS, proportion_ci
 from stats.schema import ContractError, _rows_text, _values_text, tidy
 
@@ -597,7 +598,8 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
                                                   "accuracy", "f1", "auc"),
                         ci: str = "wilson", conf_level: float = 0.95, n_imputations: int = 100,
                         seed=None, small_n: int = 10, context: Sequence[str] = (),
-                        cluster: str | None = None, per_patient: Sequence[str] | None = None,
+                        cluster: str | None = "auto",
+                        per_patient: Sequence[str] | None = None,
                         **naive_kw) -> pd.DataFrame:
     """Detection metrics per subgroup cell with intervals that include metadata error.
 
@@ -621,8 +623,9 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
         estimates: in 150 studies of the bench design (2,000 scans, per-site tables, 10%
         flipped) delayed-phase sensitivity was off by -0.015 with coverage 0.90 with
         ``("site",)``, by -0.003 with 0.94 without. The default is none.
-    cluster : column whose repeated values mark scans of one patient (e.g.
-        ``"patient_id"``). The axes without error get ``subgroup_metrics(cluster=)``'s
+    cluster : column whose repeated values mark scans of one patient; default "auto":
+        ``"patient_id"`` when it repeats (:func:`stats.clustered.resolve_cluster`, the rule
+        of every ``cluster`` keyword), None for scans as independent. The axes without error get ``subgroup_metrics(cluster=)``'s
         intervals; on the imputed axes each imputation's within-imputation variance is the
         cluster-aware one: the proportion at Korn & Graubard's effective size over the
         clusters of the level in that imputation (:func:`stats.clustered.design_effect`,
@@ -707,6 +710,7 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
             or n_imputations < 2:
         raise ValueError(MSG_IMPUTATIONS.format(m=n_imputations))
     table = check_label_error(label_error)
+    cluster = resolve_cluster(cases, cluster)
     rng = as_generator(seed)
     specs = normalize_by(by)
     aff = _affected(specs, set(table["field"]))
@@ -916,6 +920,7 @@ def compare_naive(cases: pd.DataFrame, by, label_error: pd.DataFrame, *,
     table = check_label_error(label_error)
     specs = normalize_by(by)
     aff = [":".join(specs[i]) for i in _affected(specs, set(table["field"]))]
+    kwargs["cluster"] = resolve_cluster(cases, kwargs.get("cluster", "auto"))  # both sides
     shared = {k: v for k, v in kwargs.items() if k in ("ci", "conf_level", "small_n", "cluster")}
     naive = sg.subgroup_metrics(cases, by=by, metrics=metrics, **shared)
     aware = error_aware_metrics(cases, by=by, label_error=table, metrics=metrics, **kwargs)

@@ -49,8 +49,10 @@ which it is equal to first order (the conditional mode solves
 ``theta u_c = theta^2 (y_c - n_c p_c)``); unlike that ratio it is defined for cells whose
 crude value is 0 or 1.
 
-**Repeated scans** (``cluster``, e.g. ``patient_id``): a design-effect inflation. The
-intra-patient correlation of the outcome around the cell means is estimated per model
+**Repeated scans** (``cluster``, e.g. ``patient_id``; by default ``"auto"``: ``patient_id``
+when a patient has several scans among the rows passed,
+:func:`stats.clustered.resolve_cluster`): a design-effect inflation. The intra-patient
+correlation of the outcome around the cell means is estimated per model
 (one-way ANOVA, :func:`stats.precision.icc_anova`), each cell's design effect is
 ``1 + (m_c - 1) icc`` with ``m_c`` its Kish mean cluster size
 (:func:`stats.precision.kish_cluster_size`), and the cell enters the fit with effective
@@ -80,6 +82,7 @@ from scipy import stats as sps
 from scipy.special import expit
 
 from stats._threads import one_blas_thread
+from stats.clustered import AUTO, clusters_per_cell, resolve_cluster
 from stats.detection import (GROUP_COLS, MSG_CLUSTER, MSG_CLUSTER_NA,  # noqa: F401 (re-exported)
                              _check_cluster, _levels, case_matrix, normalize_by, scan_level)
 from stats.models.design import estimable_columns
@@ -110,7 +113,7 @@ MSG_BY = ("by: give one axis (a column name) or one intersection (a tuple of nam
 
 
 def pooled_subgroup_metrics(cases: pd.DataFrame, by, estimand: Estimand = "sensitivity", *,
-                            cluster: str | None = None, threshold=None,
+                            cluster: str | None = AUTO, threshold=None,
                             ci: CiMethod = "integrated", conf_level: float = 0.95,
                             small_n: int = 10) -> pd.DataFrame:
     """Partially pooled (GLMM) cell estimates of sensitivity or specificity, with the crude
@@ -125,9 +128,12 @@ def pooled_subgroup_metrics(cases: pd.DataFrame, by, estimand: Estimand = "sensi
         ``"age_group:phase"``), or a list of them (one fit per entry).
     estimand : {"sensitivity", "specificity"}
         Sensitivity among reference positives, specificity among negatives.
-    cluster : str, optional
+    cluster : str or None, default "auto"
         Patient column when patients contribute several scans (design-effect inflation;
-        see the module docstring). None: scans are treated as independent.
+        see the module docstring). "auto": ``"patient_id"`` when that column exists and a
+        patient has several scans among the rows passed, else None
+        (:func:`stats.clustered.resolve_cluster`). None or "none": scans are treated as
+        independent.
     threshold : float or {model: float}, optional
         Voxel threshold for ``pred`` (as :func:`stats.scan_level`).
     ci : {"integrated", "conditional"}
@@ -149,7 +155,10 @@ def pooled_subgroup_metrics(cases: pd.DataFrame, by, estimand: Estimand = "sensi
     ``not_converged``, ``not_estimable``);
     extras ``crude_estimate``, ``numerator``, ``denominator`` (the crude counts),
     ``fixed_estimate`` (``expit(x_c' beta)``), ``shrinkage_weight`` (``1 / H_c``),
-    ``se_logit``, ``group_sd`` (``theta``), ``design_effect`` (1 without ``cluster``).
+    ``se_logit``, ``group_sd`` (``theta``), ``design_effect`` (1 without ``cluster``),
+    ``n_clusters`` (clusters with a scan among the cell's positives (negatives): the
+    ``cluster`` column, else ``patient_id``, else every case its own, as
+    :func:`stats.subgroup_metrics`).
     Empty cells keep NaN estimates.
 
     Notes
@@ -168,14 +177,16 @@ def pooled_subgroup_metrics(cases: pd.DataFrame, by, estimand: Estimand = "sensi
         raise ValueError(MSG_BY.format(by=by))
     if threshold is not None:
         cases = scan_level(cases, threshold=threshold)
+    cluster = resolve_cluster(cases, cluster)
     if cluster is not None:
         _check_cluster(cases, cluster)
-    cm = case_matrix(cases, specs)
+    cm = case_matrix(cases, specs, cluster=cluster)
     counts = cm.cell_counts()
     pos = estimand == "sensitivity"
     succ = counts["tp"] if pos else counts["tn"]                 # cells x models
     trials = counts["n_pos"] if pos else counts["n_neg"]         # cells
     in_pop = cm.label if pos else ~cm.label
+    n_clusters = clusters_per_cell(cm.member, cm.patient, in_pop)  # cells
     deff = np.ones(succ.shape)
     if cluster is not None:
         deff = _design_effects(cm, cluster, in_pop)
@@ -189,7 +200,8 @@ def pooled_subgroup_metrics(cases: pd.DataFrame, by, estimand: Estimand = "sensi
             res.update(model=model, group_var=cm.cells["group_var"].to_numpy()[cells],
                        group_level=cm.cells["group_level"].to_numpy()[cells],
                        n=counts["n"][cells], n_pos=counts["n_pos"][cells],
-                       n_neg=counts["n_neg"][cells], design_effect=deff[cells, j])
+                       n_neg=counts["n_neg"][cells], design_effect=deff[cells, j],
+                       n_clusters=n_clusters[cells])
             frames.append(pd.DataFrame(res))
     out = pd.concat(frames, ignore_index=True)
     small = (out["denominator"] > 0) & (out["denominator"] < small_n)

@@ -40,6 +40,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from stats.clustered import AUTO, clusters_per_cell, resolve_cluster
 from stats.detection import (
     GROUP_COLS,
     OVERALL,
@@ -241,7 +242,7 @@ def precision_table(cases: pd.DataFrame | None = None, *, by=None,
                     prevalence: float | None = None, target_half_width: float = 0.05,
                     methods: Sequence[PlanMethod] = PLAN_METHODS, conf_level: float = 0.95,
                     design_effect: float | None = None, icc: float | None = None,
-                    scans_per_patient: float | None = None, cluster: str | None = None,
+                    scans_per_patient: float | None = None, cluster: str | None = AUTO,
                     threshold: float | Mapping[str, float] | None = None) -> pd.DataFrame:
     """Achieved and required precision of sensitivity and specificity per subgroup.
 
@@ -274,6 +275,13 @@ def precision_table(cases: pd.DataFrame | None = None, *, by=None,
         Repeated scans: ``design_effect`` given, or ``1 + (m - 1) * icc`` with ``m`` =
         ``scans_per_patient`` or, with cases and ``icc``, the cell's Kish mean cluster size
         (``cluster`` column, default ``patient_id``). Default 1 (independent scans).
+    cluster : str or None, default "auto"
+        With cases: the column whose repeated values mark scans of one patient, for the
+        Kish mean cluster size (with ``icc``) and ``n_clusters``. "auto": ``"patient_id"``
+        when a patient has several scans among the rows passed, else None
+        (:func:`stats.clustered.resolve_cluster`); None or "none": ``patient_id`` when
+        present, else every case its own cluster (each patient of one scan gives the
+        same).
     threshold : prespecified threshold when ``cases`` has no ``pred``.
 
     Returns
@@ -290,7 +298,10 @@ def precision_table(cases: pd.DataFrame | None = None, *, by=None,
     ``expected`` (the planning value), ``design_effect``, ``n_required`` (positives for
     sensitivity, negatives for specificity), ``prevalence``, ``scans_required``
     (in the subgroup, for this estimand), ``share``, ``study_scans_required``
-    (``scans_required / share``, rounded up).
+    (``scans_required / share``, rounded up), ``n_clusters`` (with cases: clusters with a
+    scan among the cell's positives for sensitivity, negatives for specificity: the
+    ``cluster`` column, else ``patient_id``, else every case its own, as
+    :func:`stats.subgroup_metrics`; NaN without cases).
 
     Notes
     -----
@@ -343,6 +354,7 @@ def precision_table(cases: pd.DataFrame | None = None, *, by=None,
 def _rows_from_cases(cases, by, *, cluster, threshold, icc, scans_per_patient) -> pd.DataFrame:
     if threshold is not None:
         cases = scan_level(cases, threshold=threshold)
+    cluster = resolve_cluster(cases, cluster)
     rows = confusion_counts(cases, by).drop(columns=["fp", "fn"]).astype(
         {k: "float64" for k in ("n", "n_pos", "n_neg", "tp", "tn")})
     first = rows.groupby("model", sort=False)["n"].transform("first")   # overall row first
@@ -352,16 +364,19 @@ def _rows_from_cases(cases, by, *, cluster, threshold, icc, scans_per_patient) -
         rows["_observed_expected_sensitivity"] = overall["tp"] / overall["n_pos"]
         rows["_observed_expected_specificity"] = overall["tn"] / overall["n_neg"]
         rows["_observed_prevalence"] = rows["n_pos"] / rows["n"]
+    cm = case_matrix(cases, by)
+    G, M = cm.n_cells, len(cm.models)
+    col = cluster or ("patient_id" if "patient_id" in cm.covariates else "case_id")
+    if col not in cm.covariates:
+        raise ContractError(MSG_CLUSTER.format(cluster=col, present=", ".join(
+            map(str, cases.columns[:15]))), column=col)
+    coo = cm.member.tocoo()
+    clu = pd.factorize(cm.covariates[col])[0]
+    lab = cm.label.astype(float)
+    for est, pop in (("sensitivity", cm.label), ("specificity", ~cm.label)):
+        # clusters among the positives (negatives) of each cell
+        rows[f"_n_clusters_{est}"] = np.tile(clusters_per_cell(cm.member, clu, pop), M)
     if icc is not None and scans_per_patient is None:
-        cm = case_matrix(cases, by)
-        G, M = cm.n_cells, len(cm.models)
-        col = cluster or ("patient_id" if "patient_id" in cm.covariates else "case_id")
-        if col not in cm.covariates:
-            raise ContractError(MSG_CLUSTER.format(cluster=col, present=", ".join(
-                map(str, cases.columns[:15]))), column=col)
-        coo = cm.member.tocoo()
-        clu = pd.factorize(cm.covariates[col])[0]
-        lab = cm.label.astype(float)
         # m per cell and estimand: clusters among the positives (negatives) of the cell
         kp = kish_cluster_size(coo.row, clu[coo.col], G, weights=lab[coo.col])
         kn = kish_cluster_size(coo.row, clu[coo.col], G, weights=1.0 - lab[coo.col])
@@ -460,6 +475,8 @@ def _expand(rows: pd.DataFrame, methods: list[str], conf_level: float) -> pd.Dat
                 "target_half_width": target, "expected": expected, "design_effect": deff,
                 "n_required": need, "prevalence": r["prevalence"].to_numpy(float),
                 "scans_required": scans, "share": share, "study_scans_required": study,
+                "n_clusters": (r[f"_n_clusters_{est}"].to_numpy(float)
+                               if f"_n_clusters_{est}" in r else np.nan),
                 "_row": np.arange(len(r))}))
     out = pd.concat(frames, ignore_index=True)
     order = np.lexsort((out["method"].map(methods.index), out["estimand"].map(ESTIMANDS.index),

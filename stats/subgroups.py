@@ -7,8 +7,9 @@ own, "Missing", or "not applicable" where the scan cannot have the attribute (tu
 or location of a reference negative; :mod:`stats.detection`), so the levels of every axis
 add up to the overall n.
 
-With ``cluster`` (e.g. ``"patient_id"``) every closed-form proportion interval is
-cluster-aware: the chosen interval at Korn & Graubard's effective sample size, from the
+With ``cluster`` (default ``"auto"``: ``patient_id`` when a patient has several scans
+among the rows passed, :func:`stats.clustered.resolve_cluster`; None keeps scans
+independent) every closed-form proportion interval is cluster-aware: the chosen interval at Korn & Graubard's effective sample size, from the
 cluster-robust variance of the cell's ratio estimator (:mod:`stats.clustered`); the AUC's
 interval uses Obuchowski's (1997) clustered-data variance in every cell where a patient
 has several scans (:func:`stats.intervals.clustered_auc_variance`).
@@ -24,8 +25,9 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
 from stats import bootstrap as bs
-from stats.clustered import (FLAG_DEFF, SUFFIX, clustered_proportions, complement_moments,
-                             design_effect, effective_counts, metric_indicators, pair_codes)
+from stats.clustered import (AUTO, FLAG_DEFF, SUFFIX, clustered_proportions, complement_moments,
+                             design_effect, effective_counts, metric_indicators, pair_codes,
+                             resolve_cluster)
 from stats.detection import (BIN_SOURCES, GROUP_COLS, METRICS, OVERALL, PROPORTIONS, CaseMatrix,
                              case_matrix, metric_fractions, ratio)
 from stats.intervals import (AUC_SCALES, PROPORTION_METHODS, AucScale, _auc_ci_from,
@@ -135,7 +137,7 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         ci: str = "wilson", conf_level: float = 0.95, n_boot: int | None = None,
         seed=None, small_n: int = 10, scheduler=None, strata: str | None = None,
         boot_ci: bs.CIMethod = "percentile", auc_scale: AucScale = "auc",
-        label_error: pd.DataFrame | None = None, cluster: str | None = None,
+        label_error: pd.DataFrame | None = None, cluster: str | None = AUTO,
         not_applicable="auto") -> pd.DataFrame:
     """Detection metrics with confidence intervals per model x subgroup cell.
 
@@ -165,17 +167,20 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         built on those fields get multiple-imputation intervals that carry the metadata
         error (:func:`stats.label_error.error_aware_metrics`; M = 100 imputations, ``seed``),
         cluster-aware with ``cluster`` (method "mi-wilson-cluster").
-    cluster : str, optional
+    cluster : str or None, default "auto"
         Column whose repeated values mark scans of one patient (e.g. ``"patient_id"``).
-        Every closed-form proportion interval (sensitivity, specificity, PPV, NPV,
+        "auto" (default): ``"patient_id"`` when that column exists and some patient has
+        more than one scan (per model) among the rows passed, else None
+        (:func:`stats.clustered.resolve_cluster`); None or "none": scans independent.
+        With a cluster every closed-form proportion interval (sensitivity, specificity, PPV, NPV,
         accuracy) becomes the ``ci`` interval at Korn & Graubard's effective sample size
         (``n / deff`` with a degrees-of-freedom factor, at most ``n``; method
         ``"<ci>-cluster"``, e.g. "wilson-cluster"; :mod:`stats.clustered`), the AUC's
         interval uses Obuchowski's clustered-data variance in each cell where a cluster
         has more than one scan (method "delong-cluster" or "delong-cluster-logit"; DeLong's,
         identical there, in cells without repeats), and the cluster bootstrap resamples
-        this column. None (default): closed-form intervals
-        treat scans as independent; the bootstrap resamples ``patient_id``.
+        this column. None (or "auto" without repeated ``patient_id``): closed-form
+        intervals treat scans as independent; the bootstrap resamples ``patient_id``.
     not_applicable : "auto" (default), None, list of columns or ``{column: "negatives"}``
         Which missing values read "not applicable" rather than "Missing": by default
         tumour size and location (and bins made from them) of reference negatives
@@ -252,6 +257,7 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         raise ValueError(f"auc_scale must be one of {AUC_SCALES}; got {auc_scale!r}")
     if boot_ci not in bs.CI_METHODS:
         raise ValueError(f"boot_ci must be one of {bs.CI_METHODS}; got {boot_ci!r}")
+    cluster = resolve_cluster(cases, cluster)
     if label_error is not None:  # metadata error carried into the intervals
         from stats.label_error import error_aware_metrics
         return error_aware_metrics(cases, by=by, label_error=label_error, metrics=metrics, ci=ci,
@@ -438,7 +444,7 @@ def _two_proportions(x1, n1, x2, n2, conf_level: float) -> dict[str, np.ndarray]
 
 def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha: float = 0.05,
                      adjust: str = "holm", not_applicable="auto",
-                     cluster: str | None = None) -> pd.DataFrame:
+                     cluster: str | None = AUTO) -> pd.DataFrame:
     """Sensitivity and specificity of each subgroup against the rest of its axis.
 
     Parameters
@@ -450,7 +456,10 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
     not_applicable : as in :func:`subgroup_metrics` (missing values are levels).
     cluster : column whose repeated values mark scans of one patient (e.g.
         ``"patient_id"``): method "newcombe-z-cluster", the interval and the test on each
-        side's effective counts (Notes).
+        side's effective counts (Notes). "auto" (default): ``"patient_id"`` when a
+        patient has several scans among the rows passed, else None
+        (:func:`stats.clustered.resolve_cluster`); None or "none": scans independent
+        (method "newcombe-z").
 
     Returns
     -------
@@ -459,9 +468,11 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
     subgroup - rest, ``conf_low``/``conf_high`` (Newcombe hybrid score, method 10),
     ``statistic`` (pooled two-proportion z), ``p_value`` (two-sided), ``p_adjusted``
     (Holm), extras ``p_adjusted_bh`` (Benjamini-Hochberg), ``estimate_subgroup``,
-    ``estimate_rest``, ``n_rest``, ``collapse`` (bool) and ``flag``
-    "sensitivity_collapse" on both rows of a collapsed subgroup ("not_estimable" when a
-    denominator is 0).
+    ``estimate_rest``, ``n_rest``, ``n_clusters`` and ``n_clusters_rest`` (clusters with a
+    scan in the subgroup's and in the rest's denominator: the ``cluster`` column, else
+    ``patient_id``, else every case its own, as :func:`subgroup_metrics`), ``collapse``
+    (bool) and ``flag`` "sensitivity_collapse" on both rows of a collapsed subgroup
+    ("not_estimable" when a denominator is 0).
 
     Notes
     -----
@@ -477,8 +488,7 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
     from the two cluster-aware Wilson intervals and the z test with each side's binomial
     variance inflated by its design effect (the rest's computed over its own clusters;
     the covariance of a patient's scans on both sides is left out, which is conservative
-    when it is positive); extras ``n_effective``, ``n_effective_rest``, ``n_clusters``,
-    ``n_clusters_rest``. Type-I error in simulation: ``bench/cluster_coverage.md``.
+    when it is positive); extras ``n_effective``, ``n_effective_rest``. Type-I error in simulation: ``bench/cluster_coverage.md``.
 
     A subgroup shows **sensitivity collapse** when its sensitivity is significantly
     below the rest (adjusted p < alpha) while its specificity is not significantly
@@ -488,26 +498,26 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
     """
     if adjust not in ("holm", "fdr_bh"):
         raise ValueError(f"adjust must be 'holm' or 'fdr_bh'; got {adjust!r}")
+    cluster = resolve_cluster(cases, cluster)
     cm = case_matrix(cases, by, not_applicable=not_applicable, cluster=cluster)
     c = cm.cell_counts()
     axis = cm.cells["axis"].to_numpy()
     n_axes = int(axis.max()) + 1
-    eff = _effective_counts_vs_rest(cm, conf_level) if cluster is not None else None
+    eff = _effective_counts_vs_rest(cm, conf_level)  # the clusters of each side, always
     frames = []
     for metric, x, n in (("sensitivity", c["tp"], c["n_pos"][:, None] + 0 * c["tp"]),
                          ("specificity", c["tn"], c["n_neg"][:, None] + 0 * c["tn"])):
         xa = np.stack([np.bincount(axis, weights=x[:, j], minlength=n_axes) for j in range(x.shape[1])], 1)
         na = np.stack([np.bincount(axis, weights=n[:, j], minlength=n_axes) for j in range(x.shape[1])], 1)
         x2, n2 = xa[axis] - x, na[axis] - n
-        extra, method = {}, "newcombe-z"
-        if eff is None:
+        *counts, c1, c2 = eff[metric]
+        extra, method = {"n_clusters": c1, "n_clusters_rest": c2}, "newcombe-z"
+        if cluster is None:
             res = _two_proportions(x, n, x2, n2, conf_level)
         else:
-            *counts, c1, c2 = eff[metric]
             res = _two_proportions(*counts, conf_level)
             res["estimate"] = ratio(x, n) - ratio(x2, n2)
-            extra = {"n_effective": counts[1], "n_effective_rest": counts[3],
-                     "n_clusters": c1, "n_clusters_rest": c2}
+            extra = {"n_effective": counts[1], "n_effective_rest": counts[3], **extra}
             method = "newcombe-z-cluster"
         frames.append(_frame(cm, f"{metric}_difference", {
             **res, "conf_level": conf_level, "method": method,
@@ -533,16 +543,17 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
 
 def failure_map(cases: pd.DataFrame, rows: str = "age_group", cols: str = "phase", *,
                 metric: str = "sensitivity", ci: str = "wilson", conf_level: float = 0.95,
-                small_n: int = 10, cluster: str | None = None,
+                small_n: int = 10, cluster: str | None = AUTO,
                 not_applicable="auto") -> pd.DataFrame:
     """A metric (default sensitivity) over the ``rows`` x ``cols`` grid, per model.
 
     Returns the tidy rows of :func:`subgroup_metrics` for the intersection
     ``rows:cols`` (every combination, empty ones with n = 0 and flag "empty"; missing
     values as the "Missing" or "not applicable" row or column), plus ``row_level`` and
-    ``col_level`` so a report can draw the grid directly. ``cluster`` and
-    ``not_applicable`` as in :func:`subgroup_metrics` (with ``cluster`` the intervals are
-    "<ci>-cluster" and every row carries its ``design_effect`` and ``n_clusters``).
+    ``col_level`` so a report can draw the grid directly. ``cluster`` (default "auto":
+    ``patient_id`` when it repeats) and ``not_applicable`` as in :func:`subgroup_metrics`
+    (with a cluster the intervals are "<ci>-cluster"; every row carries its
+    ``design_effect`` and ``n_clusters``).
     """
     out = subgroup_metrics(cases, by=[(rows, cols)], metrics=(metric,), ci=ci,
                            conf_level=conf_level, small_n=small_n, cluster=cluster,

@@ -111,7 +111,7 @@ def test_subgroup_vs_rest_matches_prop_test_on_effective_counts(cases, ref_vs_re
     np.testing.assert_array_equal(j["n_clusters_rest"], j["r_n_clusters_rest"])
     assert (j["method"] == "newcombe-z-cluster").all()
     assert (j["n_effective_rest"] < j["n_rest"]).sum() > 40  # the rest's clustering counts
-    plain = stats.subgroup_vs_rest(cases, by=BY)
+    plain = stats.subgroup_vs_rest(cases, by=BY, cluster=None)
     assert (plain["method"] == "newcombe-z").all()
     np.testing.assert_array_equal(plain["estimate"], out["estimate"])
     assert np.nanmedian(np.abs(out["statistic"]) / np.abs(plain["statistic"])) < 0.97
@@ -136,7 +136,7 @@ def test_flags_of_the_rules(cases, ref):
 def test_no_repeated_patient_gives_the_plain_interval(cases):
     """Every scan its own cluster: the design effect is exactly 1 and the interval is the
     plain one; the rows carry the method name and n_clusters = denominator."""
-    plain = stats.subgroup_metrics(cases, by=BY, metrics=PROPORTIONS)
+    plain = stats.subgroup_metrics(cases, by=BY, metrics=PROPORTIONS, cluster=None)
     clus = stats.subgroup_metrics(cases, by=BY, metrics=PROPORTIONS, cluster="case_id")
     ok = plain["denominator"] > 0
     for col in ("estimate", "conf_low", "conf_high", "numerator", "denominator", "n_effective"):
@@ -151,7 +151,7 @@ def test_no_repeated_patient_gives_the_plain_interval(cases):
 
 
 def test_a_wider_interval_where_patients_repeat(cases):
-    plain = stats.subgroup_metrics(cases, by=["phase"], metrics=["sensitivity"])
+    plain = stats.subgroup_metrics(cases, by=["phase"], metrics=["sensitivity"], cluster=None)
     clus = stats.subgroup_metrics(cases, by=["phase"], metrics=["sensitivity"],
                                   cluster="patient_id")
     wider = (clus.conf_high - clus.conf_low) - (plain.conf_high - plain.conf_low)
@@ -197,7 +197,7 @@ def test_threshold_sweep_and_failure_map_agree(cases):
     assert (sens_c.n_effective < sens_c.denominator).any()
     f1 = sweep[sweep.estimand == "f1"]
     assert f1.design_effect.isna().all() and (f1.method == "none").all()
-    plain = stats.threshold_sweep(called, [3, 50, 104], metrics=["sensitivity"])
+    plain = stats.threshold_sweep(called, [3, 50, 104], metrics=["sensitivity"], cluster=None)
     sens = plain[plain.estimand == "sensitivity"]
     assert (sens.design_effect == 1).all() and sens.n_clusters.isna().all()
     np.testing.assert_array_equal(sens.n_effective, sens.denominator)

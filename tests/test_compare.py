@@ -22,7 +22,7 @@ def sim() -> pd.DataFrame:
 def test_auc_difference_matches_proc(sim):
     ref = pd.read_csv(R / "intervals.csv")
     ref = ref[ref.test == "delong-sim"]
-    out = compare_models(sim)
+    out = compare_models(sim, cluster=None)
     check_tidy(out)
     auc = out[out.estimand == "auc_difference"].set_index("model")
     for id_ in ref.id.unique():
@@ -36,7 +36,7 @@ def test_auc_difference_matches_proc(sim):
 
 
 def test_paired_proportions_per_cell(sim):
-    out = compare_models(sim, by=["phase"])
+    out = compare_models(sim, by=["phase"], cluster=None)
     assert len(out) == 3 * 3 * (1 + sim.phase.nunique())
     wide = sim.pivot(index="case_id", columns="model", values="pred")
     info = sim.drop_duplicates("case_id").set_index("case_id").loc[wide.index]

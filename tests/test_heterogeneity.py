@@ -38,7 +38,7 @@ def _r(ref, model, estimand, axis, test):
 
 @pytest.mark.parametrize("estimand", ["sensitivity", "specificity"])
 def test_pearson_matches_chisq_test(cases, ref, estimand):
-    out = heterogeneity_test(cases, BY, estimand=estimand)
+    out = heterogeneity_test(cases, BY, estimand=estimand, cluster=None)
     check_tidy(out)
     assert len(out) == 6 and (out.method == "pearson-chisq").all()
     assert (out.estimand == estimand).all() and out.design_effect.eq(1).all()
@@ -68,7 +68,7 @@ def test_rao_scott_matches_svychisq(cases, ref, estimand):
         assert abs(row.p_value - f["p_value"]) < 1e-8 * max(1.0, f["p_value"]), row
         assert row.n_levels - 1 == r["df"] and row.n_clusters == r["n_clusters"]
     # clustering matters in these data: the corrected p-values are not Pearson's
-    plain = heterogeneity_test(cases, BY, estimand=estimand)
+    plain = heterogeneity_test(cases, BY, estimand=estimand, cluster=None)
     assert np.max(np.abs(out.p_value - plain.p_value)) > 1e-3
     assert plain.df_denominator.isna().all()
 
@@ -114,7 +114,7 @@ def test_pearson_recomputed_by_hand(cases):
     tab = pd.crosstab(pos.age_group + ":" + pos.phase, pos.pred).to_numpy(float)
     e = tab.sum(1, keepdims=True) * tab.sum(0, keepdims=True) / tab.sum()
     x2 = ((tab - e) ** 2 / e).sum()
-    out = heterogeneity_test(cases, [("age_group", "phase")])
+    out = heterogeneity_test(cases, [("age_group", "phase")], cluster=None)
     got = out[out.model == "model_B"].statistic.iloc[0]
     assert got == pytest.approx(x2, rel=1e-12)
 

@@ -50,9 +50,10 @@ def test_no_error_reproduces_naive_wilson(cases):
     ident = flip_table("phase", PHASES, 0.0)
     by = ["phase", ("age_group", "phase"), "sex"]
     aware = le.error_aware_metrics(cases, by=by, label_error=ident, n_imputations=5, seed=1,
-                                   metrics=("sensitivity", "specificity", "ppv", "accuracy"))
+                                   metrics=("sensitivity", "specificity", "ppv", "accuracy"),
+                                   cluster=None)
     naive = sg.subgroup_metrics(cases, by=by, metrics=("sensitivity", "specificity", "ppv",
-                                                       "accuracy"))
+                                                       "accuracy"), cluster=None)
     check_tidy(aware)
     assert len(aware) == len(naive)
     key = ["estimand", "model", "group_var", "group_level"]
@@ -71,7 +72,7 @@ def test_error_widens_and_counts_are_conserved(cases, table):
                                  label_error=table, metrics=("sensitivity", "f1", "auc"),
                                  n_imputations=20, seed=3)
     naive = sg.subgroup_metrics(cases, by=["phase", "race", ("age_group", "phase")],
-                                metrics=("sensitivity",))
+                                metrics=("sensitivity",), cluster=None)
     check_tidy(out)
     sens = out[(out.estimand == "sensitivity") & (out.group_var != "overall")]
     ref = naive[naive.group_var != "overall"]
@@ -94,13 +95,13 @@ def test_error_widens_and_counts_are_conserved(cases, table):
 
 
 def test_seeded_and_delegated(cases, table):
-    kw = {"by": ["race"], "metrics": ("sensitivity",), "label_error": table}
+    kw = {"by": ["race"], "metrics": ("sensitivity",), "label_error": table, "cluster": None}
     a = le.error_aware_metrics(cases, n_imputations=10, seed=11, **kw)
     b = le.error_aware_metrics(cases, n_imputations=10, seed=11, **kw)
     c = le.error_aware_metrics(cases, n_imputations=10, seed=12, **kw)
     pd.testing.assert_frame_equal(a, b)
     assert not np.allclose(a.conf_low.fillna(0), c.conf_low.fillna(0))
-    d = stats.subgroup_metrics(cases, seed=11, **kw)  # the delegating keyword (M = 100)
+    d = stats.subgroup_metrics(cases, seed=11, **kw)  # delegating (M = 100)
     e = le.error_aware_metrics(cases, n_imputations=100, seed=11, **kw)
     pd.testing.assert_frame_equal(d, e)
 
@@ -243,7 +244,8 @@ def test_missing_recorded_values_stay_missing(cases, table):
 
 
 def test_compare_naive_side_by_side(cases, table):
-    out = le.compare_naive(cases, ["phase", "sex"], table, n_imputations=10, seed=4)
+    out = le.compare_naive(cases, ["phase", "sex"], table, n_imputations=10, seed=4,
+                           cluster=None)
     check_tidy(out)
     assert set(out["group_var"]) == {"phase"}
     assert list(out["kind"].iloc[:2]) == ["naive", "error_aware"]
@@ -373,7 +375,7 @@ def test_clusters_enter_each_imputation():
     table = flip_table("phase", PHASES, 0.1)
     kw = dict(by=["phase"], label_error=table, n_imputations=20, seed=4,
               metrics=("sensitivity", "specificity"))
-    plain = le.error_aware_metrics(cases, **kw)
+    plain = le.error_aware_metrics(cases, cluster=None, **kw)
     clus = le.error_aware_metrics(cases, cluster="patient_id", **kw)
     check_tidy(clus)
     ph = (clus["group_var"] == "phase").to_numpy()
@@ -389,7 +391,7 @@ def test_clusters_enter_each_imputation():
 
     one = cases.drop_duplicates(["model", "patient_id"])
     a = le.error_aware_metrics(one, cluster="patient_id", **kw)
-    b = le.error_aware_metrics(one, **kw)
+    b = le.error_aware_metrics(one, cluster=None, **kw)
     assert (a.loc[a.group_var == "phase", "method"] == "mi-wilson-cluster").all()
     for col in ("estimate", "conf_low", "conf_high", "df"):
         np.testing.assert_allclose(a[col], b[col], rtol=0, atol=1e-12, err_msg=col)
@@ -558,4 +560,4 @@ def test_declared_per_patient_field_that_differs_within_a_patient_is_an_error():
     with pytest.raises(le.ContractError, match="'rase', which is not a field"):
         le.error_aware_metrics(cases, per_patient=["rase"], cluster="patient_id", **kw)
     with pytest.raises(le.ContractError, match="no cluster column"):
-        le.error_aware_metrics(cases, per_patient=["race"], **kw)
+        le.error_aware_metrics(cases, per_patient=["race"], cluster=None, **kw)

@@ -47,7 +47,8 @@ def ref():
 
 @pytest.fixture(scope="module")
 def fits(sim):
-    return {pop: pooled_subgroup_metrics(sim, SPECS, est) for pop, est in POP.items()}
+    return {pop: pooled_subgroup_metrics(sim, SPECS, est, cluster=None)
+            for pop, est in POP.items()}
 
 
 def _merged(ref, fits, pop, fit, quantity):

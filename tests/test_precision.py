@@ -148,7 +148,7 @@ def test_cases_mode_matches_subgroup_metrics(cases):
     check_tidy(t)
     for meth in ("wilson", "clopper-pearson"):
         sm = stats.subgroup_metrics(cases, by=["phase"], metrics=["sensitivity", "specificity"],
-                                    ci=meth)
+                                    ci=meth, cluster=None)
         m = t[t.method == meth].merge(sm, on=["estimand", "model", "group_var", "group_level"],
                                       suffixes=("", "_sm"))
         assert len(m) == len(sm)

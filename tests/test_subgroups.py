@@ -29,7 +29,7 @@ def ref() -> pd.DataFrame:
 
 
 def test_subgroup_metrics_match_groupby(cases):
-    out = sg.subgroup_metrics(cases, by=["phase", ("age_group", "phase")])
+    out = sg.subgroup_metrics(cases, by=["phase", ("age_group", "phase")], cluster=None)
     check_tidy(out)
     assert list(out.columns[:4]) == ["estimand", "model", "group_var", "group_level"]
     n_cells = 1 + 4 + 16
@@ -57,7 +57,8 @@ def test_subgroup_metrics_match_groupby(cases):
 
 def test_empty_and_small_cells(cases):
     d = cases.assign(extra=pd.Categorical(["a"] * len(cases), categories=["a", "b"]))
-    out = sg.subgroup_metrics(d, by=["extra", ("extra", "phase")], small_n=10_000)
+    out = sg.subgroup_metrics(d, by=["extra", ("extra", "phase")], small_n=10_000,
+                              cluster=None)
     empty = out[out.group_level.str.startswith("b")]
     assert len(empty) == 3 * 5 * 7
     assert (empty.flag == "empty").all() and (empty.n == 0).all() and empty.estimate.isna().all()
@@ -67,7 +68,7 @@ def test_empty_and_small_cells(cases):
 
 def test_f1_bootstrap_and_ci_bootstrap(cases):
     out = sg.subgroup_metrics(cases, by=["phase"], metrics=("sensitivity", "f1"),
-                              n_boot=200, seed=4)
+                              n_boot=200, seed=4, cluster=None)
     f1 = out[out.estimand == "f1"]
     assert (f1.method == "bootstrap-percentile").all()
     ok = f1[f1.n > 0]
@@ -78,7 +79,7 @@ def test_f1_bootstrap_and_ci_bootstrap(cases):
     assert (allb.method == "bootstrap-percentile").all()
     wil = sg.subgroup_metrics(cases, by=["phase"], metrics=("sensitivity", "f1", "auc"),
                               ci="bootstrap", n_boot=200, seed=4, boot_ci="wilson",
-                              auc_scale="logit")
+                              auc_scale="logit", cluster=None)
     assert set(wil.method) == {"bootstrap-wilson", "bootstrap-percentile", "delong-logit"}
     assert (wil[wil.estimand == "f1"].method == "bootstrap-percentile").all()
     for col in ("estimate", "std_error"):  # same replicates: only the interval differs

@@ -54,6 +54,7 @@ OPTION_OF_KEY = {
     "detection.threshold.target": "--target-specificity", "detection.ci": "--ci",
     "detection.auc_scale": "--auc-scale", "detection.conf_level": "--conf-level",
     "detection.small_n": "--small-n", "detection.subgroups": "--by", "detection.bins": "--bin",
+    "detection.cluster": "--cluster",
     "detection.compare_by": "--by", "detection.bootstrap.n_boot": "--n-boot",
     "detection.bootstrap.seed": "--seed", "detection.bootstrap.boot_ci": "--boot-ci",
     "detection.adjusted.formula": "--formula", "detection.adjusted.group": "--group",
@@ -83,6 +84,33 @@ def _as_options(message: str, source: str) -> str:
     return re.sub(r"key '([^']+)'", option, body)
 
 
+#: --cluster naming a column the cases table lacks (exit 2)
+MSG_CLUSTER_COLUMN = ("{file}: --cluster {cluster!r}: the cases table has no column '{cluster}' "
+                      "(columns: {present}); name the column whose repeated values mark scans "
+                      "of one patient (e.g. --cluster patient_id), or use --cluster auto "
+                      "(patient_id when a patient has several scans) or --cluster none (scans "
+                      "independent)")
+
+
+def cluster_setting(value: str) -> str:
+    """``--cluster``: "auto", "none" (any case) or a column name, as the plan's
+    ``detection.cluster``; the rule "auto" follows is
+    :func:`stats.clustered.resolve_cluster`."""
+    v = value.strip()
+    return v.lower() if v.lower() in ("auto", "none") else v
+
+
+def check_cluster_column(tables, cluster, path) -> None:
+    """Refuse a ``--cluster`` column the (binned) cases table lacks, naming the file, the
+    column and the fix, before any analysis."""
+    if cluster in (None, "auto", "none") or tables.cases is None:
+        return
+    if cluster not in tables.cases.columns:
+        raise InputError(MSG_CLUSTER_COLUMN.format(
+            file=path, cluster=cluster,
+            present=", ".join(map(str, tables.cases.columns[:20]))))
+
+
 def run_command(label: str, *, inputs: dict, detection: dict | None = None,
                 crs: dict | None = None, scheduler=None, only: list[str], quiet: bool):
     """Build the plan of a command, load and check its inputs, and run the analyses
@@ -103,6 +131,7 @@ def run_command(label: str, *, inputs: dict, detection: dict | None = None,
         first = next(str(p) for p in inputs.values() if p is not None)
         raise InputError(message if message.startswith(first) else f"{first}: {message}") \
             from None
+    check_cluster_column(tables, (detection or {}).get("cluster"), inputs.get("cases"))
     with progress(label, total=1, quiet=quiet) as advance, plan_limits(plan):
         results = run(plan, tables, only=only, errors="raise")
         advance()
@@ -126,6 +155,11 @@ CriterionOpt = Annotated[Optional[str], typer.Option(
          "and analyse the test split.")]
 TargetOpt = Annotated[Optional[float], typer.Option(help="For --criterion target_specificity.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress output.")]
+ClusterOpt = Annotated[str, typer.Option(
+    metavar="COLUMN|auto|none",
+    help="Scans of one patient: every interval and test is cluster-aware over this column. "
+         "auto (default): patient_id when a patient has several scans among the rows "
+         "analysed, else none; none: scans independent.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -152,6 +186,7 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[Optional[int], typer.Option(help="Bootstrap seed.")] = None,
         conf_level: Annotated[float, typer.Option(help="Confidence level of every interval.")] = 0.95,
         small_n: Annotated[int, typer.Option(help="Flag cells whose denominator is below this.")] = 10,
+        cluster: ClusterOpt = "auto",
         scheduler: Annotated[Optional[str], typer.Option(help="Dask scheduler address.")] = None,
         force: ForceOpt = False,
         quiet: QuietOpt = False,
@@ -159,12 +194,14 @@ def register(app: typer.Typer) -> None:
         """Sensitivity, specificity, PPV, NPV, accuracy, F1 and AUC per model x subgroup.
 
         The rows analysed are the report's: the test split when the table has a split
-        column, every row otherwise."""
+        column, every row otherwise. Intervals are cluster-aware over --cluster (default:
+        patient_id when a patient has several scans)."""
         check_seed(seed)
         check_out_files([("--out", out)], force=force, inputs=[cases])
         det = {"threshold": threshold_block(threshold, criterion, target_specificity),
                "ci": ci, "auc_scale": auc_scale, "conf_level": conf_level,
-               "subgroups": by_axes(by), "small_n": small_n, "bins": bins_block(bin)}
+               "subgroups": by_axes(by), "small_n": small_n, "bins": bins_block(bin),
+               "cluster": cluster_setting(cluster)}
         if n_boot:
             det["bootstrap"] = {"n_boot": n_boot, "boot_ci": boot_ci,
                                 **({"seed": seed} if seed is not None else {})}
@@ -177,15 +214,19 @@ def register(app: typer.Typer) -> None:
     def compare(
         cases: CasesArg, out: OutOpt, by: ByOpt = None, threshold: ThresholdOpt = None,
         criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
-        conf_level: Annotated[float, typer.Option(help="Confidence level of every interval.")] = 0.95, force: ForceOpt = False,
+        conf_level: Annotated[float, typer.Option(help="Confidence level of every interval.")] = 0.95,
+        cluster: ClusterOpt = "auto",
+        force: ForceOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
         """Every pair of models: sensitivity/specificity differences (Newcombe, exact
         McNemar) and AUC differences (paired DeLong), Holm and BH adjusted; overall and per
-        --by axis, on the report's rows."""
+        --by axis, on the report's rows; clustered McNemar and Obuchowski's AUC variance
+        over --cluster (default: patient_id when a patient has several scans)."""
         check_out_files([("--out", out)], force=force, inputs=[cases])
         det = {"threshold": threshold_block(threshold, criterion, target_specificity),
-               "conf_level": conf_level, "compare_by": by_axes(by), "subgroups": []}
+               "conf_level": conf_level, "compare_by": by_axes(by), "subgroups": [],
+               "cluster": cluster_setting(cluster)}
         res = run_command("model comparisons", inputs={"cases": cases}, detection=det,
                           only=["comparisons"], quiet=quiet)
         _write(res["comparisons"], out, force=force, inputs=[cases], quiet=quiet)

@@ -222,13 +222,14 @@ def cluster(results):
     """The cluster of the intervals and tests: ``detection.cluster`` of the plan; by default
     ``patient_id`` when a patient has more than one scan among the evaluated rows of a model,
     else None (scans independent)."""
+    from ..clustered import resolve_cluster
+
     det = results.plan.detection
     ev = results["evaluation"]
     chosen = getattr(det, "cluster", "auto")
     rep = patient_repeats(ev)
     results.decide("detection.patient_repeats", rep)
-    if chosen == "auto":
-        chosen = "patient_id" if rep and rep["with_repeats"] else None
+    chosen = resolve_cluster(ev, chosen)     # the one rule (stats.clustered)
     results.decide("detection.cluster", chosen)
     return chosen
 
