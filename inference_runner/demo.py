@@ -332,6 +332,25 @@ CASE_COLUMNS = ("case_id", "patient_id", "model", "label", "score", "max_prob", 
                 "mean_prob", "n_components")
 
 
+#: share of the reference-positive cases whose tumour size the registry did not record
+UNRECORDED_SIZE = 0.03
+
+
+def unrecorded_sizes(cases: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """``cases`` with ``tumor_size_mm`` missing for :data:`UNRECORDED_SIZE` of the
+    reference-positive cases (both models' rows alike): a size the registry did not record,
+    so that the demo shows missing data handled as such (a "Missing" level of the size axis,
+    scans left out of the adjusted models with the reason). The volumes were drawn with the
+    true size; only the recorded value is removed. Idempotent (the same cases whatever the
+    input's sizes)."""
+    pos = np.sort(cases.loc[cases["label"] == 1, "case_id"].astype(str).unique())
+    rng = np.random.default_rng(seed + 17)
+    gone = rng.choice(pos, size=int(round(UNRECORDED_SIZE * len(pos))), replace=False)
+    out = cases.copy()
+    out.loc[out["case_id"].astype(str).isin(gone), "tumor_size_mm"] = np.nan
+    return out
+
+
 def regenerate(out_dir, *, seed: int = 0, quiet: bool = False, n_patients: int = 440,
                n_train_patients: int = 240, models: dict | None = None, probe: bool = True) -> dict:
     """Make the demo study with real networks and write it into ``out_dir``.
@@ -371,7 +390,7 @@ def regenerate(out_dir, *, seed: int = 0, quiet: bool = False, n_patients: int =
         res = predict_cases(net, test.images)
         frames.append(test.meta.assign(model=name, **{c: res[c].to_numpy() for c in res.columns}))
         say(f"{name}: trained {steps} steps in {train_seconds[name]} s; predictions made")
-    cases = pd.concat(frames, ignore_index=True)[list(CASE_COLUMNS)]
+    cases = unrecorded_sizes(pd.concat(frames, ignore_index=True)[list(CASE_COLUMNS)], seed)
     t["segment"] = time.perf_counter()
     write_parquet(cases, out / "cases.parquet")
     tables = {"cases": cases}

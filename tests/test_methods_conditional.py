@@ -91,6 +91,14 @@ def _checklist(sections) -> dict:
     return {(r.guideline, r.item): r.sections for r in data.itertuples()}
 
 
+def _sizes_recorded(cases: pd.DataFrame) -> pd.DataFrame:
+    """The demo's cases with a tumour size for every reference positive (the demo leaves
+    3% unrecorded: inference_runner.demo.unrecorded_sizes); 15 mm where it had none."""
+    c = cases.copy()
+    c.loc[(c["label"] == 1) & c["tumor_size_mm"].isna(), "tumor_size_mm"] = 15.0
+    return c
+
+
 def _test_split(cases: pd.DataFrame) -> pd.DataFrame:
     return cases[cases["split"] == "test"]
 
@@ -153,7 +161,7 @@ def test_missing_data_without_race_or_adjusted_models(tmp_path):
         raw["detection"]["subgroups"] = [a for a in raw["detection"]["subgroups"]
                                          if a != "race"]
 
-    study = _study(tmp_path, plan, lambda c: c.drop(columns=["race"]))
+    study = _study(tmp_path, plan, lambda c: _sizes_recorded(c).drop(columns=["race"]))
     sentence = _missing_sentence(_methods_text(_sections(study, only=("methods",))))
     for absent in ("Unknown", "race", "complete case", "variance table", "adjusted",
                    "na.omit"):
@@ -208,7 +216,7 @@ def test_missing_values_are_named_and_counted(tmp_path):
     assert f"phase ({n_phase} scans)" in sentence
     assert re.search(rf"age\\?_group \({n_age} scans\)", sentence), sentence
     pos = one[one["label"] == 1]
-    gone = int((pos["phase"].isna() | pos["age"].isna()).sum())
+    gone = int((pos["phase"].isna() | pos["age"].isna() | pos["tumor_size_mm"].isna()).sum())
     assert (f"which leaves out {gone} of {len(pos)} scans of each model's population"
             in sentence), sentence
     assert f"phase: {int(pos['phase'].isna().sum())} missing" in sentence
@@ -223,8 +231,9 @@ def test_missing_values_are_named_and_counted(tmp_path):
 
 
 def test_demo_missing_data_sentence(tmp_path):
-    """The demo: nothing missing, tumour attributes not applicable to negatives, race
-    Unknown kept in the adjusted models and refitted without it."""
+    """The demo: sizes missing for 3% of the positives (a Missing level of the size axis,
+    scans left out of the adjusted models), tumour attributes not applicable to negatives,
+    race Unknown kept in the adjusted models and refitted without it."""
     study = _study(tmp_path)
     sections = _sections(study, only=("methods", "adjusted", "checklist"))
     sentence = _missing_sentence(_methods_text(sections))
@@ -232,13 +241,18 @@ def test_demo_missing_data_sentence(tmp_path):
     one = one[one["model"] == one["model"].iloc[0]]
     pos = one[one["label"] == 1]
     unknown = int((one["race"] == "Unknown").sum())
-    assert sentence.startswith("Missing data: no subgroup axis or baseline characteristic has "
-                               "a missing value")
+    no_size = int(pos["tumor_size_mm"].isna().sum())
+    assert no_size > 0
+    assert re.search(rf"values are missing in size\\?_group \({no_size} scans\)", sentence), \
+        sentence
     assert (f"\"Unknown\" (race: {unknown} scans) is a recorded category, shown as a level "
             f"and kept in the adjusted models") in sentence
-    assert (f"the GLMM leaves out {int((pos['race'] == 'Unknown').sum())} of {len(pos)} "
-            f"scans") in sentence
-    assert "main fits use every scan of their population" in sentence
+    cc = int(((pos["race"] == "Unknown") | pos["tumor_size_mm"].isna()).sum())
+    assert f"the GLMM leaves out {cc} of {len(pos)} scans" in sentence, sentence
+    assert (f"which leaves out {no_size} of {len(pos)} scans of each model's population "
+            f"(tumor\\_size\\_mm: {no_size} missing)") in sentence or \
+        (f"which leaves out {no_size} of {len(pos)} scans of each model's population "
+         f"(tumor_size_mm: {no_size} missing)") in sentence, sentence
     items = _checklist(sections)
     for key in MISSING_ITEMS:
         assert items[key].startswith("Methods"), items[key]

@@ -154,6 +154,12 @@ def test_block_tests_are_holm_adjusted_per_model_and_crude_n_is_the_denominator(
     for (model, var, level), g in cmp.groupby(["model", "variable", "group_level"]):
         if set(g["kind"]) >= {"crude"} and len(g) == 2:
             assert g["n"].nunique() == 1, (model, var, level)   # both count positives
+    # the demo's fits leave out the positives without a recorded size: the crude values
+    # count the same scans as the fits (like with like)
+    rows = r.decisions["adjusted.crude_rows"]
+    miss = r["adjusted_missing"]
+    used = miss.loc[miss["fit_method"] == "glmm", "n_used"]
+    assert rows["used"] < rows["population"] and (used == rows["used"]).all(), (rows, miss)
 
 
 def test_zero_width_auc_intervals_are_flagged():

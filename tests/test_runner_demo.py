@@ -80,3 +80,21 @@ def test_full_demo_shows_sensitivity_collapse_in_faint_phases(tmp_path):
         small = g[(g["label"] == 1) & (g["tumor_size_mm"] < 10)]["pred"].mean()
         large = g[(g["label"] == 1) & (g["tumor_size_mm"] >= 20)]["pred"].mean()
         assert large > small + 0.4
+
+
+def test_committed_demo_has_the_sizes_the_generator_leaves_unrecorded():
+    """clinrel/demo_data/cases.parquet is regenerate()'s output: unrecorded_sizes applied
+    (idempotent) leaves it unchanged, and 3% of the reference-positive cases (both models'
+    rows) have no recorded tumour size, so the demo shows a Missing level and scans left
+    out of the adjusted models."""
+    from pathlib import Path
+
+    committed = pd.read_parquet(Path(demo.__file__).resolve().parents[1] / "clinrel"
+                                / "demo_data" / "cases.parquet")
+    pd.testing.assert_frame_equal(demo.unrecorded_sizes(committed, 0), committed)
+    first = committed.drop_duplicates("case_id")
+    pos = first[first["label"] == 1]
+    gone = set(pos.loc[pos["tumor_size_mm"].isna(), "case_id"])
+    assert len(gone) == round(demo.UNRECORDED_SIZE * len(pos)) > 0
+    rows = committed[committed["case_id"].isin(gone)]
+    assert rows["tumor_size_mm"].isna().all() and rows["model"].nunique() == 2

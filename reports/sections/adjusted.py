@@ -203,7 +203,8 @@ def build(study) -> Section:
         fig = ReportFigure(
             name="adjusted_vs_crude", caption=f"Adjusted ({KIND_TEXT[res.decisions['adjusted.vs_crude_kind']]}, "
             f"{METHOD_LABEL[res.decisions['adjusted.means_fit']]}) versus crude "
-            "sensitivity per level, per model, with confidence intervals.",
+            "sensitivity per level, per model, with confidence intervals"
+            + _crude_rows_text(res.decisions.get("adjusted.crude_rows")) + ".",
             alt="Dot plot comparing adjusted and crude sensitivity by subgroup level.",
             plot=points_ci(cmp, x="cell", y="estimate", color="kind", facet="model",
                            xlab="", ylab="Sensitivity"),
@@ -246,6 +247,15 @@ def build(study) -> Section:
              if failed else ""))
     sec.add(md, or_table, blocks_tbl, var_tbl, re_fig, fig)
     return sec
+
+
+def _crude_rows_text(rows: dict | None) -> str:
+    """Which scans the crude values of the adjusted-versus-crude figure count (decision
+    ``adjusted.crude_rows``): said only when the fits left some out."""
+    if not rows or "used" not in rows:
+        return ""
+    return (f"; both on the {text.count(rows['used'])} of {text.count(rows['population'])} "
+            f"scans per model that the fits used (complete formula variables)")
 
 
 def _repeated_text(rep: dict | None, fits) -> str:

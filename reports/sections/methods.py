@@ -207,7 +207,7 @@ def _roles_sentence(study) -> str:
                                  plan.metadata_options.label_error else set())
     exp = [ROLE_NAMES[k] for k in ROLE_NAMES if k in shown and roles.get(k) == "exploratory"]
     return ("Every table and figure caption says whether its analysis is prespecified or "
-            "exploratory (plan key `roles`; subgroup axes by `detection.subgroups`). "
+            "exploratory (the plan's roles block; subgroup axes by detection.subgroups). "
             + ("Exploratory analyses: " + text.human_list(exp) + "; their tests are not "
                "adjusted for multiplicity." if exp else "Every analysis is prespecified."))
 

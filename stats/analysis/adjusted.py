@@ -277,9 +277,28 @@ def adjusted_vs_crude(results) -> pd.DataFrame:
     main lane's subgroup table (not computed twice)."""
     marginal = results["adjusted_marginal"]
     kind = results.decisions["adjusted.vs_crude_kind"]
-    crude_all = results["subgroup_metrics"]
-    estimand = ("sensitivity" if results.plan.detection.adjusted.get("population", "positives")
-                == "positives" else "specificity")
+    det = results.plan.detection
+    positives = det.adjusted.get("population", "positives") == "positives"
+    estimand = "sensitivity" if positives else "specificity"
+    # like with like: where the fits left scans out (a missing formula variable), the crude
+    # values are computed on the scans the fits used, not read from the subgroup table
+    rows = results["adjusted_rows"]
+    cols = formula_columns(det.adjusted["formula"], rows.columns)
+    left_out = (rows["label"] == (1 if positives else 0)) & rows[cols].isna().any(axis=1)
+    if left_out.any():
+        from ..subgroups import subgroup_metrics
+
+        crude_all = subgroup_metrics(rows[~left_out], by=[v for v, _ in marginal],
+                                     metrics=[estimand], ci=det.ci, conf_level=det.conf_level,
+                                     small_n=det.small_n, cluster=results["cluster"])
+        one = rows["model"] == rows["model"].iloc[0]      # every model scores the same scans
+        pop = one & (rows["label"] == (1 if positives else 0))
+        results.decide("adjusted.crude_rows", {
+            "rows": "the scans the fits used (complete formula variables)",
+            "used": int((pop & ~left_out).sum()), "population": int(pop.sum())})
+    else:
+        crude_all = results["subgroup_metrics"]
+        results.decide("adjusted.crude_rows", {"rows": "every scan of the population"})
     crude_all = crude_all[crude_all["estimand"] == estimand]
     parts = []
     for var, mm in marginal:
