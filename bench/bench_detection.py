@@ -60,7 +60,7 @@ def clinrel_run(cases, n_boot, metrics=(*COUNT_METRICS, "auc"), seed=1):
     from stats import subgroup_metrics
 
     return subgroup_metrics(cases, by=BY, metrics=metrics, ci="bootstrap", n_boot=n_boot,
-                            seed=seed)
+                            seed=seed, cluster=None)
 
 
 def _stat(kind):

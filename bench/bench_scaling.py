@@ -63,7 +63,8 @@ def run(full: bool) -> dict:
     out: dict = {"repeats": repeats}
 
     def boot(cases, b, metrics=("sensitivity", "specificity", "ppv", "npv", "f1", "auc")):
-        return stats.subgroup_metrics(cases, by=BY, metrics=metrics, ci="bootstrap", n_boot=b, seed=1)
+        return stats.subgroup_metrics(cases, by=BY, metrics=metrics, ci="bootstrap", n_boot=b, seed=1,
+                                      cluster=None)
 
     count_metrics = ("sensitivity", "specificity", "ppv", "npv", "f1")
 

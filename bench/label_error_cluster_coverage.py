@@ -107,7 +107,7 @@ def run(rate: float, reps: int, *, n_patients: int = 1000, n_imputations: int = 
         for kind, res in (
                 ("mi-wilson-cluster", error_aware_metrics(cases, cluster="patient_id",
                                                           seed=s, **kw)),
-                ("mi-wilson", error_aware_metrics(cases, seed=s, **kw)),
+                ("mi-wilson", error_aware_metrics(cases, cluster=None, seed=s, **kw)),
                 ("naive wilson-cluster", sg.subgroup_metrics(
                     cases, by=[field], metrics=("sensitivity",), cluster="patient_id"))):
             r = res[res["group_var"] == field]

@@ -145,8 +145,9 @@ def run(rate: float, reps: int, *, n_scans: int = 2000, n_imputations: int = 100
         cases = simulate_study(rng, rate, n_scans)
         aware = error_aware_metrics(cases, by=["phase", "race"], label_error=tab,
                                     metrics=("sensitivity",), n_imputations=n_imputations,
-                                    seed=rng)
-        naive = sg.subgroup_metrics(cases, by=["phase", "race"], metrics=("sensitivity",))
+                                    seed=rng, cluster=None)
+        naive = sg.subgroup_metrics(cases, by=["phase", "race"], metrics=("sensitivity",),
+                                    cluster=None)
         for kind, res in (("error_aware", aware), ("naive", naive)):
             r = res[res["group_var"] != "overall"].reindex(columns=keep).assign(kind=kind)
             out.append(r)
