@@ -31,7 +31,8 @@ reached 11.9% there, and Pearson (scans as independent) up to 32% on patient-lev
 
 Levels with no scan of the population are excluded from the test (they stay named in
 ``levels_excluded`` and flagged ``empty_levels``); scans with a missing value on the axis
-belong to no level. Intersection axes (tuples, ``"a:b"``) are tested over their non-empty
+(the "Missing" level of ``subgroup_metrics``, of an intersection too) belong to no level
+and are left out, as R's ``chisq.test`` drops NA (named in ``levels_excluded``). Intersection axes (tuples, ``"a:b"``) are tested over their non-empty
 cells, as ``subgroup_metrics`` lays them out.
 
 References: Pearson K (1900); Rao JNK, Scott AJ (1981) JASA 76:221-230; Rao JNK, Scott
@@ -51,7 +52,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from stats.clustered import AUTO, resolve_cluster
-from stats.detection import case_matrix
+from stats.detection import MISSING, case_matrix
 from stats.schema import ContractError, tidy
 
 Estimand = Literal["sensitivity", "specificity"]
@@ -139,6 +140,13 @@ def heterogeneity_test(cases: pd.DataFrame, by, estimand: Estimand = "sensitivit
     w = pop.astype("float64")
     S = np.asarray(A @ (success * w[:, None]))                       # (cells, M)
     T = np.asarray(A @ w).ravel()                                     # (cells,)
+    # a missing value is no level (R's chisq.test drops NA): the "Missing" cells (of an
+    # intersection too) are left out of the test and named in levels_excluded
+    missing = cells["group_level"].astype(str).str.contains(
+        rf"(?:^|:){MISSING}(?::|$)", regex=True).to_numpy()
+    empty = T == 0
+    A = A.multiply((~missing).astype("float64")[:, None]).tocsr()
+    S[missing], T[missing] = 0.0, 0.0
     F = T[:, None] - S
     axis = cells["axis"].to_numpy()
     starts = np.flatnonzero(np.r_[True, axis[1:] != axis[:-1]])
@@ -182,9 +190,10 @@ def heterogeneity_test(cases: pd.DataFrame, by, estimand: Estimand = "sensitivit
         stat = x2
         p_value = sps.chi2.sf(stat, np.maximum(df, 1)[:, None])
     excluded = [";".join(cells["group_level"][(ax_of == k) & (T == 0)]) for k in range(len(starts))]
+    has_empty = [bool(np.any(empty[ax_of == k])) for k in range(len(starts))]
     M = len(cm.models)
     flags = [";".join(x for x in (
-        "empty_levels" if excluded[k] else "",
+        "empty_levels" if has_empty[k] else "",
         "small_expected" if not bad[k, m] and min_e[k, m] < SMALL_EXPECTED else "",
         "not_estimable" if bad[k, m] else "") if x) for m in range(M) for k in range(len(starts))]
     K = len(starts)

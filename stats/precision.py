@@ -292,7 +292,8 @@ def precision_table(cases: pd.DataFrame | None = None, *, by=None,
     computed at: observed, else expected; see ``basis``), ``conf_low``, ``conf_high``
     (achieved interval at the effective counts; NaN without counts), ``conf_level``,
     ``n``, ``n_pos``, ``n_neg`` (NaN without counts), ``method`` (wilson or
-    clopper-pearson), ``flag`` ("" or ``empty`` (no positives / negatives),
+    clopper-pearson: the binomial interval, computed at ``n / design_effect``; the
+    ``design_effect`` column says whether clustering widened it), ``flag`` ("" or ``empty`` (no positives / negatives),
     ``imprecise`` (achieved half-width above the target)); extras ``basis``
     ("observed", "expected" or "none"), ``half_width`` (achieved), ``target_half_width``,
     ``expected`` (the planning value), ``design_effect``, ``n_required`` (positives for

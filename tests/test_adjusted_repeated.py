@@ -31,6 +31,8 @@ def test_demo_records_the_repeated_patients_and_uses_the_gee(demo):
     rep = r.decisions["adjusted.repeated_scans"]
     ev = r["adjusted_rows"]
     pos = ev[(ev["model"] == ev["model"].iloc[0]) & (ev["label"] == 1)]
+    pos = pos[pos["tumor_size_mm"].notna()]       # the scans the fits use (complete cases)
+    assert pos["tumor_size_mm"].notna().all() and len(pos) < (ev["label"] == 1).sum() / 2
     per = pos.groupby("patient_id").size()
     assert rep == {"cluster": "patient_id", "group": "site", "patients": len(per),
                    "with_repeats": int((per > 1).sum()), "scans": len(pos), "nested": True}
@@ -41,7 +43,7 @@ def test_demo_records_the_repeated_patients_and_uses_the_gee(demo):
 class _Results:
     def __init__(self, rows, cluster="patient_id", group="site"):
         self._rows, self._cluster = rows, cluster
-        adj = {"group": group, "population": "positives"}
+        adj = {"group": group, "population": "positives", "formula": "detected ~ site"}
         self.plan = type("P", (), {"detection": type("D", (), {"adjusted": adj})()})()
 
     def __getitem__(self, key):
@@ -68,6 +70,16 @@ def test_rules():
     assert means_fit_method(fits, {"nested": False}) == "glmm"
     assert means_fit_method(fits, None) == "glmm"
     assert means_fit_method({"glmm": 1}, {"nested": True}) == "glmm"
+    # a fit that did not converge is passed over while another converged (re-audit)
+    from types import SimpleNamespace
+
+    def fit(ok):
+        return SimpleNamespace(fits={"m1": SimpleNamespace(converged=True),
+                                     "m2": SimpleNamespace(converged=ok)})
+
+    assert means_fit_method({"glmm": fit(True), "gee": fit(False)}, {"nested": True}) == "glmm"
+    assert means_fit_method({"glmm": fit(False), "gee": fit(True)}, None) == "gee"
+    assert means_fit_method({"glmm": fit(False)}, None) == "glmm"
 
 
 def test_report_text_names_the_inference_to_read(demo):
@@ -126,5 +138,10 @@ def test_separated_level_flags_its_term_only_in_the_report():
         warnings.simplefilter("ignore")
         built = sec.build(study)
     ors = next(b for b in built.blocks if getattr(b, "name", "") == "adjusted_odds_ratios")
-    assert sum("\u00a7" in str(v) for v in ors.display.to_numpy().ravel()) == \
-        len(flagged)
+    shown = flagged[~flagged["fit_flag"].astype(str).str.contains("not_converged")]
+    assert sum("\u00a7" in str(v) for v in ors.display.to_numpy().ravel()) == len(shown)
+    # a fit that did not converge shows no odds ratio or p-value at all (re-audit)
+    for m in set(tab.loc[tab["fit_flag"].astype(str).str.contains("not_converged"),
+                         "fit_method"]):
+        col = ors.display[f"or_{m}"].astype(str)
+        assert (col.isin(["\u2014", ""]) | col.str.startswith("1.00")).all(), col.tolist()

@@ -273,5 +273,8 @@ def test_crs_only_report_does_not_claim_the_missing_data_items(tmp_path):
     from reports.sections.checklist import NOT_ADDRESSED_MISSING
 
     assert {items[k] for k in MISSING_ITEMS} == {NOT_ADDRESSED_MISSING}
-    # the other items that cite Methods still do
+    # the other items that cite Methods still do, except those about the detection design
     assert "Methods" in items[("TRIPOD+AI", "18f")]
+    for key in (("STARD 2015", "12a"), ("STARD 2015", "14"), ("STARD 2015", "17"),
+                ("TRIPOD+AI", "14")):
+        assert "Methods" not in items[key], (key, items[key])

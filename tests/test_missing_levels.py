@@ -166,6 +166,11 @@ def test_describe_uses_the_same_rule(cases):
 def test_pooled_and_heterogeneity_see_the_same_levels(cases):
     """The shared case matrix carries the levels; the modules built on it run with gaps."""
     het = stats.heterogeneity_test(cases, ["phase"], estimand="sensitivity")
-    assert (het.n_levels == cases.phase.nunique() + 1).all()  # the phases and Missing
+    # the test leaves the Missing scans out (R's chisq.test drops NA) and names them
+    assert (het.n_levels == cases.phase.nunique()).all()
+    assert het.levels_excluded.str.split(";").apply(lambda x: MISSING in x).all()
+    n_known = cases.loc[cases.phase.notna() & (cases.label == 1)].drop_duplicates(
+        ["case_id"]).shape[0]
+    assert (het.n == n_known).all()
     pooled = stats.pooled_subgroup_metrics(cases, ["phase"])
     assert MISSING in set(pooled.group_level)

@@ -68,14 +68,20 @@ def build(study) -> Section:
     def miss_for(g: pd.DataFrame) -> pd.DataFrame:
         return g[["model", "fit_method"]].merge(miss, on=["model", "fit_method"], how="left")
 
-    ex = miss[miss["n_excluded"] > 0]
-    used = "; ".join(f"{r.model}, {METHOD_LABEL.get(r.fit_method, r.fit_method)}: "
-                     f"{text.count(r.n_used)} of {text.count(r.n_population)}"
-                     for r in miss.itertuples())
-    excluded_note = (f"Scans used: {used}. " + ("Left out: " + "; ".join(
-        f"{r.model}, {METHOD_LABEL.get(r.fit_method, r.fit_method)}: {r.n_excluded} "
-        f"({r.reason})" for r in ex.itertuples()) + "." if len(ex) else
-        "Every fit used every scan of its population (no missing covariate)."))
+    def scans_note(fit_methods=None) -> str:
+        """Scans used per model and fit (of ``fit_methods``, default all) and why others
+        were left out."""
+        mm = miss if fit_methods is None else miss[miss["fit_method"].isin(fit_methods)]
+        ex = mm[mm["n_excluded"] > 0]
+        used = "; ".join(f"{r.model}, {METHOD_LABEL.get(r.fit_method, r.fit_method)}: "
+                         f"{text.count(r.n_used)} of {text.count(r.n_population)}"
+                         for r in mm.itertuples())
+        return f"Scans used: {used}. " + ("Left out: " + "; ".join(
+            f"{r.model}, {METHOD_LABEL.get(r.fit_method, r.fit_method)}: {r.n_excluded} "
+            f"({r.reason})" for r in ex.itertuples()) + "." if len(ex) else
+            "Every fit used every scan of its population (no missing covariate).")
+
+    excluded_note = scans_note()
     # ---- odds ratios (readable rows: Results['adjusted_table'])
     tab = res["adjusted_table"]
     models = list(pd.unique(ev["model"]))
@@ -96,8 +102,8 @@ def build(study) -> Section:
                 if r["is_reference"]:
                     row[f"or_{m}"], row[f"p_{m}"] = text.ratio_reference(), ""
                 else:
-                    row[f"or_{m}"] = text.ratio_ci(r["odds_ratio"], r["or_conf_low"],
-                                                   r["or_conf_high"]) + mark
+                    row[f"or_{m}"] = (text.DASH if _not_converged(r) else text.ratio_ci(
+                        r["odds_ratio"], r["or_conf_low"], r["or_conf_high"]) + mark)
                     row[f"p_{m}"] = (text.DASH if _naive_few(r) or _not_converged(r)
                                      else text.pvalue(r["p_value"]))
             rows.append(row)
@@ -129,7 +135,8 @@ def build(study) -> Section:
     if fit_flags:
         notes.append("Fit warnings: " + ", ".join(fit_flags) + " (see the variance table and "
                      "the text below)"
-                     + ("; a fit that did not converge shows no p-values (\u2014)."
+                     + ("; a fit that did not converge shows no odds ratios or p-values (\u2014; "
+                        "its estimates are in the CSV, flagged not_converged)."
                         if "not_converged" in fit_flags else "."))
     terms = tab
     or_table = ReportTable(
@@ -168,7 +175,7 @@ def build(study) -> Section:
                    + ("Prespecified: Holm's adjustment over each model's tests."
                       if str(res.decisions.get("adjusted.block_multiplicity", "")).startswith(
                           "Holm") else "Exploratory: p-values not adjusted for multiplicity."),
-                   excluded_note))
+                   scans_note([ml])))
     # ---- variance decomposition
     glance = res["adjusted_glance"]
     disp_v = pd.DataFrame({
@@ -204,7 +211,10 @@ def build(study) -> Section:
             name="adjusted_vs_crude", caption=f"Adjusted ({KIND_TEXT[res.decisions['adjusted.vs_crude_kind']]}, "
             f"{METHOD_LABEL[res.decisions['adjusted.means_fit']]}) versus crude "
             "sensitivity per level, per model, with confidence intervals"
-            + _crude_rows_text(res.decisions.get("adjusted.crude_rows")) + ".",
+            + _crude_rows_text(res.decisions.get("adjusted.crude_rows")) + "."
+            + ("" if res.decisions.get("adjusted.means_fit_converged", True) else
+               " No fit converged: the adjusted values are shown as computed, not to be "
+               "relied on."),
             alt="Dot plot comparing adjusted and crude sensitivity by subgroup level.",
             plot=points_ci(cmp, x="cell", y="estimate", color="kind", facet="model",
                            xlab="", ylab="Sensitivity"),

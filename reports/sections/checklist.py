@@ -85,11 +85,20 @@ def missing_data_sections(study, present: dict) -> set[str]:
     return out
 
 
+#: items about the detection design: Methods describes them only when the report has the
+#: detection half (a CRS-only report's Methods does not)
+DETECTION_ITEMS = (("STARD 2015", "12a"), ("STARD 2015", "14"), ("STARD 2015", "17"),
+                   ("TRIPOD+AI", "14"))
+
+
 def build(study) -> Section:
     present = getattr(study, "built_sections", {})
     described = missing_data_sections(study, present)
+    detection = study.plan.detection is not None and study.cases is not None
     rows = []
     for guideline, item, topic, keys in ITEMS:
+        if (guideline, item) in DETECTION_ITEMS and not detection:
+            keys = tuple(k for k in keys if k != "methods")
         if (guideline, item) in MISSING_DATA_ITEMS:
             wanted = described | (set(keys) - {"methods"}) if described else set()
             keys = tuple(k for k in ORDER if k in wanted)

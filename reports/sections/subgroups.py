@@ -101,7 +101,13 @@ def heterogeneity_note(study, axis: tuple[str, ...]) -> str:
     how = ("Rao-Scott second-order corrected Pearson chi-square, F reference (scans clustered "
            "within patients)" if method == "rao-scott-f"
            else "Pearson chi-square without continuity correction")
-    return f"Tests ({how}). " + ". ".join(parts) + "." if parts else ""
+    from stats.detection import MISSING
+
+    missing = h["levels_excluded"].astype(str).str.split(";").apply(
+        lambda levels: MISSING in levels).any() if "levels_excluded" in h else False
+    left_out = (" Scans with a missing value on the axis are left out of the tests (a "
+                "missing value is no level)." if missing else "")
+    return f"Tests ({how}). " + ". ".join(parts) + "." + left_out if parts else ""
 
 
 def build(study) -> Section:

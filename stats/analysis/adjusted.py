@@ -212,8 +212,8 @@ def repeated_scans(results) -> dict | None:
     models' group is another column (e.g. site): ``{cluster, group, patients,
     with_repeats, scans, nested}`` (``nested``: every patient's rows lie in one group, so
     a sandwich clustered on the group allows the within-patient correlation), else None.
-    Counted on the first model's rows of the fitted population (every model scores the
-    same scans)."""
+    Counted on the scans the fits use (the first model's rows of the modelled population
+    with every formula variable present; every model scores the same scans)."""
     cluster = results["cluster"]
     adj = results.plan.detection.adjusted
     group = adj["group"]
@@ -226,6 +226,7 @@ def repeated_scans(results) -> dict | None:
         ev = ev[ev["model"] == ev["model"].iloc[0]]
     positives = adj.get("population", "positives") == "positives"
     rows = ev[ev["label"].to_numpy() == (1 if positives else 0)]
+    rows = rows[rows[formula_columns(adj["formula"], rows.columns)].notna().all(axis=1)]
     per = rows.groupby(cluster, observed=True).size()
     if not (per > 1).any():
         return None
@@ -238,10 +239,21 @@ def repeated_scans(results) -> dict | None:
 def means_fit_method(fits: dict, repeated: dict | None = None) -> str:
     """The fit behind the adjusted means: the GLMM, unless a patient's scans repeat within
     the GLMM's groups (its standard errors treat them as independent given the group) and
-    a GEE clustered on groups that nest the patients was fitted: then the GEE."""
-    if repeated and repeated.get("nested") and "gee" in fits:
+    a GEE clustered on groups that nest the patients was fitted: then the GEE. A fit that
+    did not converge is passed over while another did."""
+    ok = {m: f for m, f in fits.items() if _converged(f)} or fits
+    if repeated and repeated.get("nested") and "gee" in ok:
         return "gee"
-    return "glmm" if "glmm" in fits else next(iter(fits))
+    return "glmm" if "glmm" in ok else next(iter(ok))
+
+
+def _converged(fit) -> bool:
+    """Whether every per-model fit of ``fit`` (a ``stats.models.Fit``) converged; True for
+    objects without that record (tests pass placeholders)."""
+    per = getattr(fit, "fits", None)
+    if not isinstance(per, dict):
+        return True
+    return all(bool(getattr(f, "converged", True)) for f in per.values())
 
 
 @analysis("adjusted_marginal", wanted=_wants, lane="models")
@@ -255,6 +267,7 @@ def adjusted_marginal(results) -> list:
     results.decide("adjusted.repeated_scans", rep)
     m = means_fit_method(fits, rep)
     results.decide("adjusted.means_fit", m)
+    results.decide("adjusted.means_fit_converged", _converged(fits[m]))
     kind = results.plan.detection.adjusted.get("means_kind", "standardized")
     results.decide("adjusted.vs_crude_kind", kind)
     ev = results["evaluation"]

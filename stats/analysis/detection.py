@@ -395,9 +395,34 @@ def precision(results) -> pd.DataFrame:
     if icc is None and results["cluster"]:
         icc, source = estimated_icc(results), "estimated"
     results.decide("precision.icc", None if icc is None else {"value": icc, "source": source})
-    return precision_table(results["evaluation"], by=list(det.subgroups),
-                           target_half_width=det.target_half_width, conf_level=det.conf_level,
-                           icc=icc, cluster=results["cluster"] if icc is not None else None)
+    out = precision_table(results["evaluation"], by=list(det.subgroups),
+                          target_half_width=det.target_half_width, conf_level=det.conf_level,
+                          icc=icc, cluster=results["cluster"] if icc is not None else None)
+    results.decide("precision.cells", "the levels of the prespecified axes: not Missing, not "
+                   "applicable, nor an estimand an axis does not apply to")
+    return planned_cells(out)
+
+
+def planned_cells(table: pd.DataFrame) -> pd.DataFrame:
+    """The precision table's rows for cells a study plans: not the "Missing" and "not
+    applicable" levels (of an intersection too), and not the estimand an axis's cells cannot
+    hold (specificity by tumour size: every negative is "not applicable"). Recorded as the
+    decision ``precision.cells`` by the caller's Results."""
+    from ..detection import MISSING, NOT_APPLICABLE
+
+    level = table["group_level"].astype(str)
+    extra = level.str.contains(rf"(?:^|:)(?:{MISSING}|{NOT_APPLICABLE})(?::|$)", regex=True)
+    # per axis x model x estimand: the population count of the "not applicable" level equal
+    # to the whole population's means the axis does not apply to that estimand
+    pop = np.where(table["estimand"] == "sensitivity", table["n_pos"], table["n_neg"])
+    t = table.assign(_pop=pop, _na=level == NOT_APPLICABLE)
+    key = ["model", "group_var", "estimand", "method"]
+    na_pop = t["_pop"].where(t["_na"], 0.0).groupby([t[k] for k in key]).transform("sum")
+    overall = t.loc[t["group_var"] == "overall"].set_index(["model", "estimand", "method"])["_pop"]
+    total = pd.Series(list(zip(t["model"], t["estimand"], t["method"]))).map(overall).to_numpy()
+    inapplicable = (t["group_var"] != "overall").to_numpy() & (na_pop.to_numpy() > 0) & \
+        (na_pop.to_numpy() == total)
+    return table[~(extra.to_numpy() | inapplicable)].reset_index(drop=True)
 
 
 def estimated_icc(results) -> float:

@@ -1,0 +1,71 @@
+"""Second audit of issue 15 on the demo (with its unrecorded tumour sizes): the precision
+table plans real cells only, the heterogeneity tests leave missing values out as R's
+chisq.test does, the block-test table names only the fits it tests, and a fit that did
+not converge shows no odds ratio."""
+from __future__ import annotations
+
+import warnings
+
+import pandas as pd
+import pytest
+
+from stats.analysis import load_plan, run
+from stats.analysis.inputs import load_tables, plan_limits
+
+
+@pytest.fixture(scope="module")
+def demo():
+    from clinrel.cli.report import demo_plan_path
+
+    plan = load_plan(demo_plan_path())
+    with plan_limits(plan), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tables = load_tables(plan)
+        return plan, tables, run(plan, tables, only=["precision", "heterogeneity"],
+                                 errors="raise")
+
+
+def test_precision_table_plans_real_cells_only(demo):
+    p = demo[2]["precision"]
+    levels = p["group_level"].astype(str)
+    assert not levels.str.contains("Missing|not applicable").any()
+    size = p[p["group_var"] == "size_group"]
+    assert len(size) and set(size["estimand"]) == {"sensitivity"}   # negatives have no size
+    assert set(p.loc[p["group_var"] == "phase", "estimand"]) == {"sensitivity", "specificity"}
+    assert "Missing" in demo[2].decisions["precision.cells"]
+
+
+def test_heterogeneity_leaves_missing_values_out(demo):
+    plan, tables, r = demo
+    h = r["heterogeneity"]
+    size = h[(h["group_var"] == "size_group") & (h["estimand"] == "sensitivity")]
+    assert (size["n_levels"] == 4).all()
+    assert size["levels_excluded"].str.split(";").apply(lambda x: "Missing" in x).all()
+    ev = r["evaluation"]
+    one = ev[(ev["model"] == ev["model"].iloc[0]) & (ev["label"] == 1)]
+    assert (size["n"] == one["tumor_size_mm"].notna().sum()).all()
+    from reports.sections.subgroups import heterogeneity_note
+    from reports.study import Study
+
+    note = heterogeneity_note(Study(plan=plan, tables=tables, results=r), ("size_group",))
+    assert "left out of the tests" in note
+    assert "left out of the tests" not in heterogeneity_note(
+        Study(plan=plan, tables=tables, results=r), ("phase",))
+
+
+def test_block_tests_name_their_fits_and_unconverged_ors_are_dashes(demo):
+    from reports.sections import adjusted as sec
+    from reports.study import Study
+
+    plan, tables, r = demo
+    with plan_limits(plan), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        built = sec.build(Study(plan=plan, tables=tables, results=r))
+    blocks = next(b for b in built.tables if b.name == "adjusted_block_tests")
+    used = next(n for n in blocks.notes if n.startswith("Scans used"))
+    assert "GLMM:" in used and "GEE" not in used and "known race" not in used
+    ors = next(b for b in built.tables if b.name == "adjusted_odds_ratios")
+    assert any("GEE" in n for n in ors.notes if n.startswith("Scans used"))
+    row = pd.Series({"fit_flag": "not_converged", "fit_method": "gee", "method": "gee-md-t",
+                     "n_clusters": 8.0})
+    assert sec._not_converged(row)
