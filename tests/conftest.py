@@ -20,3 +20,19 @@ def crs_small():
     from stats import simulate
 
     return simulate.crs_runs(n_encoders=6, n_datasets=2, n_seeds=3, seed=11)
+
+
+def run_demo(only):
+    """The demo plan, its tables and the analyses ``only`` (with whatever they need), run
+    quietly under the plan's limits: ``(plan, tables, results)``."""
+    import warnings
+
+    from clinrel.cli.report import demo_plan_path
+    from stats.analysis import load_plan, run
+    from stats.analysis.inputs import load_tables, plan_limits
+
+    plan = load_plan(demo_plan_path())
+    with plan_limits(plan), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tables = load_tables(plan)
+        return plan, tables, run(plan, tables, only=list(only), errors="raise")

@@ -17,13 +17,9 @@ from stats.analysis.inputs import load_tables, plan_limits
 
 @pytest.fixture(scope="module")
 def demo():
-    from clinrel.cli.report import demo_plan_path
+    from conftest import run_demo
 
-    plan = load_plan(demo_plan_path())
-    with plan_limits(plan), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tables = load_tables(plan)
-        return plan, tables, run(plan, tables, only=["adjusted_marginal"], errors="raise")
+    return run_demo(["adjusted_marginal"])
 
 
 def test_demo_records_the_repeated_patients_and_uses_the_gee(demo):

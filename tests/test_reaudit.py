@@ -9,20 +9,14 @@ import warnings
 import pandas as pd
 import pytest
 
-from stats.analysis import load_plan, run
-from stats.analysis.inputs import load_tables, plan_limits
+from stats.analysis.inputs import plan_limits
 
 
 @pytest.fixture(scope="module")
 def demo():
-    from clinrel.cli.report import demo_plan_path
+    from conftest import run_demo
 
-    plan = load_plan(demo_plan_path())
-    with plan_limits(plan), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tables = load_tables(plan)
-        return plan, tables, run(plan, tables, only=["precision", "heterogeneity"],
-                                 errors="raise")
+    return run_demo(["precision", "heterogeneity"])
 
 
 def test_precision_table_plans_real_cells_only(demo):
