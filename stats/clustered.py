@@ -83,7 +83,7 @@ def resolve_cluster(cases: pd.DataFrame, cluster: str | None = AUTO) -> str | No
       one scan among the rows passed (per model, when there is a ``model`` column: the
       same case evaluated by two models is not a repeat; missing ids do not count), else
       None;
-    * None or ``"none"``: None (scans independent);
+    * None or ``"none"`` (any case): None (scans independent);
     * any other string: that column, returned as given (the caller checks that it exists).
 
     >>> import pandas as pd
@@ -91,9 +91,9 @@ def resolve_cluster(cases: pd.DataFrame, cluster: str | None = AUTO) -> str | No
     >>> resolve_cluster(d), resolve_cluster(d.iloc[1:]), resolve_cluster(d, None)
     ('patient_id', None, None)
     """
-    if cluster is None or cluster == NONE:
+    if cluster is None or (isinstance(cluster, str) and cluster.lower() == NONE):
         return None
-    if cluster != AUTO:
+    if not (isinstance(cluster, str) and cluster.lower() == AUTO):
         return cluster
     if AUTO_COLUMN not in cases.columns:
         return None
@@ -101,6 +101,20 @@ def resolve_cluster(cases: pd.DataFrame, cluster: str | None = AUTO) -> str | No
     ids = cases[keys]
     ids = ids[ids[AUTO_COLUMN].notna()]
     return AUTO_COLUMN if bool(ids.duplicated().any()) else None
+
+
+def cluster_cases(cases: pd.DataFrame, cluster: str | None = AUTO
+                  ) -> tuple[pd.DataFrame, str | None]:
+    """``(cases, column)``: :func:`resolve_cluster`'s column and the cases to use with it.
+    Under ``"auto"`` a case whose ``patient_id`` is missing is a patient of its own (its
+    ``case_id``), as ``stats.schema.read_cases`` reads it, instead of an error; a column
+    named explicitly keeps the strict check (missing ids are refused with the rows)."""
+    column = resolve_cluster(cases, cluster)
+    if (column == AUTO_COLUMN and isinstance(cluster, str) and cluster.lower() == AUTO
+            and "case_id" in cases.columns and cases[AUTO_COLUMN].isna().any()):
+        ids = cases[AUTO_COLUMN].astype(object)
+        cases = cases.assign(**{AUTO_COLUMN: ids.where(ids.notna(), cases["case_id"])})
+    return cases, column
 
 
 def pair_sums(member: sparse.spmatrix, cluster: np.ndarray, values: np.ndarray

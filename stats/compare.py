@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from stats.clustered import AUTO, FLAG_DEFF, paired_difference, pair_codes, resolve_cluster
+from stats.clustered import AUTO, FLAG_DEFF, paired_difference, pair_codes, cluster_cases
 from stats.detection import GROUP_COLS, case_matrix
 from stats.intervals import (_paired_auc_frame, clustered_auc_variance, delong_covariance,
                              mcnemar_exact, newcombe_diff_ci)
@@ -95,7 +95,7 @@ def compare_models(cases: pd.DataFrame, *, by=None,
     bad = [k for k in metrics if k not in COMPARE_METRICS]
     if bad:
         raise ValueError(f"metrics: unknown {bad}; choose from {COMPARE_METRICS}")
-    cluster = resolve_cluster(cases, cluster)
+    cases, cluster = cluster_cases(cases, cluster)
     cm = case_matrix(cases, by, cluster=cluster)
     clustered = cluster is not None
     M, G = len(cm.models), cm.n_cells

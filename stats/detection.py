@@ -34,7 +34,7 @@ import pandas as pd
 from scipy import sparse
 
 from stats.clustered import (AUTO, FLAG_DEFF, SUFFIX, clustered_proportions, metric_indicators,
-                             resolve_cluster)
+                             cluster_cases)
 from stats.intervals import proportion_ci
 from stats.ranking import kendall_tau_b  # the one tau-b (rows of X against r, vectorized)
 from stats.schema import INVISIBLE_HINT, ContractError, invisible, show_id, tidy
@@ -74,6 +74,20 @@ MSG_NOT_APPLICABLE = ("not_applicable: {problem}; give 'auto', None, a list of c
 MISSING = "Missing"
 #: the level of a missing value of an attribute the scan cannot have (tumour of a negative)
 NOT_APPLICABLE = "not applicable"
+
+
+def unplanned_levels(levels) -> np.ndarray:
+    """Bool per cell level: the "Missing" or "not applicable" level, alone or as a part of
+    an intersection level ("<40:Missing"): not a level a study plans or a test compares
+    (one rule for the heterogeneity test, the precision table and the report's notes)."""
+    return missing_levels(levels) | pd.Series(levels, dtype=object).astype(str).str.contains(
+        rf"(?:^|:){NOT_APPLICABLE}(?::|$)", regex=True).to_numpy()
+
+
+def missing_levels(levels) -> np.ndarray:
+    """Bool per cell level: the "Missing" level, alone or as a part of an intersection."""
+    return pd.Series(levels, dtype=object).astype(str).str.contains(
+        rf"(?:^|:){MISSING}(?::|$)", regex=True).to_numpy()
 #: attributes of the tumour: they do not apply to reference-negative scans
 TUMOUR_COLUMNS = ("tumor_size_mm", "tumor_location", "tumour_size_mm", "tumour_location")
 #: ``cases.attrs`` key where :func:`stats.add_bins` records ``{bin column: source column}``
@@ -598,7 +612,7 @@ def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
     models' values of ``ranked_by`` at ``threshold`` and at the chosen threshold(s),
     ``n`` the number of models, ``method`` "kendall-tau-b".
     """
-    cluster = resolve_cluster(cases, cluster)
+    cases, cluster = cluster_cases(cases, cluster)
     cm = case_matrix(cases, None, need_pred=False, cluster=cluster)
     thr = np.asarray(sorted(set(float(t) for t in thresholds)), dtype="float64")
     if chosen is None:

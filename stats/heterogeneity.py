@@ -32,7 +32,9 @@ reached 11.9% there, and Pearson (scans as independent) up to 32% on patient-lev
 Levels with no scan of the population are excluded from the test (they stay named in
 ``levels_excluded`` and flagged ``empty_levels``); scans with a missing value on the axis
 (the "Missing" level of ``subgroup_metrics``, of an intersection too) belong to no level
-and are left out, as R's ``chisq.test`` drops NA (named in ``levels_excluded``). Intersection axes (tuples, ``"a:b"``) are tested over their non-empty
+and are left out, as R's ``chisq.test`` drops NA (named in ``levels_excluded``); the
+subgroup-versus-rest tests (:func:`stats.subgroup_vs_rest`) do compare the Missing level
+with everyone else, deliberately (a different question). Intersection axes (tuples, ``"a:b"``) are tested over their non-empty
 cells, as ``subgroup_metrics`` lays them out.
 
 References: Pearson K (1900); Rao JNK, Scott AJ (1981) JASA 76:221-230; Rao JNK, Scott
@@ -51,8 +53,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from stats.clustered import AUTO, resolve_cluster
-from stats.detection import MISSING, case_matrix
+from stats.clustered import AUTO, cluster_cases
+from stats.detection import case_matrix, missing_levels
 from stats.schema import ContractError, tidy
 
 Estimand = Literal["sensitivity", "specificity"]
@@ -126,7 +128,7 @@ def heterogeneity_test(cases: pd.DataFrame, by, estimand: Estimand = "sensitivit
     """
     if estimand not in ESTIMANDS:
         raise ValueError(MSG_ESTIMAND.format(allowed=ESTIMANDS, estimand=estimand))
-    cluster = resolve_cluster(cases, cluster)
+    cases, cluster = cluster_cases(cases, cluster)
     cm = case_matrix(cases, by)
     if cluster is not None and cluster not in cm.covariates.columns:
         raise ContractError(MSG_CLUSTER.format(cluster=cluster,
@@ -142,8 +144,7 @@ def heterogeneity_test(cases: pd.DataFrame, by, estimand: Estimand = "sensitivit
     T = np.asarray(A @ w).ravel()                                     # (cells,)
     # a missing value is no level (R's chisq.test drops NA): the "Missing" cells (of an
     # intersection too) are left out of the test and named in levels_excluded
-    missing = cells["group_level"].astype(str).str.contains(
-        rf"(?:^|:){MISSING}(?::|$)", regex=True).to_numpy()
+    missing = missing_levels(cells["group_level"])
     empty = T == 0
     A = A.multiply((~missing).astype("float64")[:, None]).tocsr()
     S[missing], T[missing] = 0.0, 0.0

@@ -44,7 +44,7 @@ from stats.detection import (
     normalize_by,
 )
 from stats.clustered import (FLAG_DEFF, SUFFIX, cluster_moments, design_effect,
-                             metric_indicators, resolve_cluster)
+                             metric_indicators, cluster_cases)
 from stats.intervals import PROPORTION_METHODS, proportion_ci
 from stats.schema import ContractError, _rows_text, _values_text, tidy
 
@@ -710,7 +710,8 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
             or n_imputations < 2:
         raise ValueError(MSG_IMPUTATIONS.format(m=n_imputations))
     table = check_label_error(label_error)
-    cluster = resolve_cluster(cases, cluster)
+    declared = _declared(per_patient, table, cluster)
+    cases, cluster = cluster_cases(cases, cluster)
     rng = as_generator(seed)
     specs = normalize_by(by)
     aff = _affected(specs, set(table["field"]))
@@ -721,7 +722,6 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
     naive = sg.subgroup_metrics(cases, by=[s for i, s in enumerate(specs) if i not in aff],
                                 metrics=metrics, ci=ci, conf_level=conf_level, seed=rng,
                                 small_n=small_n, cluster=cluster, **naive_kw)
-    declared = _declared(per_patient, table, cluster)
     cm = case_matrix(cases, by, cluster=cluster)
     d = _design(cm, specs, table, tuple(context))
     patient = cm.patient if cluster is not None else None
@@ -763,7 +763,8 @@ def _declared(per_patient, table: pd.DataFrame, cluster: str | None) -> tuple[st
     if unknown:
         raise ContractError(MSG_PER_PATIENT_FIELD.format(
             names=", ".join(map(repr, unknown)), fields=", ".join(fields)))
-    if names and cluster is None:
+    if names and (cluster is None or str(cluster).lower() == "none"):
+        # turned off explicitly; under "auto" without repeated patients it has no effect
         raise ContractError(MSG_PER_PATIENT_CLUSTER.format(names=", ".join(names)))
     return names
 
@@ -920,7 +921,10 @@ def compare_naive(cases: pd.DataFrame, by, label_error: pd.DataFrame, *,
     table = check_label_error(label_error)
     specs = normalize_by(by)
     aff = [":".join(specs[i]) for i in _affected(specs, set(table["field"]))]
-    kwargs["cluster"] = resolve_cluster(cases, kwargs.get("cluster", "auto"))  # both sides
+    given = kwargs.get("cluster", "auto")
+    cases, kwargs["cluster"] = cluster_cases(cases, given)                 # both sides
+    if kwargs["cluster"] is None and given is not None and str(given).lower() == "auto":
+        kwargs.pop("per_patient", None)     # no repeated patients: a declaration changes nothing
     shared = {k: v for k, v in kwargs.items() if k in ("ci", "conf_level", "small_n", "cluster")}
     naive = sg.subgroup_metrics(cases, by=by, metrics=metrics, **shared)
     aware = error_aware_metrics(cases, by=by, label_error=table, metrics=metrics, **kwargs)

@@ -82,7 +82,7 @@ from scipy import stats as sps
 from scipy.special import expit
 
 from stats._threads import one_blas_thread
-from stats.clustered import AUTO, clusters_per_cell, resolve_cluster
+from stats.clustered import AUTO, clusters_per_cell, cluster_cases
 from stats.detection import (GROUP_COLS, MSG_CLUSTER, MSG_CLUSTER_NA,  # noqa: F401 (re-exported)
                              _check_cluster, _levels, case_matrix, normalize_by, scan_level)
 from stats.models.design import estimable_columns
@@ -177,7 +177,7 @@ def pooled_subgroup_metrics(cases: pd.DataFrame, by, estimand: Estimand = "sensi
         raise ValueError(MSG_BY.format(by=by))
     if threshold is not None:
         cases = scan_level(cases, threshold=threshold)
-    cluster = resolve_cluster(cases, cluster)
+    cases, cluster = cluster_cases(cases, cluster)
     if cluster is not None:
         _check_cluster(cases, cluster)
     cm = case_matrix(cases, specs, cluster=cluster)

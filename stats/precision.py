@@ -40,7 +40,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from stats.clustered import AUTO, clusters_per_cell, resolve_cluster
+from stats.clustered import AUTO, clusters_per_cell, cluster_cases
 from stats.detection import (
     GROUP_COLS,
     OVERALL,
@@ -355,7 +355,7 @@ def precision_table(cases: pd.DataFrame | None = None, *, by=None,
 def _rows_from_cases(cases, by, *, cluster, threshold, icc, scans_per_patient) -> pd.DataFrame:
     if threshold is not None:
         cases = scan_level(cases, threshold=threshold)
-    cluster = resolve_cluster(cases, cluster)
+    cases, cluster = cluster_cases(cases, cluster)
     rows = confusion_counts(cases, by).drop(columns=["fp", "fn"]).astype(
         {k: "float64" for k in ("n", "n_pos", "n_neg", "tp", "tn")})
     first = rows.groupby("model", sort=False)["n"].transform("first")   # overall row first

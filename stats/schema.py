@@ -462,7 +462,9 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
         A copy with ``label`` (and ``pred`` when given) as int64 0/1, numeric columns as
         float64, ``patient_id`` filled from ``case_id`` when absent, ``split`` in lower
         case, and ``case_id``, ``model``, ``site``, ``patient_id`` as str; ``attrs`` holds
-        ``implicit_site`` (True when the table had no ``site`` column).
+        ``implicit_site`` (True when the table had no ``site`` column) and
+        ``implicit_patient`` (True when it had no ``patient_id`` column: each case its own
+        patient).
 
     Raises
     ------
@@ -497,7 +499,8 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
         df["site"] = IMPLICIT_SITE
     for col in ("case_id", "model", "site"):
         _require_ids(df, col, source=source)
-    if "patient_id" in df.columns:
+    implicit_patient = "patient_id" not in df.columns
+    if not implicit_patient:
         pid = df["patient_id"]
         df["patient_id"] = _text(pid).where(pid.notna(), df["case_id"])
     else:
@@ -535,6 +538,7 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
               one="tumour present", zero="absent")
     df = df.reset_index(drop=True)
     df.attrs["implicit_site"] = implicit_site
+    df.attrs["implicit_patient"] = implicit_patient
     return df
 
 

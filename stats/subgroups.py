@@ -27,7 +27,7 @@ from statsmodels.stats.multitest import multipletests
 from stats import bootstrap as bs
 from stats.clustered import (AUTO, FLAG_DEFF, SUFFIX, clustered_proportions, complement_moments,
                              design_effect, effective_counts, metric_indicators, pair_codes,
-                             resolve_cluster)
+                             cluster_cases)
 from stats.detection import (BIN_SOURCES, GROUP_COLS, METRICS, OVERALL, PROPORTIONS, CaseMatrix,
                              case_matrix, metric_fractions, ratio)
 from stats.intervals import (AUC_SCALES, PROPORTION_METHODS, AucScale, _auc_ci_from,
@@ -257,7 +257,7 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         raise ValueError(f"auc_scale must be one of {AUC_SCALES}; got {auc_scale!r}")
     if boot_ci not in bs.CI_METHODS:
         raise ValueError(f"boot_ci must be one of {bs.CI_METHODS}; got {boot_ci!r}")
-    cluster = resolve_cluster(cases, cluster)
+    cases, cluster = cluster_cases(cases, cluster)
     if label_error is not None:  # metadata error carried into the intervals
         from stats.label_error import error_aware_metrics
         return error_aware_metrics(cases, by=by, label_error=label_error, metrics=metrics, ci=ci,
@@ -447,12 +447,18 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
                      cluster: str | None = AUTO) -> pd.DataFrame:
     """Sensitivity and specificity of each subgroup against the rest of its axis.
 
+    Every level is compared with everyone else on its axis, the "Missing" level included
+    (are the scans without a value detected differently?), and the rest holds every other
+    scan. :func:`stats.heterogeneity_test` instead leaves the missing values out, as R's
+    ``chisq.test`` drops NA: it asks whether the known levels differ.
+
     Parameters
     ----------
     cases : DataFrame with ``pred``.
     by : axes as in :func:`subgroup_metrics`.
     alpha : level for the sensitivity-collapse flag.
-    adjust : "holm" or "fdr_bh": the adjusted p-value the collapse flag uses.
+    adjust : "holm" or "fdr_bh": the adjusted p-value the collapse flag uses; "none": the
+        unadjusted p-value (an exploratory family: ``p_adjusted`` columns NaN).
     not_applicable : as in :func:`subgroup_metrics` (missing values are levels).
     cluster : column whose repeated values mark scans of one patient (e.g.
         ``"patient_id"``): method "newcombe-z-cluster", the interval and the test on each
@@ -496,9 +502,9 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
 
     Validated against R's ``prop.test(..., correct = FALSE)`` and ``p.adjust`` to 1e-10.
     """
-    if adjust not in ("holm", "fdr_bh"):
-        raise ValueError(f"adjust must be 'holm' or 'fdr_bh'; got {adjust!r}")
-    cluster = resolve_cluster(cases, cluster)
+    if adjust not in ("holm", "fdr_bh", "none"):
+        raise ValueError(f"adjust must be 'holm', 'fdr_bh' or 'none'; got {adjust!r}")
+    cases, cluster = cluster_cases(cases, cluster)
     cm = case_matrix(cases, by, not_applicable=not_applicable, cluster=cluster)
     c = cm.cell_counts()
     axis = cm.cells["axis"].to_numpy()
@@ -526,7 +532,10 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
             **extra}, c))
     out = pd.concat(frames, ignore_index=True)
     out = adjust_p(out[out["group_var"] != OVERALL].reset_index(drop=True), ["model", "estimand"])
-    padj = out["p_adjusted"] if adjust == "holm" else out["p_adjusted_bh"]
+    if adjust == "none":     # exploratory: no family, the flag reads the raw p-values
+        out["p_adjusted"] = out["p_adjusted_bh"] = np.nan
+    padj = {"holm": out["p_adjusted"], "fdr_bh": out["p_adjusted_bh"],
+            "none": out["p_value"]}[adjust]
     sig_low = (out["estimate"] < 0) & (padj < alpha)
     key = ["model", "group_var", "group_level"]
     sens = sig_low[out.estimand == "sensitivity_difference"].set_axis(

@@ -217,3 +217,26 @@ def test_cli_cluster_bad_column_exits_2(files, command):
     assert "cases.csv" in msg and "--cluster 'family'" in msg and "no column 'family'" in msg
     assert "--cluster patient_id" in msg and "--cluster none" in msg and "--cluster auto" in msg
     assert "Traceback" not in res.output and not out.exists()
+
+
+def test_auto_counts_a_missing_patient_id_as_its_own_patient(cases):
+    """Second review: under cluster="auto" a case without a patient_id is a patient of its
+    own (as read_cases reads it), not an error; a column named explicitly keeps refusing
+    missing ids; the case-insensitive "None"/"AUTO" settings mean none/auto."""
+    from stats.schema import ContractError
+
+    d = cases.copy()
+    d["patient_id"] = d["patient_id"].astype(object)
+    gone = d["case_id"].isin(d["case_id"].drop_duplicates().iloc[:7])
+    d.loc[gone, "patient_id"] = None
+    filled = d.assign(patient_id=d["patient_id"].where(d["patient_id"].notna(), d["case_id"]))
+    kw = dict(by=BY, metrics=["sensitivity"])
+    got = stats.subgroup_metrics(d, **kw)
+    pd.testing.assert_frame_equal(got, stats.subgroup_metrics(filled, cluster="patient_id", **kw))
+    assert set(got["method"]) == {"wilson-cluster"}
+    with pytest.raises(ContractError):
+        stats.subgroup_metrics(d, cluster="patient_id", **kw)
+    pd.testing.assert_frame_equal(stats.subgroup_metrics(cases, cluster="None", **kw),
+                                  stats.subgroup_metrics(cases, cluster=None, **kw))
+    pd.testing.assert_frame_equal(stats.subgroup_metrics(cases, cluster="AUTO", **kw),
+                                  stats.subgroup_metrics(cases, **kw))

@@ -56,3 +56,23 @@ def test_separated_glmm_flags_one_term_and_keeps_the_others_ses():
     assert [t for t, f in flags.items() if "separation" in f] == [SEP]
     assert not any("not_estimable" in f for f in flags)
     assert all("fitted_0_1" in f for t, f in flags.items() if td.loc[t, "effect"] == "fixed")
+
+
+def test_a_separated_level_with_spaces_in_its_name_is_found():
+    """The separated term is read from the warning whatever its level name holds ("late
+    arterial"): same flags and SEs as with "arterial" (a split on spaces lost it)."""
+    d = pd.read_csv(R_DIR / "data" / "models_benchx.csv")
+    d = d[(d["model"] == "model_A") & (d["label"] == 1)].copy()
+    d.loc[d["phase"] == "arterial", "pred"] = 1
+    d["phase"] = d["phase"].replace({"arterial": "late arterial"})
+    lv = {**LEVELS, "phase": ["venous", "late arterial", "delayed", "non_contrast"]}
+    for c, levels in lv.items():
+        d[c] = pd.Categorical(d[c], categories=levels)
+    td = fit_adjusted(d, "detected ~ phase + age_group + sex + race + np.log(tumor_size_mm)",
+                      method="glmm", population="positives").tidy().set_index("estimand")
+    base = _fit().tidy().set_index("estimand")
+    sep = "phase[T.late arterial]"
+    assert td.loc[sep, "flag"].split(";").count("separation") == 1
+    others = [t for t in base.index if t != SEP and base.loc[t, "effect"] == "fixed"]
+    np.testing.assert_allclose(td.loc[others, "std_error"], base.loc[others, "std_error"],
+                               rtol=1e-6)

@@ -561,3 +561,14 @@ def test_declared_per_patient_field_that_differs_within_a_patient_is_an_error():
         le.error_aware_metrics(cases, per_patient=["rase"], cluster="patient_id", **kw)
     with pytest.raises(le.ContractError, match="no cluster column"):
         le.error_aware_metrics(cases, per_patient=["race"], cluster=None, **kw)
+
+
+def test_declared_per_patient_fields_with_one_scan_per_patient_have_no_effect():
+    """Second review: per_patient declared while every patient has one scan (cluster
+    'auto' finds no repeats) is no error; it changes nothing (scans are the patients)."""
+    cases = _race_cases(patients=60).drop_duplicates(["model", "patient_id"])
+    kw = dict(by=["race"], label_error=flip_table("race", RACES, 0.1),
+              metrics=("sensitivity",), n_imputations=3, seed=1)
+    a = le.error_aware_metrics(cases, per_patient=["race"], **kw)
+    b = le.error_aware_metrics(cases, **kw)
+    pd.testing.assert_frame_equal(a, b)

@@ -278,3 +278,12 @@ def test_crs_only_report_does_not_claim_the_missing_data_items(tmp_path):
     for key in (("STARD 2015", "12a"), ("STARD 2015", "14"), ("STARD 2015", "17"),
                 ("TRIPOD+AI", "14")):
         assert "Methods" not in items[key], (key, items[key])
+
+
+def test_no_patient_id_column_is_said_as_such(tmp_path):
+    """Second review: read_cases fills a missing patient_id from case_id, so the methods
+    said one scan per patient; without the column it says the column is absent."""
+    study = _study(tmp_path, _no_adjusted, lambda c: c.drop(columns=["patient_id"]))
+    text_ = _methods_text(_sections(study, only=("methods",)))
+    assert "no patient_id column" in text_ and "one scan per model" not in text_
+    assert study.results.decisions["detection.patient_repeats"] is None

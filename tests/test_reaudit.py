@@ -63,3 +63,21 @@ def test_block_tests_name_their_fits_and_unconverged_ors_are_dashes(demo):
     row = pd.Series({"fit_flag": "not_converged", "fit_method": "gee", "method": "gee-md-t",
                      "n_clusters": 8.0})
     assert sec._not_converged(row)
+
+
+def test_planned_cells_drop_an_estimand_an_intersection_cannot_hold():
+    """Second review: specificity rows of a size x sex intersection (every negative is "not
+    applicable" for size) stayed in the precision table; the rule now works per axis."""
+    from stats.analysis.detection import planned_cells
+
+    rows = []
+    for est in ("sensitivity", "specificity"):
+        for lv, pos, neg in (("overall", 10, 10), ("<10 mm:F", 4, 0), ("<10 mm:M", 6, 0),
+                             ("not applicable:F", 0, 5), ("Missing:M", 1, 0)):
+            rows.append({"model": "m", "group_var": "overall" if lv == "overall" else
+                         "size_group:sex", "group_level": lv, "estimand": est,
+                         "method": "wilson", "n_pos": pos, "n_neg": neg})
+    out = planned_cells(pd.DataFrame(rows))
+    got = set(zip(out["estimand"], out["group_level"]))
+    assert got == {("sensitivity", "overall"), ("specificity", "overall"),
+                   ("sensitivity", "<10 mm:F"), ("sensitivity", "<10 mm:M")}

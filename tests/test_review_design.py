@@ -63,16 +63,16 @@ def test_multiplicity_statement_names_the_family_the_code_uses():
     from clinrel.cli.report import demo_plan_path
     from statsmodels.stats.multitest import multipletests
 
-    from stats.analysis.detection import MULTIPLICITY
+    from stats.analysis.detection import VS_REST_CLAUSE
 
     plan = load_plan(demo_plan_path())
     with plan_limits(plan), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         r = run(plan, load_tables(plan), only=["subgroup_vs_rest"], errors="raise")
     svr = r["subgroup_vs_rest"]
-    assert "every level of every single-variable axis" in MULTIPLICITY
+    assert "every level of every single-variable axis" in VS_REST_CLAUSE
     assert "every level of every single-variable axis" in r.decisions.get(
-        "multiplicity", MULTIPLICITY)
+        "multiplicity", VS_REST_CLAUSE)
     for _, g in svr.groupby(["model", "estimand"]):
         ok = g["p_value"].notna()
         assert g["group_var"].nunique() > 1

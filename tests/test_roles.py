@@ -63,6 +63,37 @@ def test_every_table_and_figure_name_in_the_sections_is_mapped():
         _roles.role_sentence({}, "a_new_table")
 
 
+def test_exploratory_comparisons_and_collapse_have_no_family(tmp_path):
+    """roles: comparisons and sensitivity_collapse exploratory: their tests carry no Holm
+    p-value, the collapse flag reads the raw p, the multiplicity statement leaves both
+    families out, and the tables say so (the second review found the methods claiming
+    unadjusted tests that were adjusted)."""
+    study, sections = _study(tmp_path, roles={"comparisons": "exploratory",
+                                              "sensitivity_collapse": "exploratory"},
+                             sections=["comparisons", "failure_map"])
+    res = study.results
+    assert res["comparisons"]["p_adjusted"].isna().all()
+    vr = res["subgroup_vs_rest"]
+    assert vr["p_adjusted"].isna().all()
+    sig = (vr["estimate"] < 0) & (vr["p_value"] < 0.05)
+    sens = vr["estimand"] == "sensitivity_difference"
+    assert (vr.loc[vr["collapse"] & sens, "p_value"] < 0.05).all() and sig[sens].any()
+    said = res.decisions["multiplicity"]
+    assert "subgroup-versus-rest" not in said and "model comparisons" not in said
+    cmp = next(b for s in sections for b in s.tables if b.name == "model_comparisons")
+    assert "p_adj" not in cmp.display.columns
+    assert any("not adjusted for multiplicity" in n for n in cmp.notes)
+    coll = next(b for s in sections for b in s.tables if b.name == "sensitivity_collapse")
+    assert "unadjusted" in coll.caption and coll.caption.endswith("Exploratory.")
+
+
+def test_default_multiplicity_names_every_prespecified_family(tmp_path):
+    study, _ = _study(tmp_path, sections=["methods"])
+    said = study.results.decisions["multiplicity"]
+    assert "subgroup-versus-rest" in said and "model comparisons" in said
+    assert not study.results["comparisons"]["p_adjusted"].isna().all()
+
+
 def test_plan_roles_make_the_adjusted_models_exploratory(tmp_path):
     study, sections = _study(tmp_path, roles={"adjusted": "exploratory"},
                              sections=["adjusted", "subgroups"])

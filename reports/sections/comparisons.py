@@ -35,7 +35,9 @@ def build(study) -> Section:
         "disc": [text.DASH if pd.isna(a) else f"{int(a)} / {int(b)}"
                  for a, b in zip(ov.get("discordant_a"), ov.get("discordant_b"))],
         "p": [text.pvalue(p) for p in ov["p_value"]],
-        "p_adj": [text.pvalue(p) for p in ov["p_adjusted"]]})
+        # exploratory comparisons (the plan's roles) have no family: no Holm column
+        **({"p_adj": [text.pvalue(p) for p in ov["p_adjusted"]]}
+           if ov["p_adjusted"].notna().any() else {})})
     cluster = study.results.decisions.get("detection.cluster")
     clustered = (f" Where a {cluster} has several scans in a cell: the clustered McNemar "
                  f"test of Durkalski et al. (2003), Newcombe's interval at the effective "
@@ -50,7 +52,8 @@ def build(study) -> Section:
         notes=("Sensitivity and specificity: exact McNemar test on discordant pairs (A right "
                "and B wrong / B right and A wrong) and Newcombe's paired hybrid score interval; "
                "AUC: paired DeLong test and Wald interval with the DeLong covariance." + clustered
-               + " Holm adjustment over all pairs per metric.",))
+               + (" Holm adjustment over all pairs per metric." if "p_adj" in disp else
+                  " Exploratory (the plan's roles): p-values not adjusted for multiplicity."),))
     ov_plot = ov.assign(metric=ov["estimand"].map(LABEL))
     fig = ReportFigure(
         name="model_comparisons", caption="Paired differences between models with confidence "

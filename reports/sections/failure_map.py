@@ -30,6 +30,8 @@ def collapse_table(study) -> ReportTable:
     both = sens.merge(spec[keys + ["estimate", "conf_low", "conf_high", "p_adjusted"]],
                       on=keys, suffixes=("", "_spec"))
     shown = both[both["collapse"].astype(bool)].reset_index(drop=True)
+    # the family the analysis layer adjusted (exploratory: raw p-values, said so)
+    holm = study.results.decisions.get("sensitivity_collapse.multiplicity", "holm") == "holm"
     pooled = None
     cluster = study.results.decisions.get("detection.cluster")
     if study.plan.detection.pooled:
@@ -48,7 +50,7 @@ def collapse_table(study) -> ReportTable:
         "sens": [text.num(x) for x in shown["estimate_subgroup"]],
         "rest": [text.num(x) for x in shown["estimate_rest"]],
         "diff": text.ci_vec(shown),
-        "p": [text.pvalue(p) for p in shown["p_adjusted"]],
+        "p": [text.pvalue(p) for p in (shown["p_adjusted"] if holm else shown["p_value"])],
         "spec_diff": text.ci_vec(shown, est="estimate_spec", low="conf_low_spec",
                                  high="conf_high_spec"),
         **(pooled or {}),
@@ -56,18 +58,22 @@ def collapse_table(study) -> ReportTable:
     return ReportTable(
         name="sensitivity_collapse",
         caption="Subgroups with sensitivity collapse: sensitivity significantly below the rest "
-                "of the axis (Holm-adjusted) while specificity is not.",
+                f"of the axis ({'Holm-adjusted' if holm else 'unadjusted p-values'}) while "
+                "specificity is not.",
         data=vr, display=disp, group_col="model",
         labels={"cell": "Subgroup", "sens": "Sensitivity", "rest": "Rest",
-                "diff": "Difference [CI]", "p": "Holm p", "spec_diff": "Specificity diff. [CI]",
+                "diff": "Difference [CI]", "p": "Holm p" if holm else "p",
+                "spec_diff": "Specificity diff. [CI]",
                 "pooled": "Pooled sens. [CI]", "survives": "Survives pooling"},
         notes=("Difference = subgroup minus the rest of its axis; Newcombe hybrid score "
                "intervals; pooled two-proportion z tests"
                + (f", each side at its effective counts (scans clustered within "
                   f"{cluster}: Korn & Graubard design effects)" if cluster else "")
-               + ", Holm adjustment per model and metric "
-               "over every level of every axis. All cells, with Benjamini-Hochberg p-values, "
-               "are in tables/sensitivity_collapse.csv."
+               + (", Holm adjustment per model and metric over every level of every axis. "
+                  "All cells, with Benjamini-Hochberg p-values, are in "
+                  "tables/sensitivity_collapse.csv." if holm else
+                  "; exploratory (the plan's roles): p-values not adjusted for multiplicity. "
+                  "All cells are in tables/sensitivity_collapse.csv.")
                + (" Pooled: partially pooled sensitivity (binomial GLMM, a random intercept "
                   "per level; results/pooled_axes.csv); a collapse survives pooling when the "
                   "pooled interval stays below the rest's sensitivity." if pooled else ""),))

@@ -209,7 +209,8 @@ def _roles_sentence(study) -> str:
     return ("Every table and figure caption says whether its analysis is prespecified or "
             "exploratory (the plan's roles block; subgroup axes by detection.subgroups). "
             + ("Exploratory analyses: " + text.human_list(exp) + "; their tests are not "
-               "adjusted for multiplicity." if exp else "Every analysis is prespecified."))
+               "adjusted for multiplicity (the multiplicity statement names the adjusted "
+               "families)." if exp else "Every analysis is prespecified."))
 
 
 def build(study) -> Section:

@@ -101,10 +101,10 @@ def heterogeneity_note(study, axis: tuple[str, ...]) -> str:
     how = ("Rao-Scott second-order corrected Pearson chi-square, F reference (scans clustered "
            "within patients)" if method == "rao-scott-f"
            else "Pearson chi-square without continuity correction")
-    from stats.detection import MISSING
+    from stats.detection import missing_levels
 
-    missing = h["levels_excluded"].astype(str).str.split(";").apply(
-        lambda levels: MISSING in levels).any() if "levels_excluded" in h else False
+    excluded = [lv for v in h.get("levels_excluded", []) for lv in str(v).split(";") if lv]
+    missing = bool(missing_levels(excluded).any()) if excluded else False
     left_out = (" Scans with a missing value on the axis are left out of the tests (a "
                 "missing value is no level)." if missing else "")
     return f"Tests ({how}). " + ". ".join(parts) + "." + left_out if parts else ""

@@ -300,10 +300,10 @@ def adjusted_vs_crude(results) -> pd.DataFrame:
     left_out = (rows["label"] == (1 if positives else 0)) & rows[cols].isna().any(axis=1)
     if left_out.any():
         from ..subgroups import subgroup_metrics
+        from .detection import subgroup_options
 
         crude_all = subgroup_metrics(rows[~left_out], by=[v for v, _ in marginal],
-                                     metrics=[estimand], ci=det.ci, conf_level=det.conf_level,
-                                     small_n=det.small_n, cluster=results["cluster"])
+                                     metrics=[estimand], **subgroup_options(results))
         one = rows["model"] == rows["model"].iloc[0]      # every model scores the same scans
         pop = one & (rows["label"] == (1 if positives else 0))
         results.decide("adjusted.crude_rows", {

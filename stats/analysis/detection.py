@@ -179,11 +179,15 @@ def roles(results) -> dict:
 
 #: the multiplicity rule, stated in the methods text
 MULTIPLICITY = ("Holm within each family of prespecified tests, one family per model and "
-                "estimand: the heterogeneity tests across the prespecified axes; the "
-                "subgroup-versus-rest tests of every level of every single-variable axis of the "
-                "plan, together (not axis by axis){blocks}; exploratory tests are shown "
+                "estimand: the heterogeneity tests across the prespecified axes{vs_rest}"
+                "{comparisons}{blocks}; exploratory tests are shown "
                 "unadjusted and labelled exploratory; confidence intervals are not adjusted for "
                 "multiplicity.")
+#: the clause of MULTIPLICITY for the subgroup-versus-rest tests (sensitivity collapse)
+VS_REST_CLAUSE = ("; the subgroup-versus-rest tests of every level of every single-variable "
+                  "axis of the plan, together (not axis by axis)")
+#: the clause of MULTIPLICITY for the paired model comparisons
+COMPARISONS_CLAUSE = "; the paired model comparisons (every pair and cell), per estimand"
 #: the clause of MULTIPLICITY for the adjusted models' block tests (when the plan has them)
 BLOCKS_CLAUSE = ("; the adjusted models' likelihood-ratio tests of their blocks and group, "
                  "per model")
@@ -213,7 +217,12 @@ def heterogeneity(results) -> pd.DataFrame:
 
     blocks = (bool(plan.detection.adjusted) and block_method(plan) is not None
               and results["roles"]["adjusted"] == PRESPECIFIED)
-    results.decide("multiplicity", MULTIPLICITY.format(blocks=BLOCKS_CLAUSE if blocks else ""))
+    roles = results["roles"]
+    results.decide("multiplicity", MULTIPLICITY.format(
+        blocks=BLOCKS_CLAUSE if blocks else "",
+        vs_rest=VS_REST_CLAUSE if roles["sensitivity_collapse"] == PRESPECIFIED else "",
+        comparisons=COMPARISONS_CLAUSE if roles["comparisons"] == PRESPECIFIED
+        and results["evaluation"]["model"].nunique() > 1 else ""))
     return out
 
 
@@ -227,7 +236,9 @@ def cluster(results):
     det = results.plan.detection
     ev = results["evaluation"]
     chosen = getattr(det, "cluster", "auto")
-    rep = patient_repeats(ev)
+    cases = getattr(results.tables, "cases", None)
+    implicit = bool(getattr(cases, "attrs", {}).get("implicit_patient", False))
+    rep = None if implicit else patient_repeats(ev)     # no patient_id column: unknown
     results.decide("detection.patient_repeats", rep)
     chosen = resolve_cluster(ev, chosen)     # the one rule (stats.clustered)
     results.decide("detection.cluster", chosen)
@@ -253,15 +264,24 @@ def subgroup_metrics(results) -> pd.DataFrame:
     from ..subgroups import subgroup_metrics as compute
 
     det = results.plan.detection
-    kw = {}
     if det.n_boot:
-        kw = {"n_boot": det.n_boot, "seed": det.seed,
-              "strata": det.strata, "boot_ci": det.boot_ci}
         results.decide("seeds.detection_bootstrap", det.seed)
         results.decide("detection.bootstrap.n_boot", det.n_boot)
-    return compute(results["evaluation"], by=axes(results.plan), ci=det.ci,
-                   conf_level=det.conf_level, auc_scale=det.auc_scale, small_n=det.small_n,
-                   scheduler=results.scheduler, cluster=results["cluster"], **kw)
+    return compute(results["evaluation"], by=axes(results.plan), **subgroup_options(results))
+
+
+def subgroup_options(results) -> dict:
+    """The options of the subgroup table (``stats.subgroup_metrics``) as the plan sets them:
+    interval, level, AUC scale, small n, cluster and, with a bootstrap, its replicates,
+    seed, strata and interval; shared by every call that recomputes subgroup rows (the
+    adjusted-versus-crude figure's crude values on the fits' scans)."""
+    det = results.plan.detection
+    kw = {"ci": det.ci, "conf_level": det.conf_level, "auc_scale": det.auc_scale,
+          "small_n": det.small_n, "scheduler": results.scheduler,
+          "cluster": results["cluster"]}
+    if det.n_boot:
+        kw.update(n_boot=det.n_boot, seed=det.seed, strata=det.strata, boot_ci=det.boot_ci)
+    return kw
 
 
 @analysis("confusion_counts", wanted=_wants_detection)
@@ -279,9 +299,15 @@ def comparisons(results) -> pd.DataFrame:
     from ..compare import compare_models
 
     det = results.plan.detection
-    return compare_models(results["evaluation"], by=list(det.compare_by) or None,
-                          conf_level=det.conf_level, small_n=det.small_n,
-                          cluster=results["cluster"])
+    out = compare_models(results["evaluation"], by=list(det.compare_by) or None,
+                         conf_level=det.conf_level, small_n=det.small_n,
+                         cluster=results["cluster"])
+    if results["roles"]["comparisons"] != PRESPECIFIED:   # exploratory: no family
+        out["p_adjusted"] = out["p_adjusted_bh"] = np.nan
+        results.decide("comparisons.multiplicity", "none")
+    else:
+        results.decide("comparisons.multiplicity", "holm")
+    return out
 
 
 #: thresholds in the sweep: quantiles of the evaluation scores (plus the operating ones)
@@ -334,8 +360,10 @@ def subgroup_vs_rest(results) -> pd.DataFrame:
 
     det = results.plan.detection
     single = [a for a in det.subgroups if len(a) == 1] or list(det.subgroups)
+    adjust = "holm" if results["roles"]["sensitivity_collapse"] == PRESPECIFIED else "none"
+    results.decide("sensitivity_collapse.multiplicity", adjust)
     return compute(results["evaluation"], by=single, conf_level=det.conf_level,
-                   cluster=results["cluster"])
+                   cluster=results["cluster"], adjust=adjust)
 
 
 #: continuous variables of the cohort table
@@ -405,24 +433,18 @@ def precision(results) -> pd.DataFrame:
 
 def planned_cells(table: pd.DataFrame) -> pd.DataFrame:
     """The precision table's rows for cells a study plans: not the "Missing" and "not
-    applicable" levels (of an intersection too), and not the estimand an axis's cells cannot
-    hold (specificity by tumour size: every negative is "not applicable"). Recorded as the
-    decision ``precision.cells`` by the caller's Results."""
-    from ..detection import MISSING, NOT_APPLICABLE
+    applicable" levels (of an intersection too: :func:`stats.detection.unplanned_levels`),
+    and not an estimand an axis cannot hold (specificity by tumour size, alone or in an
+    intersection: every negative is "not applicable", so no planned cell of the axis has
+    one). Recorded as the decision ``precision.cells`` by the caller."""
+    from ..detection import unplanned_levels
 
-    level = table["group_level"].astype(str)
-    extra = level.str.contains(rf"(?:^|:)(?:{MISSING}|{NOT_APPLICABLE})(?::|$)", regex=True)
-    # per axis x model x estimand: the population count of the "not applicable" level equal
-    # to the whole population's means the axis does not apply to that estimand
-    pop = np.where(table["estimand"] == "sensitivity", table["n_pos"], table["n_neg"])
-    t = table.assign(_pop=pop, _na=level == NOT_APPLICABLE)
-    key = ["model", "group_var", "estimand", "method"]
-    na_pop = t["_pop"].where(t["_na"], 0.0).groupby([t[k] for k in key]).transform("sum")
-    overall = t.loc[t["group_var"] == "overall"].set_index(["model", "estimand", "method"])["_pop"]
-    total = pd.Series(list(zip(t["model"], t["estimand"], t["method"]))).map(overall).to_numpy()
-    inapplicable = (t["group_var"] != "overall").to_numpy() & (na_pop.to_numpy() > 0) & \
-        (na_pop.to_numpy() == total)
-    return table[~(extra.to_numpy() | inapplicable)].reset_index(drop=True)
+    keep = ~unplanned_levels(table["group_level"])
+    pop = pd.Series(np.where(table["estimand"] == "sensitivity", table["n_pos"],
+                             table["n_neg"]), index=table.index).where(keep, 0.0)
+    key = [table[k] for k in ("model", "group_var", "estimand", "method")]
+    holds = pop.groupby(key).transform("sum") > 0
+    return table[keep & (holds | (table["group_var"] == "overall"))].reset_index(drop=True)
 
 
 def estimated_icc(results) -> float:

@@ -379,10 +379,11 @@ def _conf_level(c: _Checker, value, key: str) -> float:
 
 def _cluster(c: _Checker, value):
     """``detection.cluster``: auto, a column name, or none."""
-    if value is None or value == "none":
+    if value is None or (isinstance(value, str) and value.lower() == "none"):
         return None
-    return c.typed(value, "detection.cluster", str,
-                   "auto, a column name such as patient_id, or none", "write e.g. cluster: auto")
+    value = c.typed(value, "detection.cluster", str,
+                    "auto, a column name such as patient_id, or none", "write e.g. cluster: auto")
+    return "auto" if value.lower() == "auto" else value
 
 
 def _detection(c: _Checker, d: dict) -> Detection:

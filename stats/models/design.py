@@ -18,6 +18,7 @@ pandas categorical keeps its category order, a text column is sorted (as R's
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -295,7 +296,21 @@ def separation_warnings(d: Design) -> list[str]:
     return out
 
 
+def separated_terms(warnings: list[str]) -> set[str]:
+    """The terms :func:`separation_warnings` named (a level name may hold spaces:
+    "late arterial", "<10 mm")."""
+    out = set()
+    for w in warnings:
+        m = _SEPARATED.match(w)
+        if m:
+            out.add(m.group(1))
+    return out
+
+
+_SEPARATED = re.compile(r"separation: every row with (.+) has outcome [01]; ", re.DOTALL)
+
+
 def separated_columns(d: Design, warnings: list[str]) -> np.ndarray:
     """Bool per column of ``d.X``: the terms :func:`separation_warnings` named."""
-    named = {w.split(" ")[4] for w in warnings if w.startswith("separation: every row")}
+    named = separated_terms(warnings)
     return np.array([t in named for t in d.terms], dtype=bool)

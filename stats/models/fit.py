@@ -17,7 +17,7 @@ from scipy import stats as sps
 
 from stats.schema import tidy
 
-from .design import Design
+from .design import Design, separated_terms
 
 RE_TERM = "sd__(Intercept)"
 
@@ -157,7 +157,7 @@ class Fit:
             d = f.design
             with np.errstate(invalid="ignore"):
                 se = np.sqrt(np.diag(f.vcov))
-            sep = {w.split(" ")[4] for w in f.warnings if w.startswith("separation: every row")}
+            sep = separated_terms(f.warnings)
             est = dict(zip(d.terms, f.beta))
             ses = dict(zip(d.terms, se))
             npos, nneg = _pos_neg(self.population, f.nobs)
