@@ -81,3 +81,31 @@ def test_planned_cells_drop_an_estimand_an_intersection_cannot_hold():
     got = set(zip(out["estimand"], out["group_level"]))
     assert got == {("sensitivity", "overall"), ("specificity", "overall"),
                    ("sensitivity", "<10 mm:F"), ("sensitivity", "<10 mm:M")}
+
+
+def test_a_bootstrap_plan_gets_its_crude_values_on_the_fits_scans(tmp_path):
+    """Second review: with detection.ci bootstrap the crude values recomputed on the fits'
+    scans (the demo's unrecorded sizes) crashed for want of n_boot; they now take the
+    subgroup table's options, bootstrap included."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from clinrel.cli import app
+    from stats.analysis import load_plan, run
+    from stats.analysis.inputs import load_tables
+
+    out = tmp_path / "demo"
+    assert CliRunner().invoke(app, ["demo", "--out", str(out), "--quiet"]).exit_code == 0
+    raw = yaml.safe_load((out / "plan.yaml").read_text())
+    raw["detection"]["ci"] = "bootstrap"
+    raw["detection"]["bootstrap"]["n_boot"] = 50
+    (out / "plan.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    plan = load_plan(out / "plan.yaml")
+    with plan_limits(plan), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = run(plan, load_tables(plan), only=["adjusted_vs_crude"], errors="raise")
+    crude = r["adjusted_vs_crude"]
+    crude = crude[crude["kind"] == "crude"]
+    assert len(crude) and crude["method"].astype(str).str.contains("bootstrap").all()
+    assert r.decisions["adjusted.crude_rows"]["used"] < r.decisions["adjusted.crude_rows"][
+        "population"]
