@@ -212,7 +212,8 @@ def test_missing_values_are_named_and_counted(tmp_path):
     one = ev[ev["model"] == ev["model"].iloc[0]]
     n_phase, n_age = int(one["phase"].isna().sum()), int(one["age"].isna().sum())
     assert n_phase and n_age
-    assert "a missing subgroup value is a level of its own" in sentence
+    assert "a missing subgroup value is shown as a level of its own" in sentence
+    assert "tests of equal sensitivity and specificity across levels leave it out" in sentence
     assert f"phase ({n_phase} scans)" in sentence
     assert re.search(rf"age\\?_group \({n_age} scans\)", sentence), sentence
     pos = one[one["label"] == 1]

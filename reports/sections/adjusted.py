@@ -286,7 +286,8 @@ def _repeated_text(rep: dict | None, fits) -> str:
                 + (f"and every patient's scans lie within one {g}, so they allow any "
                    f"correlation within a {g}, a patient's scans included: read the GEE "
                    f"columns for inference, and the adjusted-versus-crude comparison uses "
-                   f"the GEE." if rep["nested"] else
+                   f"the GEE. The block tests are the GLMM's likelihood-ratio tests (the GEE "
+                   f"has no likelihood) and share its limitation." if rep["nested"] else
                    f"but some patients have scans in more than one {g}, so neither model "
                    f"accounts for the repeated scans."))
     return out

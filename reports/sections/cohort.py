@@ -42,7 +42,9 @@ def build(study) -> Section:
                                         piv.loc[(var, "", "q3"), g], digits=0) for g in groups}
             out_rows.append({"variable": labels[var], "level": "median [IQR]", **cells})
             miss = {g: piv.loc[(var, "", "missing"), g] for g in groups}
-            if any(v > 0 for v in miss.values()) and var != "tumor_size_mm":
+            # tumour size counts its missing values among the positives (stats.describe):
+            # negatives have none to miss
+            if any(v > 0 for v in miss.values()):
                 out_rows.append({"variable": labels[var], "level": "missing",
                                  **{g: text.count(v) for g, v in miss.items()}})
             continue

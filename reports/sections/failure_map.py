@@ -69,7 +69,8 @@ def collapse_table(study) -> ReportTable:
                "intervals; pooled two-proportion z tests"
                + (f", each side at its effective counts (scans clustered within "
                   f"{cluster}: Korn & Graubard design effects)" if cluster else "")
-               + (", Holm adjustment per model and metric over every level of every axis. "
+               + (", Holm adjustment per model and metric over every level of every "
+                  "single-variable axis of the plan, Missing levels included. "
                   "All cells, with Benjamini-Hochberg p-values, are in "
                   "tables/sensitivity_collapse.csv." if holm else
                   "; exploratory (the plan's roles): p-values not adjusted for multiplicity. "

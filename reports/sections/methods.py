@@ -105,7 +105,7 @@ def _detection(study) -> list[str]:
     else:
         out.append(_independent(study))
     if "multiplicity" in res.decisions:
-        out.append("Multiplicity: " + res.decisions["multiplicity"])
+        out.append("Multiplicity: " + res.decisions["multiplicity"] + _unadjusted(study))
     missing = missing_data(study)
     if missing:
         out.append(missing)
@@ -206,8 +206,11 @@ def _roles_sentence(study) -> str:
         shown |= {"metadata"} | ({"label_error"} if plan.metadata_options and
                                  plan.metadata_options.label_error else set())
     exp = [ROLE_NAMES[k] for k in ROLE_NAMES if k in shown and roles.get(k) == "exploratory"]
+    own = bool((getattr(plan, "raw", None) or {}).get("roles"))
     return ("Every table and figure caption says whether its analysis is prespecified or "
-            "exploratory (the plan's roles block; subgroup axes by detection.subgroups). "
+            "exploratory (" + ("the plan's roles block" if own else
+                               "clinrel's defaults, which a roles block in the plan can change")
+            + "; subgroup axes by detection.subgroups). "
             + ("Exploratory analyses: " + text.human_list(exp) + "; their tests are not "
                "adjusted for multiplicity (the multiplicity statement names the adjusted "
                "families)." if exp else "Every analysis is prespecified."))
@@ -255,7 +258,9 @@ def _repeated_methods(rep: dict | None) -> str:
             f"patients have several of the modelled scans; the GLMM's random intercept per "
             f"{g} treats them as independent given {g}, so inference is read from the GEE, "
             + ("whose sandwich is clustered on the " + g + " that nests each patient, and "
-               "the adjusted-versus-crude comparison uses it." if rep["nested"] else
+               "the adjusted-versus-crude comparison uses it; the block likelihood-ratio "
+               "tests are the GLMM's (the GEE has no likelihood) and share its limitation."
+               if rep["nested"] else
                "although some patients span several " + g + "s, so neither accounts for them."))
 
 
@@ -267,6 +272,24 @@ def _repeats(study) -> tuple[int, int] | None:
     ``patient_id`` column."""
     rep = study.results.decisions.get("detection.patient_repeats")
     return None if not rep else (int(rep["with_repeats"]), int(rep["patients"]))
+
+
+def _unadjusted(study) -> str:
+    """The tests the report shows outside any family, named so the multiplicity statement
+    covers every p-value: the adjusted models' per-term Wald p-values (the block tests are
+    their family), the metadata site tests, and the CRS pairwise differences' own family."""
+    plan = study.plan
+    parts = []
+    if plan.detection is not None and plan.detection.adjusted:
+        parts.append("the adjusted models' per-term p-values are not adjusted (their "
+                     "prespecified tests are the block tests)")
+    if plan.metadata is not None:
+        parts.append("the tests of equal metadata agreement across sites are shown "
+                     "unadjusted (a data-quality check)")
+    if plan.crs is not None and study.runs is not None:
+        parts.append("the pairwise CRS differences are their own family (Holm over all "
+                     "encoder pairs)")
+    return (" In addition: " + "; ".join(parts) + ".") if parts else ""
 
 
 def _independent(study) -> str:
@@ -382,9 +405,11 @@ def missing_data(study) -> str | None:
                 f"scans has a missing value.")
     parts = []
     if miss_axes:
-        parts.append(f"a missing subgroup value is a level of its own (\"Missing\"), so every "
-                     f"axis's levels add up to the evaluated scans; values are missing in "
-                     f"{_named(miss_axes)}")
+        parts.append(f"a missing subgroup value is shown as a level of its own (\"Missing\"), "
+                     f"so every axis's levels add up to the evaluated scans, and compared with "
+                     f"the rest of its axis; the tests of equal sensitivity and specificity "
+                     f"across levels leave it out (as R's chisq.test drops NA); values are "
+                     f"missing in {_named(miss_axes)}")
     else:
         parts.append("no subgroup axis has a missing value" if miss_base else
                      "no subgroup axis or baseline characteristic has a missing value")

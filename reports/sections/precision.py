@@ -39,9 +39,11 @@ def build(study) -> Section:
         "spec_hw": both["half_width_spec"].map(hw),
         "spec_need": both["n_required_spec"].map(text.count)})
     short = both[(both["half_width"] > target) & (both["group_var"] != "overall")]
+    cells = both.loc[both["group_var"] != "overall", ["model", "group_var", "group_level"]]
+    n_cells = cells.drop_duplicates().shape[0]
     table = ReportTable(
-        name="precision", caption=f"Achieved 95% Wilson CI half-width (percentage points) per "
-        f"prespecified cell, and the reference positives (negatives) a cell needs for a "
+        name="precision", caption=f"Planning half-width of the 95% Wilson CI (percentage points) "
+        f"per prespecified cell at its observed counts, and the reference positives (negatives) a cell needs for a "
         f"half-width of \u00b1{100 * target:.0f} points at the model's overall sensitivity "
         f"(specificity){_icc_text(study.results.decisions.get('precision.icc'))}. "
         f"Prespecified.", data=pr, display=disp, group_col="model",
@@ -52,11 +54,16 @@ def build(study) -> Section:
                   ("Specificity", ["n_neg", "spec_hw", "spec_need"])),
         notes=("Required numbers solve the Wilson half-width for n at the expected value; "
                "Clopper-Pearson requirements and the scans implied by each cell's prevalence "
-               "are in tables/precision.csv.",))
+               "are in tables/precision.csv."
+               + (" With repeated scans the half-widths use one study-wide ICC, a planning "
+                  "assumption: the subgroup tables' intervals use each cell's own design "
+                  "effect and can be wider or narrower."
+                  if study.results.decisions.get("precision.icc") else ""),))
     md = (f"@tbl-precision shows how precise each prespecified subgroup estimate is and how "
           f"many reference positives it would need for a \u00b1{100 * target:.0f}-point "
           f"interval; {text.count(short[['model', 'group_var', 'group_level']].drop_duplicates().shape[0])} "
-          f"model \u00d7 cell combinations fall short of that target for sensitivity. "
+          f"of the {text.count(n_cells)} model \u00d7 cell combinations fall short of that "
+          f"target for sensitivity. "
           f"The command clinrel plan-size gives the same numbers before data exist.")
     return Section(KEY, TITLE).add(md, table)
 

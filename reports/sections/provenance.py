@@ -247,7 +247,7 @@ def label_error_compare(study) -> ReportTable | None:
                "the imputations move scans into a level, its mean denominator exceeds the "
                "recorded count, and with little missing information that outweighs the "
                "between-imputation variance. Specificity and the intersections are in "
-               "tables/label_error_metrics.csv.",))
+               "results/label_error_metrics.csv.",))
 
 
 def label_error_text(study) -> str:
