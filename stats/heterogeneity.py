@@ -147,6 +147,7 @@ def heterogeneity_test(cases: pd.DataFrame, by, estimand: Estimand = "sensitivit
     missing = missing_levels(cells["group_level"])
     empty = T == 0
     A = A.multiply((~missing).astype("float64")[:, None]).tocsr()
+    A.eliminate_zeros()     # no stored entry for a Missing scan (the cluster table reads them)
     S[missing], T[missing] = 0.0, 0.0
     F = T[:, None] - S
     axis = cells["axis"].to_numpy()

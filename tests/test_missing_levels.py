@@ -174,3 +174,17 @@ def test_pooled_and_heterogeneity_see_the_same_levels(cases):
     assert (het.n == n_known).all()
     pooled = stats.pooled_subgroup_metrics(cases, ["phase"])
     assert MISSING in set(pooled.group_level)
+
+
+@pytest.mark.parametrize("cluster", [None, "patient_id"])
+def test_heterogeneity_with_missing_equals_the_test_on_the_known_values(cases, cluster):
+    """Recomputation: leaving the Missing scans out is the same test as dropping those
+    rows first (R's chisq.test / svychisq on the complete cases), Pearson and Rao-Scott."""
+    known = cases[cases["phase"].notna()]
+    cols = ["model", "estimand", "statistic", "df", "p_value", "n", "n_levels"]
+    for estimand in ("sensitivity", "specificity"):
+        a = stats.heterogeneity_test(cases, ["phase"], estimand=estimand, cluster=cluster)
+        b = stats.heterogeneity_test(known, ["phase"], estimand=estimand, cluster=cluster)
+        assert a["levels_excluded"].str.contains(MISSING).all()
+        pd.testing.assert_frame_equal(a[cols].reset_index(drop=True),
+                                      b[cols].reset_index(drop=True), rtol=1e-12)

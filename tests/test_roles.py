@@ -130,3 +130,18 @@ def test_plan_roles_are_validated(tmp_path, roles, needs):
     (out / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     with pytest.raises(PlanError, match=needs):
         load_plan(out / "plan.yaml")
+
+
+def test_a_figure_of_several_axes_names_the_exploratory_ones():
+    import pandas as pd
+
+    roles = {"axis:phase": "prespecified", "axis:scanner": "exploratory",
+             "axis:age_group:phase": "exploratory"}
+    data = pd.DataFrame({"group_var": ["overall", "phase", "scanner", "age_group:phase"]})
+    assert _roles.role_sentence(roles, "forest_sensitivity", data) == (
+        "Prespecified axes, except exploratory scanner, age group \u00d7 phase.")
+    assert _roles.role_sentence(roles, "forest_specificity",
+                                data[data.group_var != "scanner"].iloc[:2]) == "Prespecified."
+    # a figure whose data has no group_var (or none) is prespecified, not a traceback
+    assert _roles.role_sentence(roles, "forest_x", pd.DataFrame({"a": [1]})) == "Prespecified."
+    assert _roles.role_sentence(roles, "forest_x", None) == "Prespecified."

@@ -13,27 +13,28 @@ import dataclasses
 #: table or figure name -> the analysis key of Results['roles'] (DESCRIPTIVE: counts that
 #: the reporting guidelines prespecify, no inference)
 DESCRIPTIVE = "descriptive"
-BY_NAME = {
-    "flow_accountability": DESCRIPTIVE, "flow_diagram": DESCRIPTIVE,
-    "cohort_by_site": DESCRIPTIVE, "two_by_two": DESCRIPTIVE,
-    "overall_metrics": "overall", "precision": "precision",
-    "failure_map": "failure_map", "failure_map_pooled": "pooled",
-    "sensitivity_collapse": "sensitivity_collapse",
-    "threshold_sweep": "threshold_sweep", "ranking_stability_threshold": "threshold_sweep",
-    "adjusted_odds_ratios": "adjusted", "adjusted_block_tests": "adjusted",
-    "adjusted_variance": "adjusted", "adjusted_vs_crude": "adjusted",
-    "adjusted_site_effects": "adjusted",
-    "model_comparisons": "comparisons",
-    "crs_axes": "crs", "crs_profiles": "crs", "crs_scores": "crs",
-    "crs_rank_probabilities": "crs", "crs_dominance": "crs", "crs_differences": "crs",
-    "crs_stability": "crs_stability", "crs_rank_shift": "crs_stability",
-    "calibration_summary": "calibration", "calibration_repair": "calibration",
-    "reliability": "calibration",
-    "metadata_coverage": "metadata", "metadata_sources": "metadata",
-    "metadata_agreement": "metadata", "metadata_agreement_by_site": "metadata",
-    "metadata_site_test": "metadata", "metadata_review": "metadata",
-    "label_error_table": "label_error", "label_error_sensitivity": "label_error",
+#: the analysis key of Results['roles'] -> the tables and figures that show it
+SHOWN_BY = {
+    DESCRIPTIVE: ("flow_accountability", "flow_diagram", "cohort_by_site", "two_by_two"),
+    "overall": ("overall_metrics",),
+    "precision": ("precision",),
+    "failure_map": ("failure_map",),
+    "pooled": ("failure_map_pooled",),
+    "sensitivity_collapse": ("sensitivity_collapse",),
+    "threshold_sweep": ("threshold_sweep", "ranking_stability_threshold"),
+    "adjusted": ("adjusted_odds_ratios", "adjusted_block_tests", "adjusted_variance",
+                 "adjusted_vs_crude", "adjusted_site_effects"),
+    "comparisons": ("model_comparisons",),
+    "crs": ("crs_axes", "crs_profiles", "crs_scores", "crs_rank_probabilities",
+            "crs_dominance", "crs_differences"),
+    "crs_stability": ("crs_stability", "crs_rank_shift"),
+    "calibration": ("calibration_summary", "calibration_repair", "reliability"),
+    "metadata": ("metadata_coverage", "metadata_sources", "metadata_agreement",
+                 "metadata_agreement_by_site", "metadata_site_test", "metadata_review"),
+    "label_error": ("label_error_table", "label_error_sensitivity"),
 }
+#: table or figure name -> its analysis key
+BY_NAME = {name: key for key, names in SHOWN_BY.items() for name in names}
 #: names that carry no role (not an analysis)
 NO_ROLE = ("checklist_map",)
 #: names whose role is that of the subgroup axes they draw (one figure, several axes)
@@ -42,16 +43,15 @@ SENTENCES = ("Prespecified.", "Exploratory.", "Prespecified (descriptive).")
 
 
 def _axes_sentence(roles: dict, data) -> str:
-    axes = [str(a) for a in dict.fromkeys(getattr(data, "get", lambda *_: None)("group_var")
-                                         if data is not None else [])
-            if str(a) != "overall" and f"axis:{a}" in roles]
-    if not axes:
-        return "Prespecified."
+    """The role of a figure that draws several subgroup axes (its data's ``group_var``)."""
+    from ._detection import axis_label
+
+    drawn = data["group_var"] if data is not None and "group_var" in data else []
+    axes = [str(a) for a in dict.fromkeys(drawn) if f"axis:{a}" in roles]
     kinds = {roles[f"axis:{a}"] for a in axes}
-    if len(kinds) == 1:
-        return f"{kinds.pop().capitalize()}."
-    exp = [a.replace("_", " ").replace(":", " \u00d7 ") for a in axes
-           if roles[f"axis:{a}"] == "exploratory"]
+    if len(kinds) <= 1:
+        return f"{(kinds.pop() if kinds else 'prespecified').capitalize()}."
+    exp = [axis_label(a) for a in axes if roles[f"axis:{a}"] == "exploratory"]
     return "Prespecified axes, except exploratory " + ", ".join(exp) + "."
 
 
