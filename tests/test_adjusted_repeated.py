@@ -27,8 +27,12 @@ def test_demo_records_the_repeated_patients_and_uses_the_gee(demo):
     rep = r.decisions["adjusted.repeated_scans"]
     ev = r["adjusted_rows"]
     pos = ev[(ev["model"] == ev["model"].iloc[0]) & (ev["label"] == 1)]
+    n_all = len(pos)
     pos = pos[pos["tumor_size_mm"].notna()]       # the scans the fits use (complete cases)
-    assert pos["tumor_size_mm"].notna().all() and len(pos) < (ev["label"] == 1).sum() / 2
+    miss = r["adjusted_missing"]
+    left_out = miss.loc[(miss["model"] == ev["model"].iloc[0]) & (miss["fit_method"] == "glmm"),
+                        "n_excluded"]
+    assert len(left_out) == 1 and n_all - len(pos) == int(left_out.iloc[0]) > 0
     per = pos.groupby("patient_id").size()
     assert rep == {"cluster": "patient_id", "group": "site", "patients": len(per),
                    "with_repeats": int((per > 1).sum()), "scans": len(pos), "nested": True}

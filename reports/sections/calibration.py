@@ -74,9 +74,8 @@ def definitions(study, summ: pd.DataFrame) -> list[str]:
     if ((summ["source"] == DETECTION) & (summ["estimand"] == "ece")).any():
         n_boot, seed = boot_settings(study.plan)
         cluster = study.results.decisions.get("detection.cluster")
-        methods = summ.loc[(summ["source"] == DETECTION) & (summ["estimand"] == "ece"),
-                           "method"].astype(str)
-        kind = "basic (reflected)" if methods.str.endswith("basic").all() else "percentile"
+        kind = ("basic (reflected)" if study.results.decisions.get(
+            "calibration.ece_interval") == "basic" else "percentile")
         how = (f"cluster-bootstrap {kind} interval (whole {cluster} clusters resampled; "
                if cluster else f"case-bootstrap {kind} interval (")
         out.append(f"Detection models: ECE of the test-split predictions, {how}"

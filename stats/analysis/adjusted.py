@@ -173,6 +173,16 @@ def adjusted_glance(results) -> pd.DataFrame:
                      ignore_index=True)
 
 
+def block_family(results) -> bool:
+    """Whether the block likelihood-ratio tests form a prespecified Holm family (per model):
+    the plan has adjusted models with an ML method and the adjusted analysis is
+    prespecified. The one rule behind ``adjusted.block_multiplicity`` and the multiplicity
+    statement."""
+    plan = results.plan
+    return (bool(plan.detection.adjusted) and block_method(plan) is not None
+            and results["roles"]["adjusted"] == "prespecified")
+
+
 def block_method(plan) -> str | None:
     """The ML method the block likelihood-ratio tests use (GEE has no likelihood)."""
     return next((m for m in plan.detection.adjusted["methods"] if m in ("glmm", "fixed")), None)
@@ -197,7 +207,7 @@ def adjusted_blocks(results) -> pd.DataFrame:
     from ..subgroups import adjust_p
 
     lr = out["estimand"] == "likelihood_ratio"
-    if results["roles"]["adjusted"] != "prespecified":   # exploratory: unadjusted, labelled
+    if not block_family(results):   # exploratory: unadjusted, labelled
         results.decide("adjusted.block_multiplicity", "none (exploratory: plan roles.adjusted)")
         return out
     if lr.any():

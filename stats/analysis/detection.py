@@ -213,10 +213,9 @@ def heterogeneity(results) -> pd.DataFrame:
     adjusted = adjust_p(pre, ["model", "estimand"])  # Holm per family (and BH beside it)
     out["p_adjusted"] = adjusted["p_adjusted"].reindex(out.index)
     out["p_adjusted_bh"] = adjusted["p_adjusted_bh"].reindex(out.index)
-    from .adjusted import block_method
+    from .adjusted import block_family
 
-    blocks = (bool(plan.detection.adjusted) and block_method(plan) is not None
-              and results["roles"]["adjusted"] == PRESPECIFIED)
+    blocks = block_family(results)
     roles = results["roles"]
     results.decide("multiplicity", MULTIPLICITY.format(
         blocks=BLOCKS_CLAUSE if blocks else "",
