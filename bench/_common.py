@@ -31,3 +31,13 @@ def flat(figures: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{k}"] = v
     return out
+
+
+def md_table(df, fmt) -> list[str]:
+    """A Markdown table of ``df``: header, rule and one line per row, each cell written by
+    ``fmt(column, value)``."""
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in df.itertuples(index=False):
+        lines.append("| " + " | ".join(fmt(c, v) for c, v in zip(cols, r)) + " |")
+    return lines

@@ -36,6 +36,7 @@ from scipy.special import expit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _common import md_table  # noqa: E402
 from stats.calibration import ece_ci_many  # noqa: E402
 
 SCANS, PROBS = (1, 2, 3, 4), (0.4, 0.3, 0.2, 0.1)
@@ -91,17 +92,13 @@ def run(n_patients: int, sd: float, reps: int, seed: int, n_boot: int = 1000) ->
 
 
 def markdown(df: pd.DataFrame, reps: int, seconds: float) -> str:
-    cols = list(df.columns)
     lines = ["# ECE interval with repeated scans: coverage", "",
              f"Written by `.venv/bin/python bench/ece_cluster_coverage.py` (design in its "
              f"docstring): {reps} studies per row, 1,000 bootstrap replicates each, "
              f"{seconds:.0f} s. Monte Carlo SE of a 95% coverage "
              f"{np.sqrt(0.95 * 0.05 / reps):.3f}.", "",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in df.itertuples(index=False):
-        lines.append("| " + " | ".join(
-            f"{v:.3f}" if isinstance(v, float) and c != "patient SD" else str(v)
-            for c, v in zip(cols, r)) + " |")
+             *md_table(df, lambda c, v: f"{v:.3f}" if isinstance(v, float)
+                       and c != "patient SD" else str(v))]
     return "\n".join(lines + ["", READING, ""])
 
 

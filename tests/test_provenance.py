@@ -327,7 +327,7 @@ def test_repeated_scans_make_the_metadata_intervals_cluster_aware(tmp_path):
         _kg_wilson(agree, [pats[ids.index(c)] for c in both]), abs=1e-12)
     ki = kappa_interval([EX1_SEX[c] for c in both], [EX2_SEX[c] for c in both],
                         cluster=[pats[ids.index(c)] for c in both])
-    assert row["kappa_method"] == ki["method"] == "linearization-cluster-wald"
+    assert row["kappa_method"] == ki["method"] == "linearization-cluster-t"
     assert row["kappa_std_error"] == pytest.approx(ki["std_error"], rel=1e-12)
     by = r["metadata_agreement_by_site"]
     assert (by["method"] == "wilson-cluster").all() and "n_clusters" in by

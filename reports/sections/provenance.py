@@ -93,12 +93,15 @@ def agreement_table(study) -> ReportTable | None:
                       ag["n_both"])],
         "kappa": text.ci_vec(ag, 3, est="kappa", low="kappa_conf_low", high="kappa_conf_high"),
         "disagree": ag["n_disagree"].map(text.count)})
+    if "n_clusters" in ag:      # kappa's interval rests on the patients (its t df: C - 1)
+        disp.insert(3, "patients", ag["n_clusters"].map(text.count))
     return ReportTable(
         name="metadata_agreement", caption=f"Agreement between extractors per field: share "
         f"agreeing among the cases with both values [{_conf(study)}% Wilson CI"
         + (", cluster-aware over patients" if "n_clusters" in ag else "") + "] and Cohen's "
         f"kappa [{_conf(study)}% CI].", data=ag, display=disp, group_col="field",
-        labels={"pair": "Extractors", "both": "Cases with both", "agree": "Agreement [CI]",
+        labels={"pair": "Extractors", "both": "Cases with both", "patients": "Patients",
+                "agree": "Agreement [CI]",
                 "kappa": "Cohen's kappa [CI]", "disagree": "Disagreements"},
         notes=("Kappa treats values as nominal categories; its interval is the Wald interval, "
                "clipped to [-1, 1], with " + _kappa_se(ag) + ". With perfect agreement that "
@@ -116,7 +119,8 @@ def _kappa_se(ag: pd.DataFrame) -> str:
     if not clustered.any():
         return fce
     lin = ("the linearization (delta-method) standard error over patients, as repeated "
-           "scans of one patient are not independent")
+           "scans of one patient are not independent, with a t quantile on the number of "
+           "patients minus one degrees of freedom")
     return lin if clustered.all() else f"{lin} (rows without repeated patients: {fce})"
 
 

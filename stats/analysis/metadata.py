@@ -34,7 +34,8 @@ Units are cases (scans). When the study's scans cluster within patients (the dec
 & Graubard's effective size over the patients of its row, method "wilson-cluster", with
 ``n_clusters``; :func:`stats.clustered.clustered_proportions`) and the test of equal
 agreement across sites is Rao-Scott's (``rao-scott-f``); kappa's standard error is the
-linearization over patients (``linearization-cluster-wald``, :func:`kappa_interval`). Evidence text never leaves this layer in a table (it may
+linearization over patients with a t reference on C - 1 degrees of freedom
+(``linearization-cluster-t``, :func:`kappa_interval`). Evidence text never leaves this layer in a table (it may
 identify).
 
 References: Fleiss JL, Cohen J, Everitt BS (1969) Large sample standard errors of kappa
@@ -54,8 +55,9 @@ ANY = "any source"
 MSG_COLUMNS = ("{file}: metadata evidence table lacks column(s) {missing}; write it with "
                "clinrel metadata extract")
 KAPPA_METHOD = "fleiss-cohen-everitt-wald"
-#: kappa's Wald interval on its linearization SE over clusters (:func:`kappa_interval`)
-KAPPA_CLUSTER_METHOD = "linearization-cluster-wald"
+#: kappa's interval on its linearization SE over clusters with a t(C - 1) reference
+#: (:func:`kappa_interval`)
+KAPPA_CLUSTER_METHOD = "linearization-cluster-t"
 PAIR = ["field", "extractor_a", "extractor_b"]
 
 
@@ -249,10 +251,13 @@ def kappa_interval(a, b, *, cluster=None, conf_level: float = 0.95) -> dict:
     ``z_i = (o_i - p_o) / (1 - p_e) + (p_o - 1) (pB[a_i] + pA[b_i] - 2 p_e) / (1 - p_e)^2``
     (``o_i`` the case agrees, ``pA``, ``pB`` the raters' category shares, ``p_e`` chance
     agreement), as R's ``svycontrast`` of the kappa expression over
-    ``svymean(~o + A_k + B_k, svydesign(ids = ~cluster))`` (tests/r/kappa_cluster.R); method
+    ``svymean(~o + A_k + B_k, svydesign(ids = ~cluster))`` (tests/r/kappa_cluster.R), and
+    the interval ``kappa +- t_{C-1} SE`` on the design's C - 1 degrees of freedom, as
+    ``confint(svycontrast(...), df = degf(design))``: with 10 patients a normal quantile
+    covered 86.5%, the t quantile about 90% (``bench/kappa_cluster_coverage.md``); method
     ``KAPPA_CLUSTER_METHOD``. Returns ``kappa, std_error, conf_low, conf_high, method,
     n_clusters`` (NaN without ``cluster``)."""
-    from scipy.stats import norm
+    from scipy.stats import norm, t
     from statsmodels.stats.inter_rater import cohens_kappa
 
     a, b = np.asarray(a, dtype=str), np.asarray(b, dtype=str)
@@ -286,7 +291,8 @@ def kappa_interval(a, b, *, cluster=None, conf_level: float = 0.95) -> dict:
               else np.nan)
     else:
         se = float(np.sqrt(max(res.var_kappa, 0.0)))
-    q = norm.ppf(0.5 + conf_level / 2)
+    q = (t.ppf(0.5 + conf_level / 2, n_cl - 1) if repeats and n_cl > 1
+         else norm.ppf(0.5 + conf_level / 2))
     if not np.isfinite(se):     # one cluster: no interval (max(-1, nan) would give -1)
         return {**nan, "kappa": k, "std_error": se}
     return {"kappa": k, "std_error": se, "conf_low": float(max(-1.0, k - q * se)),

@@ -22,7 +22,8 @@
 # clusters: svycontrast of the kappa expression in the category shares over
 # svymean(~o + A_k + B_k, svydesign(ids = ~patient_id, data = rows)), o the agreement
 # indicator, A_k / B_k the indicators of a / b in category k (survey's with-replacement
-# linearization, factor C / (C - 1)).
+# linearization, factor C / (C - 1)), and the 90% interval
+# confint(svycontrast(...), level = 0.9, df = degf(design)) (a t reference on C - 1 df).
 suppressPackageStartupMessages(library(survey))
 set.seed(2003)
 
@@ -71,9 +72,11 @@ one <- function(d) {
   n <- sum(tab)
   po <- sum(diag(tab)) / n
   pe_v <- sum(rowSums(tab) * colSums(tab)) / n^2
+  ci <- confint(con, level = 0.9, df = degf(des))
   data.frame(set = d$set[1], n = n, n_clusters = length(unique(d$patient_id)),
              kappa = (po - pe_v) / (1 - pe_v), kappa_svy = as.numeric(coef(con)),
-             std_error = as.numeric(SE(con)))
+             std_error = as.numeric(SE(con)), df = degf(des),
+             conf_low_90 = ci[1, 1], conf_high_90 = ci[1, 2])
 }
 ref <- do.call(rbind, lapply(split(data, data$set), one))
 write.csv(ref, "tests/r/kappa_cluster.csv", row.names = FALSE)
