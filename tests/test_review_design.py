@@ -2,8 +2,9 @@
 
 * the precision table with repeated scans and no ICC in the plan: its half-widths treated
   scans as independent and contradicted the cluster-aware subgroup tables; the analysis
-  layer now estimates the ICC from the study (Kish's deff = 1 + (m - 1) icc solved at the
-  overall cells) and records it (``precision.icc``);
+  layer now estimates the ICC from the study (the one-way ANOVA estimator over patients
+  of whether each call is right, per model and estimand, the largest) and records it
+  (``precision.icc``);
 * the multiplicity statement names the family the code adjusts;
 * the encoder probes' reliability bins pool each case's predictions over seeds: now
   cluster-aware over cases."""
@@ -12,6 +13,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from stats.analysis import load_plan, run
@@ -29,19 +31,25 @@ def demo():
                    errors="raise")
 
 
-def test_icc_is_estimated_from_the_overall_design_effects(demo):
+def test_icc_is_estimated_from_the_study(demo):
     r = demo
     icc = r.decisions["precision.icc"]
     assert icc["source"] == "estimated"
     ev, sm = r["evaluation"], r["subgroup_metrics"]
     want = 0.0
     for model in ev["model"].unique():
-        for est, lab in (("sensitivity", 1), ("specificity", 0)):
-            m = ev[(ev["model"] == model) & (ev["label"] == lab)].groupby("patient_id").size()
-            kish = (m ** 2).sum() / m.sum()
-            deff = sm[(sm.group_var == "overall") & (sm.model == model)
-                      & (sm.estimand == est)]["design_effect"].iloc[0]
-            want = max(want, (deff - 1) / (kish - 1))
+        for lab in (1, 0):      # sensitivity on positives, specificity on negatives
+            d = ev[(ev["model"] == model) & (ev["label"] == lab)]
+            y = pd.Series(((d["pred"] == 1) == (d["label"] == 1)).astype(float).to_numpy(),
+                          index=d["patient_id"].to_numpy())
+            # unbalanced one-way ANOVA estimator (Donner 1986), written out here
+            g = y.groupby(level=0)
+            m, mean = g.size(), g.mean()
+            N, k = len(y), len(m)
+            msb = (m * (mean - y.mean()) ** 2).sum() / (k - 1)
+            msw = ((y - mean.reindex(y.index).to_numpy()) ** 2).sum() / (N - k)
+            m0 = (N - (m ** 2).sum() / N) / (k - 1)
+            want = max(want, (msb - msw) / (msb + (m0 - 1) * msw))
     assert icc["value"] == pytest.approx(want, rel=1e-12) and 0 < want < 1
     pr = r["precision"]
     o = pr[(pr.group_var == "overall") & (pr.method == "wilson")

@@ -73,9 +73,9 @@ def _icc_text(icc: dict | None) -> str:
     ``precision.icc`` decision)."""
     if not icc:
         return "; scans as independent (one scan per patient)"
-    src = ("estimated from this study: the largest over models and estimands of "
-           "(deff - 1) / (m - 1), deff the overall design effect and m the Kish mean "
-           "number of scans per patient" if icc["source"] == "estimated"
+    src = ("estimated from this study: the one-way ANOVA estimator over patients of "
+           "whether each call is right, the largest over models and estimands"
+           if icc["source"] == "estimated"
            else "from the plan")
     return (f"; repeated scans of one patient: Wilson at the effective size n / deff, "
             f"deff = 1 + (m - 1) ICC with m the cell's Kish mean number of scans per "

@@ -448,31 +448,22 @@ def planned_cells(table: pd.DataFrame) -> pd.DataFrame:
 
 def estimated_icc(results) -> float:
     """The intra-patient correlation for the precision table when scans repeat and the plan
-    gives none: per model and estimand (sensitivity on positives, specificity on
-    negatives), ``(deff - 1) / (m - 1)`` with ``deff`` the overall design effect
-    (:func:`stats.clustered.design_effect`: the ratio-estimator variance over the
-    binomial's, whatever interval the plan asks for) and ``m`` the Kish mean cluster size
-    ``sum m_c^2 / sum m_c`` of those scans (Kish's ``deff = 1 + (m - 1) icc`` solved for
-    icc); the largest over models and estimands, floored at 0 and capped at 1 (planning
-    errs toward more patients)."""
-    from scipy import sparse
-
-    from ..clustered import cluster_moments, design_effect
+    gives none: per model and estimand (whether the call is right, on positives for
+    sensitivity and on negatives for specificity), the one-way ANOVA estimator over
+    patients (:func:`stats.precision.icc_anova`, the estimator the partially pooled
+    intervals use); the largest over models and estimands (planning errs toward more
+    patients), in [0, 1]."""
+    from ..precision import icc_anova
 
     cluster = results["cluster"]
     ev = results["evaluation"]
     best = 0.0
     for _, g in ev.groupby("model", sort=False, observed=True):
-        codes = pd.factorize(g[cluster].astype(str))[0]
         y = g["label"].to_numpy() == 1
-        right = (g["pred"].to_numpy() == 1) == y
-        den = np.column_stack([y, ~y]).astype(float)          # sensitivity, specificity
-        member = sparse.csr_matrix(np.ones((1, len(g))))
-        mom = cluster_moments(member, codes, right[:, None] * den, den)
-        deff = design_effect(mom)["design_effect"][0]
-        for k in range(2):
-            m = np.bincount(codes, weights=den[:, k])
-            kish = (m ** 2).sum() / m.sum() if m.sum() else 1.0
-            if kish > 1 and np.isfinite(deff[k]):
-                best = max(best, (deff[k] - 1) / (kish - 1))
-    return float(min(best, 1.0))
+        right = ((g["pred"].to_numpy() == 1) == y).astype(float)
+        patient = pd.factorize(g[cluster].astype(str))[0]
+        for rows in (y, ~y):
+            if rows.any():
+                best = max(best, float(icc_anova(right[rows], patient[rows],
+                                                 np.zeros(int(rows.sum()), dtype=int))[0]))
+    return best
