@@ -313,6 +313,13 @@ def points_ci(df: pd.DataFrame, *, x: str, y: str, color: str | None = None,
         p += p9.scale_color_manual(values=PALETTE[: d[color].nunique()], name=color.replace("_", " "))
     if facet:
         p += p9.facet_wrap(f"~{facet}", scales="free_y" if not flip else "free_x")
+        if flip:    # side-by-side panels: few value ticks, so labels at panel edges never meet
+            from mizani.breaks import breaks_extended
+
+            p += p9.scale_y_continuous(breaks=breaks_extended(n=3))
     if flip:
         p += p9.coord_flip()
-    return p + p9.labs(x=x if xlab is None else xlab, y=y if ylab is None else ylab) + theme()
+    p = p + p9.labs(x=x if xlab is None else xlab, y=y if ylab is None else ylab) + theme()
+    if facet and flip:
+        p += p9.theme(panel_spacing_x=0.04)
+    return p

@@ -18,9 +18,19 @@ differ between regimes is drawn separately per regime (``paired`` False).
 
 Missing runs: as :func:`stats.crs_scores` on the resampled rows, an encoder's axes in a
 replicate average over the datasets where it has at least one run among the drawn seeds.
-A replicate in which a quantity is still not estimable (NaN, e.g. an encoder with no drawn
-run at all) is left out of that quantity's percentile CI and SD and counted in the extra
+A replicate in which a quantity is still not estimable (NaN: the encoder, or a panel
+member its dominance and normalization compare with, has a seed-mean AUROC at full labels
+of 0.5 or below on a dataset in that resample, where label efficiency and robustness are
+undefined; or an encoder has no drawn run at all) is left
+out of that quantity's percentile CI and SD and counted in the extra
 ``n_boot_not_estimable`` (flag ``replicates_not_estimable``).
+
+Resolution. With ``S_d`` seeds on dataset ``d`` a replicate is one of
+``N = prod_d S_d^S_d`` equally likely seed draws (729 with 3 seeds on 2 datasets), so the
+bootstrap distribution is discrete however many replicates are drawn: a tail it puts any
+mass on holds at least 1/N. Every table carries ``N`` (extra ``n_seed_resamples``), and a
+two-sided bootstrap p-value is never below ``2 / N`` (nor ``2 / (B + 1)``): the p-values
+and their Holm adjustment are floored there.
 
 Validated against a loop that resamples the runs table with pandas and calls
 :func:`stats.crs_scores` once per replicate (same seed draws; agreement to 1e-12 relative
@@ -245,14 +255,15 @@ def _summary(x: np.ndarray, conf_level: float):
     return lo, hi, se, n_bad.astype(float)
 
 
-def _boot_p(d: np.ndarray) -> np.ndarray:
+def _boot_p(d: np.ndarray, n_resamples: float = np.inf) -> np.ndarray:
     """Two-sided bootstrap p of H0: difference = 0, per column of replicates ``d`` (B, m):
-    ``min(1, 2 min((1 + #{d <= 0}) / (B + 1), (1 + #{d >= 0}) / (B + 1)))``, with B the
-    column's number of estimable (finite) replicates (NaN when there are none)."""
+    ``min(1, max(2 / N, 2 min((1 + #{d <= 0}) / (B + 1), (1 + #{d >= 0}) / (B + 1))))``,
+    with B the column's number of estimable (finite) replicates (NaN when there are none)
+    and N the number of equally likely seed draws (module docstring, "Resolution")."""
     B = (~np.isnan(d)).sum(0)
     p = np.minimum(1.0, 2.0 * np.minimum((1 + (d <= 0).sum(0)) / (B + 1),
                                          (1 + (d >= 0).sum(0)) / (B + 1)))
-    return np.where(B > 0, p, np.nan)
+    return np.where(B > 0, np.maximum(p, 2.0 / n_resamples), np.nan)
 
 
 def _flags(point: np.ndarray, n_bad: np.ndarray) -> np.ndarray:
@@ -285,9 +296,11 @@ class CRSBootstrap:
     seeds : dict regime -> dict dataset -> array of seed labels
     encoders : dict regime -> list of encoder names (array order)
 
-    Every table carries extras ``n_boot`` (replicates drawn) and ``n_boot_not_estimable``
+    Every table carries extras ``n_boot`` (replicates drawn), ``n_boot_not_estimable``
     (replicates left out because the quantity was NaN in them; flag
-    ``replicates_not_estimable`` where that is > 0 and the point estimate is finite).
+    ``replicates_not_estimable`` where that is > 0 and the point estimate is finite) and
+    ``n_seed_resamples`` (the equally likely seed draws behind its regime, module
+    docstring "Resolution").
     """
 
     point: pd.DataFrame
@@ -300,7 +313,23 @@ class CRSBootstrap:
     reference_hash: str
     reference_version: str
 
+    def n_seed_resamples(self, *regimes: str) -> float:
+        """``prod_d S_d^S_d`` over the datasets drawn for ``regimes`` (a dataset drawn once
+        for two paired regimes counts once)."""
+        seen, n = [], 1.0
+        for r in regimes:
+            for ds, draw in self.draws[r].items():
+                if not any(draw is o or o.shape == draw.shape and np.array_equal(draw, o)
+                           for o in seen):
+                    seen.append(draw)
+                    S = len(self.seeds[r][ds])
+                    n *= float(S) ** S
+        return n
+
     def _extras(self, df: pd.DataFrame) -> pd.DataFrame:
+        if "n_seed_resamples" not in df:
+            df["n_seed_resamples"] = df["regime"].map(
+                {r: self.n_seed_resamples(r) for r in self.replicates}).astype(float)
         df["n_boot"] = float(self.n_boot)
         df["reference_hash"] = self.reference_hash
         df["reference_version"] = self.reference_version
@@ -380,13 +409,16 @@ class CRSBootstrap:
                               key=lambda s: s.map(order) if s.name == "estimand" else s, kind="stable")
         return tidy(self._extras(out), group_cols=("encoder", "regime"))
 
-    def _difference_frame(self, d: np.ndarray, estimate: np.ndarray, **cols) -> pd.DataFrame:
+    def _difference_frame(self, d: np.ndarray, estimate: np.ndarray, regimes: tuple[str, ...],
+                          **cols) -> pd.DataFrame:
         """Tidy rows for replicate differences ``d`` (B, m): percentile CI, bootstrap SD and
-        p-value over the estimable replicates."""
+        p-value over the estimable replicates, at the resolution of the seed draws of
+        ``regimes``."""
         lo, hi, se, n_bad = _summary(d, self.conf_level)
+        n_res = self.n_seed_resamples(*regimes)
         return pd.DataFrame({**cols, "estimate": estimate, "std_error": se, "conf_low": lo,
-                             "conf_high": hi, "p_value": _boot_p(d),
-                             "n_boot_not_estimable": n_bad,
+                             "conf_high": hi, "p_value": _boot_p(d, n_res),
+                             "n_seed_resamples": n_res, "n_boot_not_estimable": n_bad,
                              "flag": _flags(estimate, n_bad)})
 
     def _finish(self, frames: list[pd.DataFrame], group_cols: tuple[str, ...]) -> pd.DataFrame:
@@ -401,8 +433,9 @@ class CRSBootstrap:
         Pairs are ordered by point CRS (``encoder`` ranks above ``comparator``). Columns:
         ``estimate`` (point difference), percentile CI, ``std_error`` (bootstrap SD),
         ``p_value`` (two-sided bootstrap p, ``min(1, 2 min((1 + #{d* <= 0}) / (B + 1),
-        (1 + #{d* >= 0}) / (B + 1)))`` over the B estimable replicates), ``p_adjusted``
-        (Holm over the regime's pairs with a p-value).
+        (1 + #{d* >= 0}) / (B + 1)))`` over the B estimable replicates, never below
+        ``2 / n_seed_resamples``: module docstring "Resolution"), ``p_adjusted`` (Holm over
+        the regime's pairs with a p-value).
         """
         from statsmodels.stats.multitest import multipletests
 
@@ -413,7 +446,7 @@ class CRSBootstrap:
             i, j = np.triu_indices(len(order), k=1)
             i, j = order[i], order[j]
             enc = np.asarray(self.encoders[regime], dtype=object)
-            f = self._difference_frame(crs[:, i] - crs[:, j], point[i] - point[j],
+            f = self._difference_frame(crs[:, i] - crs[:, j], point[i] - point[j], (regime,),
                                        estimand="crs_difference", encoder=enc[i],
                                        comparator=enc[j], regime=regime)
             p = f["p_value"].to_numpy()
@@ -438,7 +471,7 @@ class CRSBootstrap:
             crs, point = self._crs(regime), self._point_crs(regime)
             b = int(np.nanargmax(point))
             enc = self.encoders[regime]
-            f = self._difference_frame(crs - crs[:, [b]], point - point[b],
+            f = self._difference_frame(crs - crs[:, [b]], point - point[b], (regime,),
                                        estimand="difference_from_best", encoder=enc,
                                        regime=regime)
             f.loc[b, "p_value"] = 1.0
@@ -469,7 +502,7 @@ class CRSBootstrap:
                                             for ds in da)
         f = self._difference_frame(self._crs(regime)[:, ia] - self._crs(baseline)[:, ib],
                                    self._point_crs(regime)[ia] - self._point_crs(baseline)[ib],
-                                   estimand="crs_regime_difference", encoder=both, regime=regime)
+                                   (regime, baseline), estimand="crs_regime_difference", encoder=both, regime=regime)
         f["baseline"] = baseline
         f["paired"] = paired
         return self._finish([f], ("encoder", "regime"))

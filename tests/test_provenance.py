@@ -170,8 +170,14 @@ def test_kappa_interval_covers_the_population_kappa():
 def test_kappa_degenerate_inputs():
     assert np.isnan(kappa_interval(["M", "M", "M"], ["M", "M", "M"])["kappa"])  # one category
     assert np.isnan(kappa_interval(["M"], ["F"])["kappa"])  # one case
+    # perfect agreement: SE 0, so no zero-width [1, 1] "interval": not estimable (review
+    # finding: 1.000 [1.000, 1.000] on 322 cases), with or without clusters
     perfect = kappa_interval(list("MFMF"), list("MFMF"))
-    assert perfect["kappa"] == 1 and perfect["std_error"] == 0 and perfect["conf_low"] == 1
+    assert perfect["kappa"] == 1 and perfect["std_error"] == 0
+    assert np.isnan(perfect["conf_low"]) and np.isnan(perfect["conf_high"])
+    clustered = kappa_interval(list("MFMFMF"), list("MFMFMF"), cluster=list("aabbcc"))
+    assert clustered["kappa"] == 1 and clustered["std_error"] == 0
+    assert np.isnan(clustered["conf_low"]) and np.isnan(clustered["conf_high"])
 
 
 def test_agreement_table_carries_the_kappa_interval_of_each_pair(tmp_path):

@@ -15,8 +15,8 @@ from ._common import ForceOpt, atomic_dir, check_out_dir, check_seed, guarded
 #: manifest.json that marks the folder as clinrel's; regime_differences.csv only when the
 #: runs have both the frozen and adapted regimes)
 OUTPUTS = ("axes.csv", "scores.csv", "rank_probabilities.csv", "differences.csv",
-           "leading_tier.csv", "regime_differences.csv", "stability.csv", "reference.json",
-           "manifest.json")
+           "leading_tier.csv", "seeds.csv", "regime_differences.csv", "stability.csv",
+           "reference.json", "manifest.json")
 
 
 def run_crs(runs_path: Path, reference_path: Path, out: Path, *, n_boot: int = 10_000,

@@ -57,7 +57,9 @@ def _repair(study) -> list:
         data=rep, display=disp,
         labels={"encoder": "Encoder", "before": "ECE before", "after": "ECE after",
                 "reduction": "Relative reduction (1 \u2212 after/before)"},
-        notes=("From the runs table's ece and ece_after_ts columns; per-dataset values are in "
+        notes=("From the runs table's ece and ece_after_ts columns (clinrel's inference "
+               "runner fits each run's temperature on one half of its test predictions and "
+               "applies it to the other, both ways: two-fold cross-fitting); per-dataset values are in "
                "tables/calibration_repair.csv. ECE before is the encoder's ECE of the CRS "
                "calibration axis and of the calibration summary.",))
     return ["@tbl-calibration-repair shows how much of each encoder's miscalibration "
@@ -106,7 +108,7 @@ def definitions(study, summ: pd.DataFrame) -> list[str]:
 def _probabilities(study) -> list:
     import plotnine as p9
 
-    from stats.analysis.calibration import PROBE, RELIABILITY_BINS
+    from stats.analysis.calibration import PROBE, RELIABILITY_BINS, wants_repair
 
     cal = study.results["calibration"]
     summ, rel = cal["summary"], cal["reliability"]
@@ -141,10 +143,18 @@ def _probabilities(study) -> list:
              "sigmoid(logit(p) / T); ECE with 15 equal-width bins. The reliability diagram "
              f"uses {RELIABILITY_BINS} equal-width bins (tables/fig_reliability.csv)."]
     notes += definitions(study, summ)
-    if (summ["source"] == PROBE).any():
-        notes.append("Per-run ECEs are in results/calibration_encoder_runs.csv; without a "
-                     "calibration split no temperature is fitted (\u2014), with one each run is "
-                     "scaled by its own temperature.")
+    probe = summ["source"] == PROBE
+    probe_after = bool((probe & (summ["stage"] == "after")).any())
+    if probe.any():
+        notes.append("Per-run ECEs are in results/calibration_encoder_runs.csv; "
+                     + ("each run is scaled by its own temperature." if probe_after else
+                        "the probe predictions have no calibration split, so this table fits "
+                        "no temperature for them (\u2014)"
+                        + (": their ECE after scaling, from the runs table, is in the "
+                           "table of encoder ECE before and after temperature scaling"
+                           if wants_repair(study.plan, study.tables) else "")
+                        + ". Brier score and NLL are given for the detection models; the "
+                        "encoder runs' own are in the runs table."))
     table = ReportTable(
         name="calibration_summary", caption="Calibration on the test split before and after "
         "temperature scaling fitted on the validation split.", data=summ, display=disp,
@@ -166,7 +176,7 @@ def _probabilities(study) -> list:
             + p9.geom_abline(slope=1, intercept=0, linetype="dashed", color="#8d96a3")
             + p9.geom_errorbar(p9.aes(ymin="conf_low", ymax="conf_high"), width=0.02)
             + p9.geom_line() + p9.geom_point(p9.aes(size="n"))
-            + p9.scale_size_continuous(range=(0.8, 3), name="cases in bin")
+            + p9.scale_size_continuous(range=(0.8, 3), name="predictions in bin")
             + p9.scale_color_manual(values=PALETTE[:2], name="")
             + p9.facet_wrap("~unit", ncol=min(4, n_units))
             + p9.scale_x_continuous(breaks=[0, 0.5, 1], labels=["0", "0.5", "1"])
@@ -180,6 +190,7 @@ def _probabilities(study) -> list:
            f"{cluster} clusters; " if cluster else "")
         + "encoder probes: the held-out "
         "predictions of their clean runs at label fraction 1, pooled over seeds and datasets"
+        + ("" if probe_after or not probe.any() else ", before scaling only")
         + ("; cluster-aware over cases, as each case is scored once per seed"
            if study.results.decisions.get("calibration.encoder_reliability_cluster") else "")
         + "); "

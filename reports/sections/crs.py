@@ -26,12 +26,33 @@ def _enc_label(df: pd.DataFrame) -> pd.Series:
 
 
 def p_floor(df: pd.DataFrame) -> pd.Series:
-    """The resolution of a two-sided bootstrap p-value: 2 / (usable replicates + 1)."""
+    """The resolution of a two-sided bootstrap p-value: 2 / (usable replicates + 1), and
+    never finer than 2 / N with N the equally likely seed draws (``n_seed_resamples``;
+    ``stats.crs_resample``, "Resolution")."""
     usable = df["n_boot"] - df["n_boot_not_estimable"].fillna(0)
-    return 2.0 / (usable + 1.0)
+    floor = 2.0 / (usable + 1.0)
+    if "n_seed_resamples" in df:
+        floor = np.fmax(floor, 2.0 / df["n_seed_resamples"].astype(float))
+    return floor
 
 
-def replicates_text(df: pd.DataFrame, crs, ranks: pd.DataFrame | None = None) -> str:
+def seeds_text(seeds: pd.DataFrame | None) -> str:
+    """'3 seeds per encoder and dataset (2 datasets), so a replicate is one of 729 equally
+    likely seed draws' from the analysis layer's ``seeds`` table ("" without it)."""
+    if seeds is None or not len(seeds):
+        return ""
+    s = seeds.drop_duplicates("dataset")["n_seeds"].astype(int)
+    n_ds = len(s)
+    per = (f"{s.iloc[0]} seeds per encoder and dataset" if s.nunique() == 1
+           else f"{s.min()} to {s.max()} seeds per encoder and dataset")
+    N = float(seeds["n_seed_resamples"].max())
+    return (f"{per} ({text.count(n_ds)} dataset{'s' if n_ds != 1 else ''}), so a replicate is "
+            f"one of {text.count(N) if N < 1e9 else f'{N:.3g}'} equally likely seed draws and "
+            f"the bootstrap distribution is that coarse however many replicates are drawn")
+
+
+def replicates_text(df: pd.DataFrame, crs, ranks: pd.DataFrame | None = None,
+                    seeds: pd.DataFrame | None = None) -> str:
     """'B paired-seed bootstrap replicates (seed s)', with the replicates that could not be
     estimated counted wherever B is stated: over the CRS rows when ``df`` has an
     ``estimand`` column (the axes' own counts are in the CSV), per encoder or pair, and,
@@ -44,11 +65,15 @@ def replicates_text(df: pd.DataFrame, crs, ranks: pd.DataFrame | None = None) ->
            else pd.Series([0.0]))
     lo, hi = int(bad.min()), int(bad.max())
     out = f"{n} paired-seed bootstrap replicates drawn (seed {crs.seed})"
+    if seeds_text(seeds):
+        out += f"; {seeds_text(seeds)}"
     if hi > 0:
         span = f"{hi} of them" if lo == hi else f"{lo} to {hi} of them (by encoder or pair)"
-        out += (f"; {span} could not be estimated (a resampled dataset lacked a "
-                f"condition or fraction an axis needs) and are left out of the intervals and "
-                f"p-values")
+        out += (f"; {span} could not be estimated (in them the mean AUROC at full labels "
+                f"of the encoder, or of a reference panel member its scores compare with, fell "
+                f"to 0.5 or below on a dataset, where label efficiency and robustness, "
+                f"relative to AUROC - 0.5, are undefined; or none of its runs was drawn) and "
+                f"are left out of the intervals and p-values")
     if ranks is not None and "n_boot_not_estimable" in ranks and len(ranks):
         used = n - int(ranks["n_boot_not_estimable"].fillna(0).max())
         out += (f"; the rank probabilities use the {used} replicates in which every "
@@ -136,7 +161,7 @@ def build(study) -> Section:
                 "worst_axis": "Worst axis", "crs": "CRS [CI]", "rank": "Rank [CI]",
                 "p1": "P(rank 1)", "pk": f"P(top {crs.k})", "tier": "Leading tier"},
         spanners=(("Components", ["dominance", "similarity", "worst_axis"]),),
-        notes=(f"{replicates_text(res['scores'], crs, res['rank_probabilities'])}; anchors held fixed. CRS = weighted sum of dominance, "
+        notes=(f"{replicates_text(res['scores'], crs, res['rank_probabilities'], res.get('seeds'))}; anchors held fixed. CRS = weighted sum of dominance, "
                f"similarity and worst axis (weights in the reference file). Leading tier: "
                f"the best encoder and every encoder whose CRS difference from it has a "
                f"bootstrap CI containing 0.",))
@@ -153,11 +178,12 @@ def build(study) -> Section:
         labels={"pair": "Encoders", "diff": "Difference [CI]", "p": "Bootstrap p",
                 "p_adj": "Holm p"},
         notes=(f"Two-sided bootstrap p-values; with B usable replicates a bootstrap p-value "
-               f"cannot go below 2/(B + 1) (here at most {float(p_floor(diff).max()):.2g}): "
+               f"cannot go below 2/(B + 1), nor below 2/N with N the equally likely seed "
+               f"draws (here at most {float(p_floor(diff).max()):.2g}): "
                f"none is shown below it, a p-value "
                f"at it reads \u2264 that resolution, or < 0.001 when the resolution is finer, "
                f"and Holm's adjustment over all pairs is bounded by it "
-               f"({replicates_text(diff, crs)}).",))
+               f"({replicates_text(diff, crs, seeds=res.get('seeds'))}).",))
     # ---- stability
     st = res["stability"]
     names = {"kendall_tau": "Kendall tau", "kendall_tau_min": "Kendall tau, minimum",
@@ -183,8 +209,12 @@ def build(study) -> Section:
         "leave-one-out reference panels, random weights, and ranking by AUROC instead.",
         data=st, display=disp_st, group_col="analysis",
         labels={"what": "Statistic", "value": "Value"},
-        notes=("Kendall tau-b against the base CRS ranking; inversions: encoder pairs ordered "
-               "oppositely by AUROC and CRS, out of all pairs.",))
+        notes=(f"Kendall tau-b against the base CRS ranking. Random weights: "
+               f"{crs.n_weights} Dirichlet(1, 1, 1) draws of the three weights (seed "
+               f"{crs.seed}); the band is the central {round(100 * crs.conf_level):g}% of tau "
+               f"over the draws. Inversions: encoder pairs ordered oppositely by AUROC and CRS, "
+               f"out of all pairs; any AUROC difference counts, however small (full-precision "
+               f"AUROCs in tables/crs_axes.csv).",))
     # ---- figures
     prof = scores[scores["estimand"].isin([f"norm_{a}" for a in AXES])].copy()
     prof["axis"] = pd.Categorical(prof["estimand"].str.replace("norm_", "").map(
@@ -193,7 +223,8 @@ def build(study) -> Section:
     colors = dict(zip(order, (PALETTE * 3)[:len(order)]))
     fig_prof = ReportFigure(
         name="crs_profiles", caption="Normalized reliability profiles: each encoder's four "
-        "axes after anchoring to the reference panel (1 = best panel value).",
+        "axes after anchoring to the reference panel (0 = the worst panel value or worse, "
+        "1 = the best panel value or better: values are clipped to [0, 1]).",
         alt="Line plot of normalized axis values for each encoder.",
         plot=(p9.ggplot(prof, p9.aes("axis", "estimate", color="label", group="label"))
               + p9.geom_line() + p9.geom_point(size=1.5)

@@ -150,23 +150,45 @@ def _crs(study) -> list[str]:
     panel = list(ref.panel) if ref is not None else []
     ref_hash = ref.hash if ref is not None else ""
     ref_name = md(study.plan.reference.name) if study.plan.reference else "not given"
+    w = dict(ref.weights) if ref is not None else {}
+    wt = (f"w_D = {w['dominance']:.3g}, w_S = {w['similarity']:.3g}, "
+          f"w_W = {w['worst_axis']:.3g} (reference file)" if w else "weights from the reference")
     out = [f"**Clinical Reliability Score.** The runs table ({md(study.plan.runs.name)}, "
            f"{len(runs)} runs) covers {runs['encoder'].nunique()} encoders on "
-           f"{runs['dataset'].nunique()} datasets. Axes: discrimination (seed-mean AUROC, clean, "
-           f"full labels), calibration (seed-mean ECE with 15 equal-width bins, clean, full "
-           f"labels; lower is better; the encoder's one ECE, shown also in the calibration "
-           f"section), label efficiency and robustness, averaged over datasets. Each axis is "
-           f"normalized against the fixed reference panel ({md(text.human_list(panel))}; "
-           f"reference file {ref_name}; panel hash {ref_hash[:16]}: the SHA-256 of the "
-           f"panel's canonical content, recorded with every score in the CSV files, not of "
-           f"the file's bytes, whose SHA-256 is in manifest.json), and "
-           f"CRS = weighted dominance + similarity + worst axis."]
+           f"{runs['dataset'].nunique()} datasets. Per encoder and dataset, with AUROC_f the "
+           f"seed-mean AUROC of the clean condition at label fraction f: discrimination is "
+           f"AUROC_1; calibration the seed-mean ECE (15 equal-width bins, clean, full labels; "
+           f"lower is better; the encoder's one ECE, shown also in the calibration section); "
+           f"label efficiency the mean over the fractions f < 1 of "
+           f"(AUROC_f - 0.5) / (AUROC_1 - 0.5); robustness 1 - (mean_c r_c + max_c r_c) / 2 "
+           f"with r_c = max(0, AUROC_1 - AUROC_c) / (AUROC_1 - 0.5) over every perturbation "
+           f"and severity and the shift condition at full labels. Label efficiency and "
+           f"robustness are not estimable where AUROC_1 <= 0.5. Each axis is the mean over "
+           f"datasets, then normalized against the fixed reference panel "
+           f"({md(text.human_list(panel))}; reference file {ref_name}; panel hash "
+           f"{ref_hash[:16]}: the SHA-256 of the panel's canonical content, recorded with "
+           f"every score in the CSV files, not of the file's bytes, whose SHA-256 is in "
+           f"manifest.json): a_j = (x_j - lo_j) / (hi_j - lo_j), clipped to [0, 1] (flipped "
+           f"for calibration), with anchors lo_j, hi_j the panel's minimum and maximum unless "
+           f"the reference fixes them, so a candidate better than every panel member on an "
+           f"axis reads 1 there. Dominance D = (1 + (panel members the encoder Pareto-"
+           f"dominates - those dominating it) / panel size) / 2 on the normalized axes; "
+           f"similarity S = 1 - ||a - 1|| / 2 (the distance to the ideal profile of four 1s, "
+           f"scaled to [0, 1]); worst axis W = min_j a_j; and "
+           f"CRS = w_D D + w_S S + w_W W with {wt}."]
     from .crs import replicates_text
 
     scores = study.results["crs"]["scores"]
     ranks = study.results["crs"].get("rank_probabilities")
-    out.append(f"Uncertainty, anchors held fixed: {replicates_text(scores, crs, ranks)}; "
-               f"P(top k) with k = {crs.k}.")
+    seeds = study.results["crs"].get("seeds")
+    out.append(f"Uncertainty, anchors held fixed: {replicates_text(scores, crs, ranks, seeds)}; "
+               f"intervals are bootstrap percentiles, the rank interval the percentiles of "
+               f"the encoder's rank over the replicates, and P(top k) with k = {crs.k} the share "
+               f"of replicates ranking it there. Ranking stability: Kendall tau-b of the CRS "
+               f"ranking with each panel member left out of the reference, and its mean with "
+               f"the central {round(100 * crs.conf_level):g}% band over {crs.n_weights} "
+               f"Dirichlet(1, 1, 1) weight vectors (seed {crs.seed}); inversions are the "
+               f"encoder pairs ordered oppositely by AUROC and by CRS.")
     return out
 
 

@@ -105,8 +105,10 @@ def agreement_table(study) -> ReportTable | None:
                 "kappa": "Cohen's kappa [CI]", "disagree": "Disagreements"},
         notes=("Kappa treats values as nominal categories; its interval is the Wald interval, "
                "clipped to [-1, 1], with " + _kappa_se(ag) + ". With perfect agreement that "
-               "standard error is 0 and the interval collapses to 1; kappa is undefined "
-               "(\u2014) with fewer than two cases or one category.",))
+               "standard error is 0, and a zero-width interval says nothing of precision: "
+               "kappa's interval is then not estimable (\u2014) and the agreement share's "
+               "interval gives the precision; kappa is undefined (\u2014) with fewer than two "
+               "cases or one category.",))
 
 
 def _kappa_se(ag: pd.DataFrame) -> str:

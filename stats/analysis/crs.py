@@ -24,8 +24,10 @@ def settings(plan) -> dict:
 
 @analysis("crs", wanted=_wants)
 def crs(results) -> dict[str, pd.DataFrame]:
-    """``{axes, scores, rank_probabilities, differences, leading_tier,
-    regime_differences (frozen and adapted runs only), stability (n_weights > 0)}``."""
+    """``{axes, scores, rank_probabilities, differences, leading_tier, seeds (per regime
+    and dataset the seeds a replicate redraws, and the equally likely seed draws they
+    allow), regime_differences (frozen and adapted runs only), stability (n_weights >
+    0)}``."""
     from ..crs import crs_axes, crs_scores
     from ..crs_resample import crs_bootstrap
     from ..ranking import ranking_stability
@@ -43,6 +45,10 @@ def crs(results) -> dict[str, pd.DataFrame]:
         out["rank_probabilities"] = boot.rank_probabilities(s["k"])
         out["differences"] = boot.differences()
         out["leading_tier"] = boot.leading_tier()
+        out["seeds"] = pd.DataFrame(
+            [{"regime": r, "dataset": ds, "n_seeds": len(sd),
+              "n_seed_resamples": boot.n_seed_resamples(r)}
+             for r, per in boot.seeds.items() for ds, sd in per.items()])
         if {"frozen", "adapted"} <= set(boot.replicates):
             out["regime_differences"] = boot.regime_differences("adapted", "frozen")
     else:

@@ -256,7 +256,8 @@ def kappa_interval(a, b, *, cluster=None, conf_level: float = 0.95) -> dict:
     ``confint(svycontrast(...), df = degf(design))``: with 10 patients a normal quantile
     covered 86.5%, the t quantile about 90% (``bench/kappa_cluster_coverage.md``); method
     ``KAPPA_CLUSTER_METHOD``. Returns ``kappa, std_error, conf_low, conf_high, method,
-    n_clusters`` (NaN without ``cluster``)."""
+    n_clusters`` (NaN without ``cluster``). The interval is NaN (not estimable) where the SE
+    is 0, e.g. perfect agreement: the delta method then gives a zero-width interval."""
     from scipy.stats import norm, t
     from statsmodels.stats.inter_rater import cohens_kappa
 
@@ -293,7 +294,10 @@ def kappa_interval(a, b, *, cluster=None, conf_level: float = 0.95) -> dict:
         se = float(np.sqrt(max(res.var_kappa, 0.0)))
     q = (t.ppf(0.5 + conf_level / 2, n_cl - 1) if repeats and n_cl > 1
          else norm.ppf(0.5 + conf_level / 2))
-    if not np.isfinite(se):     # one cluster: no interval (max(-1, nan) would give -1)
+    if not np.isfinite(se) or se == 0:
+        # one cluster: no interval (max(-1, nan) would give -1); a zero SE (every case
+        # agrees, or one category per rater) gives a zero-width "interval" no reviewer
+        # accepts: not estimable, the agreement share's interval gives the precision
         return {**nan, "kappa": k, "std_error": se}
     return {"kappa": k, "std_error": se, "conf_low": float(max(-1.0, k - q * se)),
             "conf_high": float(min(1.0, k + q * se)), "method": method, "n_clusters": n_cl}
@@ -327,9 +331,11 @@ def metadata_agreement(results) -> pd.DataFrame:
         ki = kappa_interval(va.loc[both], vb.loc[both], cluster=clus, conf_level=conf)
         rows.append({"field": field, "extractor_a": a, "extractor_b": b,
                      **{f"kappa_{k}": v for k, v in ki.items()
-                        if k not in ("kappa", "n_clusters")}})
+                        if k not in ("kappa", "n_clusters")},
+                     "kappa_flag": ("not_estimable" if np.isfinite(ki["kappa"])
+                                    and not np.isfinite(ki["conf_low"]) else "")})
     kap = pd.DataFrame(rows, columns=[*PAIR, "kappa_std_error", "kappa_conf_low",
-                                      "kappa_conf_high", "kappa_method"])
+                                      "kappa_conf_high", "kappa_method", "kappa_flag"])
     ag = ag.merge(kap, on=PAIR, how="left")
     ag["kappa_method"] = ag["kappa_method"].fillna(KAPPA_METHOD)
     ag["conf_level"] = conf
