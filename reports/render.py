@@ -358,10 +358,15 @@ def check_reference_docx(path: str | Path) -> Path:
     else:
         try:
             with zipfile.ZipFile(path) as z:
-                if "word/styles.xml" not in z.namelist():
-                    why = "it holds no word/styles.xml"
-        except (zipfile.BadZipFile, OSError) as exc:
-            why = f"not a .docx (zip) file ({exc})"
+                names = set(z.namelist())
+                missing = [n for n in ("word/document.xml", "word/styles.xml")
+                           if n not in names]
+                if missing:
+                    why = f"it holds no {' or '.join(missing)}"
+                else:   # the page size and margins are read from it (docx_section_breaks)
+                    z.read("word/document.xml").decode("utf-8")
+        except (zipfile.BadZipFile, OSError, UnicodeDecodeError, RuntimeError) as exc:
+            why = f"not a .docx (zip) file, or not readable ({exc})"
     if why:
         raise ValueError(MSG_REFERENCE_DOCX.format(path=path, why=why))
     return path

@@ -11,7 +11,7 @@ from stats.clustered import AUTO, FLAG_DEFF, paired_difference, pair_codes, clus
 from stats.detection import GROUP_COLS, case_matrix
 from stats.intervals import (_paired_auc_frame, clustered_auc_variance, delong_covariance,
                              mcnemar_exact, newcombe_diff_ci)
-from stats.schema import tidy
+from stats.schema import ContractError, tidy
 from stats.subgroups import _add_flag, adjust_p, grouped_auc
 
 COMPARE_METRICS = ("sensitivity", "specificity", "auc")
@@ -101,7 +101,10 @@ def compare_models(cases: pd.DataFrame, *, by=None,
     M, G = len(cm.models), cm.n_cells
     ia, ib = np.triu_indices(M, 1)
     if len(ia) == 0:
-        raise ValueError("compare_models needs at least two models in cases['model']")
+        raise ContractError(f"compare_models needs at least two models in column 'model'; "
+                            f"the cases hold {M} ({', '.join(map(str, cm.models)) or 'none'}): "
+                            f"add the other model's rows for the same cases",
+                            column="model")
     counts = cm.cell_counts()
     A: sparse.csr_matrix = cm.member
     P = cm.pred.astype(bool)

@@ -254,10 +254,19 @@ def _source_name(path_or_df, default: str) -> str:
     return default
 
 
+#: identifier and name columns of the tables' contracts: read from CSV as text, so ids
+#: "002" and "2" (or patients "0" and "00") stay distinct instead of both becoming the
+#: number 2 (or 0). Other cells follow pandas' (and R's read.csv's) rules: an empty cell,
+#: "NA", "N/A", "NaN", "null" and the like are missing.
+TEXT_ID_COLUMNS = ("case_id", "patient_id", "model", "site", "scanner", "encoder", "dataset",
+                   "extractor", "field", "value", "regime", "condition", "perturbation")
+
+
 def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
     """Read a CSV/TSV/parquet file (or take a DataFrame) and return ``(frame, source)``.
 
     Every failure to read becomes a :class:`ContractError` naming the file and the fix.
+    The columns of :data:`TEXT_ID_COLUMNS` are read from CSV as text.
     """
     if isinstance(path_or_df, pd.DataFrame):
         df, source = path_or_df.copy(), f"<{table} DataFrame>"
@@ -301,7 +310,8 @@ def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
         _check_header(raw, source, "\t" if suffix == ".tsv" else None)
         try:
             df = pd.read_csv(path, sep=sep, engine="python", encoding="utf-8-sig",
-                             skipinitialspace=True)
+                             skipinitialspace=True,
+                             dtype={c: str for c in TEXT_ID_COLUMNS})
         except Exception as exc:
             _fail(MSG_NOT_TABULAR, source=source, kind="CSV",
                   detail=str(exc).splitlines()[0][:160])

@@ -45,6 +45,19 @@ MSG_CI = "ci must be one of {allowed} or 'bootstrap'; got {ci!r}"
 MSG_BOOT = "ci='bootstrap' needs n_boot= a number of replicates (e.g. 2000); got {b!r}"
 MSG_BINS = ("bins['{col}']: {problem}; give {{'name': ..., 'breaks': [increasing numbers], "
             "'labels': [one fewer than breaks]}}")
+MSG_BIN_VALUES = ("column '{col}': {n} recorded value(s) {what} and cannot be binned "
+                  "(rows {examples}); {fix}")
+
+
+def _examples(values: pd.Series, mask, k: int = 5) -> str:
+    """'3 (25), 17 (29), ...': the first ``k`` data rows (1-based, as in a spreadsheet
+    below its header) where ``mask`` holds, with their values."""
+    idx = np.flatnonzero(mask)
+    def show(v) -> str:
+        return f"{v:g}" if isinstance(v, (int, float, np.number)) else repr(str(v))
+
+    shown = ", ".join(f"{i + 1} ({show(values.iloc[i])})" for i in idx[:k])
+    return shown + (f" and {len(idx) - k} more" if len(idx) > k else "")
 
 
 def _flags(n, den, small_n):
@@ -346,7 +359,8 @@ def _order(out: pd.DataFrame, cm: CaseMatrix) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- bins
 
-def add_bins(cases: pd.DataFrame, bins: Mapping[str, Mapping]) -> pd.DataFrame:
+def add_bins(cases: pd.DataFrame, bins: Mapping[str, Mapping], *,
+             strict: bool = True) -> pd.DataFrame:
     """Add binned (ordered categorical) columns from the analysis plan.
 
     Parameters
@@ -359,11 +373,24 @@ def add_bins(cases: pd.DataFrame, bins: Mapping[str, Mapping]) -> pd.DataFrame:
     Returns
     -------
     A copy of ``cases`` with one categorical column per entry (all labels kept as
-    categories, so empty bins stay visible downstream); values outside the breaks or
-    missing are NaN: as a subgroup axis they form the "Missing" level, or "not
-    applicable" for reference negatives when the source is a tumour column (the copy's
+    categories, so empty bins stay visible downstream); missing values are NaN: as a
+    subgroup axis they form the "Missing" level, or "not applicable" for reference
+    negatives when the source is a tumour column (the copy's
     ``attrs["clinrel_bin_sources"]`` records ``{new column: source column}`` for that
     rule; :func:`stats.detection.not_applicable_columns`).
+
+    strict : bool
+        True (default): refuse recorded values that cannot be binned (below). False: bin
+        them as missing (NaN), for values read by a metadata extractor, where a value
+        outside the breaks is an unusable extraction, not a fact of the study.
+
+    Raises
+    ------
+    ContractError
+        With ``strict``, when a recorded value is not a number, or falls outside the
+        breaks: it would otherwise be read as missing, and a recorded age of 25 with
+        breaks from 30 is not a missing age. The message names the column, the rows and
+        values, and the fix.
     """
     df = cases.copy()
     df.attrs[BIN_SOURCES] = dict(df.attrs.get(BIN_SOURCES, {}))
@@ -382,8 +409,26 @@ def add_bins(cases: pd.DataFrame, bins: Mapping[str, Mapping]) -> pd.DataFrame:
             raise ContractError(MSG_BINS.format(col=col, problem=f"{len(labels)} labels for "
                                                 f"{len(breaks) - 1} bins"))
         values = pd.to_numeric(df[col], errors="coerce")
+        recorded = df[col].notna().to_numpy()
+        text = recorded & values.isna().to_numpy()
+        if strict and text.any():
+            raise ContractError(MSG_BIN_VALUES.format(
+                col=col, n=int(text.sum()), what="are not numbers",
+                examples=_examples(df[col], text), fix="record numbers (or leave the cell "
+                "empty when the value is unknown)"), column=col, rows=np.flatnonzero(text))
         name = spec.get("name", f"{col}_bin")
         df[name] = pd.cut(values, breaks, labels=list(labels), right=right, ordered=True)
+        outside = recorded & ~text & df[name].isna().to_numpy()
+        if strict and outside.any():
+            lo, hi = values[outside].min(), values[outside].max()
+            raise ContractError(MSG_BIN_VALUES.format(
+                col=col, n=int(outside.sum()),
+                what=(f"fall outside the plan's breaks {breaks[0]:g} to {breaks[-1]:g} "
+                      f"({'(a, b]' if right else '[a, b)'} intervals)"),
+                examples=_examples(df[col], outside),
+                fix=f"widen the breaks to cover {lo:g} to {hi:g} (e.g. start at 0 and end "
+                f"above the largest value), or correct the values"),
+                column=col, rows=np.flatnonzero(outside))
         df.attrs[BIN_SOURCES][name] = col
     return df
 

@@ -114,6 +114,14 @@ def test_add_bins():
         sg.add_bins(df, {"age": {"breaks": [0, 1, 2], "labels": ["a"]}})
     with pytest.raises(ContractError, match="increasing"):
         sg.add_bins(df, {"age": {"breaks": [0, 5, 2]}})
+    # a recorded value outside the breaks is not a missing value (audit: ages 20-29 with
+    # breaks from 30 were reported as age group "Missing"): an error naming rows and fix
+    with pytest.raises(ContractError, match=r"column 'age': 2 recorded value\(s\) fall outside"
+                       r".*rows 1 \(10\), 2 \(39.9\).*widen the breaks to cover 10 to 39.9"):
+        sg.add_bins(df, {"age": {"name": "a", "breaks": [40, 60, 75, 130]}})
+    with pytest.raises(ContractError, match=r"1 recorded value\(s\) are not numbers.*'45y'"):
+        sg.add_bins(df.assign(age=df["age"].astype(object).where(df.index != 3, "45y")),
+                    {"age": {"name": "a", "breaks": [0, 130]}})
 
 
 def _two_level_cases(x1, n1, x2, n2):

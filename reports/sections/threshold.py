@@ -33,8 +33,14 @@ def _curve(df: pd.DataFrame, logx: bool, vline: float, **kw):
               xlab="Threshold (score)" + (", pseudo-log scale" if logx else ""), **kw)
     if not logx:
         return p
-    top = max(float(df["threshold"].max()), 1.0)
-    breaks = [0.0] + [10.0 ** k for k in range(int(np.floor(np.log10(top))) + 1)]
+    t = df["threshold"].to_numpy(float)
+    t = t[np.isfinite(t)]
+    top = max(float(t.max()) if len(t) else 1.0, 1.0)
+    # every decade up to the top one, thinned to at most 8 ticks (scores may span
+    # hundreds of decades: a huge but finite score is valid input)
+    decades = int(np.floor(np.log10(top)))
+    step = max(1, -(-(decades + 1) // 8))
+    breaks = [0.0] + [10.0 ** k for k in range(0, decades + 1, step)]
     return p + p9.scale_x_continuous(trans=pseudo_log_trans(sigma=0.5, base=10),
                                      breaks=breaks, labels=[f"{b:g}" for b in breaks])
 

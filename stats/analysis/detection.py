@@ -37,6 +37,12 @@ def _wants_detection(plan, tables) -> bool:
     return getattr(plan, "detection", None) is not None and tables.cases is not None
 
 
+def _wants_comparisons(plan, tables) -> bool:
+    """Paired comparisons need two models (one model: the section says there is nothing
+    to compare, and ``stats.compare_models`` would refuse)."""
+    return _wants_detection(plan, tables) and tables.cases["model"].nunique() >= 2
+
+
 def _source(results) -> str:
     return str(getattr(results.plan, "cases", None) or "cases")
 
@@ -291,7 +297,7 @@ def confusion_counts(results) -> pd.DataFrame:
     return compute(results["evaluation"], by=axes(results.plan))
 
 
-@analysis("comparisons", wanted=_wants_detection)
+@analysis("comparisons", wanted=_wants_comparisons)
 def comparisons(results) -> pd.DataFrame:
     """Every pair of models (``stats.compare_models``), overall and per planned axis;
     cluster-aware (clustered McNemar, Obuchowski's AUC variance) by the decided cluster."""

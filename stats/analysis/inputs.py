@@ -90,9 +90,16 @@ def add_bins(cases: pd.DataFrame, plan: Plan) -> pd.DataFrame:
     except ImportError:
         stats_add_bins = None
     if stats_add_bins is not None:
-        return stats_add_bins(cases, {b.column: {"name": b.name, "breaks": list(b.breaks),
-                                                 "labels": list(b.labels), "right": False}
-                                      for b in plan.detection.bins})
+        from stats.schema import ContractError
+
+        try:
+            return stats_add_bins(cases, {b.column: {"name": b.name, "breaks": list(b.breaks),
+                                                     "labels": list(b.labels), "right": False}
+                                          for b in plan.detection.bins})
+        except ContractError as exc:   # name the file and the plan key, as the charter asks
+            raise ContractError(f"{plan.cases}: {exc} (plan {plan.path}, key "
+                                f"detection.bins.{exc.column}.breaks)", source=str(plan.cases),
+                                column=exc.column, rows=exc.rows) from None
     out = cases.copy()
     for b in plan.detection.bins:
         out[b.name] = pd.cut(out[b.column].astype("float64"), bins=list(b.breaks),

@@ -497,8 +497,11 @@ def _binned_evidence(results, ev: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
         if not hit.any():
             continue
         num = pd.DataFrame({b.column: pd.to_numeric(out.loc[hit, "value"], errors="coerce")})
+        # an extracted value outside the bins is an unusable extraction: left out, as an
+        # unreadable one is (strict=False), while the cases table's own values must bin
         binned = add_bins(num, {b.column: {"name": b.name, "breaks": list(b.breaks),
-                                           "labels": list(b.labels), "right": False}})[b.name]
+                                           "labels": list(b.labels), "right": False}},
+                          strict=False)[b.name]
         out = out.copy()
         out.loc[hit, "value"] = binned.astype(object).where(binned.notna(), None).to_numpy()
         out.loc[hit, "field"] = b.name

@@ -1,0 +1,109 @@
+"""Bad inputs from the fifth safety audit (each a traceback, a silent change of the data or
+a section lost), now a clear error with exit 2 or handled:
+
+* one model in ``clinrel compare``: a ValueError traceback (exit 1);
+* a reference .docx with styles but no document.xml: accepted, then a KeyError 20 s later;
+* ids read from CSV as numbers: patients "0" and "00" merged, cases "002" and "2" called
+  duplicates;
+* a recorded age outside the plan's bins: silently the "Missing" age group;
+* scores of 1e300: the threshold figure raised OverflowError and the section was dropped.
+"""
+from __future__ import annotations
+
+import zipfile
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import stats
+from clinrel.cli import app
+from stats.schema import ContractError
+
+
+def _cases(n=40, models=("m1", "m2")):
+    rng = np.random.default_rng(5)
+    rows = []
+    for m in models:
+        for i in range(n):
+            rows.append({"case_id": f"{i:03d}", "patient_id": str(i // 2), "model": m,
+                         "label": i % 2, "score": float(rng.integers(0, 200)), "site": "s1",
+                         "phase": ["venous", "arterial"][i % 2]})
+    return pd.DataFrame(rows)
+
+
+def test_compare_with_one_model_is_a_clear_error(tmp_path):
+    _cases(models=("only",)).to_csv(tmp_path / "one.csv", index=False)
+    out = tmp_path / "c.csv"
+    done = CliRunner().invoke(app, ["compare", str(tmp_path / "one.csv"), "--threshold", "50",
+                                    "--out", str(out)])
+    assert done.exit_code == 2, done.output
+    assert "at least two models" in done.output and "'model'" in done.output
+    assert "Traceback" not in done.output and not out.exists()
+
+
+def test_reference_docx_without_document_is_refused_up_front(tmp_path):
+    bad = tmp_path / "styles_only.docx"
+    with zipfile.ZipFile(bad, "w") as z:
+        z.writestr("word/styles.xml", "<w:styles/>")
+    out = tmp_path / "out"
+    done = CliRunner().invoke(app, ["report", "--demo", "--out", str(out), "--quiet",
+                                    "--reference-docx", str(bad)])
+    assert done.exit_code == 2, done.output
+    assert "word/document.xml" in done.output and not out.exists()
+
+
+def test_csv_ids_keep_their_text(tmp_path):
+    d = _cases(n=8)
+    # patients "0" and "00" are different people; cases "002" and "2" different scans
+    d["patient_id"] = np.tile(["0", "00", "1", "01", "2", "02", "3", "03"], 2)
+    d.loc[d["case_id"] == "007", "case_id"] = "7"
+    d.to_csv(tmp_path / "cases.csv", index=False)
+    cases = stats.read_cases(tmp_path / "cases.csv")
+    assert cases["patient_id"].nunique() == 8
+    assert {"7", "002"} <= set(cases["case_id"])
+    assert cases.groupby("model")["case_id"].nunique().eq(8).all()
+
+
+def test_values_outside_the_bins_are_refused_with_file_rows_and_fix(tmp_path):
+    import yaml
+
+    from clinrel.cli.report import demo_plan_path
+
+    src = demo_plan_path().parent
+    plan = yaml.safe_load(demo_plan_path().read_text())
+    for k, v in plan["inputs"].items():
+        plan["inputs"][k] = str(src / v)
+    plan["detection"]["bins"]["age"]["breaks"] = [30, 60, 75, 100]
+    plan["detection"]["bins"]["age"]["labels"] = ["30-59", "60-74", "75-99"]
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    out = tmp_path / "out"
+    done = CliRunner().invoke(app, ["report", "--plan", str(tmp_path / "plan.yaml"),
+                                    "--out", str(out), "--quiet"])
+    assert done.exit_code == 2, done.output
+    msg = " ".join(done.output.split())
+    for words in ("cases.parquet", "column 'age'", "fall outside the plan's breaks 30 to 100",
+                  "rows ", "widen the breaks", "detection.bins.age.breaks"):
+        assert words in msg, words
+    assert not out.exists()
+
+
+def test_huge_scores_keep_the_threshold_figure():
+    from reports.sections.threshold import _curve
+
+    df = pd.DataFrame({"threshold": [0.0, 1e10, 1e150, 1e300, np.inf], "estimate": 0.5,
+                       "model": "m", "estimand": "sensitivity"})
+    p = _curve(df, True, 1e150, color="model")
+    breaks = p.scales.get_scales("x").breaks
+    assert len(breaks) <= 10 and breaks[0] == 0.0 and max(breaks) <= 1e300
+
+
+def test_bins_of_extracted_metadata_stay_lenient():
+    """An extractor's value outside the bins is an unusable extraction, not a fact of the
+    study: the metadata layer bins it as missing (strict=False), the cases table may not."""
+    df = pd.DataFrame({"age": [25.0, 45.0]})
+    spec = {"age": {"name": "g", "breaks": [30, 60], "labels": ["30-59"]}}
+    assert stats.add_bins(df, spec, strict=False)["g"].isna().tolist() == [True, False]
+    with pytest.raises(ContractError, match="outside"):
+        stats.add_bins(df, spec)
