@@ -24,10 +24,12 @@ The patients per study are 15, 40 or 120: about 15, 40 and 120 positive scans.
 
 Each replicate study is one level of a subgroup axis of one cases table, so one call of
 the public ``stats.subgroup_metrics(..., metrics=["auc"], cluster="patient_id")`` computes
-every replicate ("delong-cluster"), and one without ``cluster`` gives plain DeLong (scans
-as independent) on the same studies; the logit-scale clustered interval
-("delong-cluster-logit") is formed from the same estimate and SE. Reported: coverage of
-each nominal 95% interval; ``SE ratio`` the mean ratio of the clustered to the DeLong SE;
+every replicate (the default, "delong-cluster-logit-t": logit scale, t on C - 1 df), and
+one without ``cluster`` gives plain DeLong (scans as independent) on the same studies; the
+other clustered intervals are formed from the same estimate and SE: the AUC scale with the
+t reference ("delong-cluster-t", plan ``auc_scale: auc``) and both scales with a normal
+quantile ("delong-cluster", "delong-cluster-logit": clinrel's intervals before the t
+reference). Reported: coverage of each nominal 95% interval; ``SE ratio`` the mean ratio of the clustered to the DeLong SE;
 ``SE / SD`` the root mean square of the clustered SE over the standard deviation of the
 estimates across studies (1 when the variance estimator is right); ``bias`` the mean
 estimate minus the truth; the Monte Carlo SE of a coverage is ``sqrt(0.95 * 0.05 / reps)``.
@@ -95,29 +97,36 @@ def coverage(n_patients: int, auc: float, sd: float, reps: int = 2000, seed: int
     t = truth(auc, sd) if true_auc is None else true_auc
     cases = cohorts(n_patients, auc, sd, reps, rng, kind)
     out = {}
-    for name, cl in (("delong-cluster", "patient_id"), ("delong", None)):
+    for name, cl in (("delong-cluster-logit-t", "patient_id"), ("delong", None)):
         r = stats.subgroup_metrics(cases, by=["rep"], metrics=["auc"], cluster=cl,
                                    not_applicable=None)
         out[name] = r[r.group_var == "rep"].reset_index(drop=True)
-    c, d = out["delong-cluster"], out["delong"]
+    c, d = out["delong-cluster-logit-t"], out["delong"]
     ok = c["std_error"].notna().to_numpy() & d["std_error"].notna().to_numpy()
     c, d = c[ok], d[ok]
 
     def cov(lo, hi):
         return float(np.mean((lo <= t) & (t <= hi)))
 
-    _, lo_l, hi_l = _auc_ci_from(c["estimate"].to_numpy(), c["std_error"].to_numpy() ** 2,
-                                 0.95, "logit")
+    est, var = c["estimate"].to_numpy(), c["std_error"].to_numpy() ** 2
+    C = np.where(c["method"].str.startswith("delong-cluster"), c["n_clusters"], np.nan)
+    # the same estimate and clustered SE, other intervals: the AUC scale with the t
+    # reference, and both scales with a normal quantile (clinrel's before the t reference)
+    _, lo_t, hi_t = _auc_ci_from(est, var, 0.95, "auc", clusters=C)
+    _, lo_z, hi_z = _auc_ci_from(est, var, 0.95, "auc")
+    _, lo_l, hi_l = _auc_ci_from(est, var, 0.95, "logit")
     return {"AUC": t, "positive scans": float(c["n_pos"].mean()),
             "patients": float(c["n_clusters"].mean()),
-            "delong-cluster": cov(c["conf_low"].to_numpy(), c["conf_high"].to_numpy()),
-            "delong": cov(d["conf_low"].to_numpy(), d["conf_high"].to_numpy()),
+            "delong-cluster-logit-t": cov(c["conf_low"].to_numpy(), c["conf_high"].to_numpy()),
+            "delong-cluster-t": cov(lo_t, hi_t),
+            "delong-cluster": cov(lo_z, hi_z),
             "delong-cluster-logit": cov(lo_l, hi_l),
+            "delong": cov(d["conf_low"].to_numpy(), d["conf_high"].to_numpy()),
             "SE ratio": float(np.mean((c["std_error"] / d["std_error"])[d["std_error"] > 0])),
             "SE / SD": float(np.sqrt(np.mean(c["std_error"] ** 2)) / np.std(c["estimate"])),
             "bias": float(np.mean(c["estimate"]) - t),
             "not estimable": float(1 - ok.mean()),
-            "clustered rows": float((c["method"] == "delong-cluster").mean())}
+            "clustered rows": float(c["method"].str.startswith("delong-cluster").mean())}
 
 
 def table(reps: int) -> pd.DataFrame:
@@ -134,7 +143,8 @@ def table(reps: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-PCT = ("delong-cluster", "delong", "delong-cluster-logit")
+PCT = ("delong-cluster-logit-t", "delong-cluster-t", "delong-cluster", "delong-cluster-logit",
+       "delong")
 
 
 def markdown(df: pd.DataFrame, reps: int, seconds: float) -> str:
@@ -177,22 +187,25 @@ READING = """Reading. When a patient's scans share the label (patient-level), pl
 under-covers at every size and more patients do not help: 77-87% at patient SD 1 and
 70-81% at SD 2, its SE 1.15-1.46 times too small (`SE ratio`: the design effect). The
 clustered variance is right in every row (`SE / SD` 0.97-1.02: the clustered SE matches
-the spread of the estimates across studies), and the clustered interval recovers most of
-the gap: 92.0-93.8% at 120 positive scans, 87-92% at 40, 75-87% at 15. What remains is
-the Wald interval on the AUC scale, which with few patients (about 7 with a positive and 7
-with a negative scan at 15 positive scans) and near the ceiling under-covers whatever the
-variance (plain DeLong does as badly where its SE is right: scan-level rows at 15,
-80.6-92.0%).
-The logit-scale clustered interval (`delong-cluster-logit`, plan `auc_scale: logit`)
-removes most of that: 93.6-95.4% from 40 positive scans, 87.7-94.9% at 15 (lowest at AUC
-0.9 with patient SD 2); prefer it for small clustered cells. When a patient holds positive
-and negative scans (scan-level labels) the shared effect raises S10 and S01 but makes the
-covariance S11 negative (checked on one large study: 2 S11 / (M N) about -0.55 S10 / M),
-so the two SEs are close (ratio 0.99-1.11): both intervals behave alike, the clustered one ahead
-at AUC 0.9 and SD 2 (92.2% against 90.0% at 120 scans). There the estimate carries a small
-positive bias (up to 0.009 at 15 patients) from the within-patient pairs, which Obuchowski's
-estimator weighs like any other pair and which rank more easily (the shared effect cancels);
-it vanishes as the patients grow (0.001-0.002 at 120)."""
+the spread of the estimates across studies). What it leaves is the Wald interval on the
+AUC scale, which with few patients (about 7 with a positive and 7 with a negative scan at
+15 positive scans) and near the ceiling under-covers whatever the variance: the clustered
+AUC-scale interval covers 92-94.5% at 120 positive scans, 87-93% at 40 and 75-91% at 15
+(`delong-cluster`), and a t quantile on C - 1 df adds little there (`delong-cluster-t`,
+76.9-94.7%). On the logit scale with the t quantile, the default where a patient repeats
+(`delong-cluster-logit-t`, plan `auc_scale: auto`), it covers 93.9-95.6% from 40 positive
+scans on (24 of 24 rows in the band) and 90.4-96.8% at 15 (lowest at AUC 0.9 with every
+scan of a patient sharing its label, 7 patients of each kind; highest, 96.8%, with labels
+mixed within patients at AUC 0.7): 33 of 36 rows in the band, against 29 with the normal
+quantile (`delong-cluster-logit`, 87.7-95.4%) and 7 on the AUC scale. Where scans are
+independent `auto` keeps the AUC scale, so those intervals stay pROC's exactly. When a
+patient holds positive and negative scans (scan-level labels) the shared effect raises
+S10 and S01 but makes the covariance S11 negative (checked on one large study:
+2 S11 / (M N) about -0.55 S10 / M), so the clustered and plain SEs are close (ratio
+0.99-1.11). There the estimate carries a small positive bias (up to 0.009 at 15 patients)
+from the within-patient pairs, which Obuchowski's estimator weighs like any other pair and
+which rank more easily (the shared effect cancels); it vanishes as the patients grow
+(0.001-0.002 at 120)."""
 
 
 def main(argv=None) -> None:

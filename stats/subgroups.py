@@ -149,7 +149,7 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         "sensitivity", "specificity", "ppv", "npv", "accuracy", "f1", "auc"),
         ci: str = "wilson", conf_level: float = 0.95, n_boot: int | None = None,
         seed=None, small_n: int = 10, scheduler=None, strata: str | None = None,
-        boot_ci: bs.CIMethod = "percentile", auc_scale: AucScale = "auc",
+        boot_ci: bs.CIMethod = "percentile", auc_scale: AucScale = "auto",
         label_error: pd.DataFrame | None = None, cluster: str | None = AUTO,
         not_applicable="auto") -> pd.DataFrame:
     """Detection metrics with confidence intervals per model x subgroup cell.
@@ -171,8 +171,9 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         (:mod:`stats.bootstrap`): seed int/Generator, Dask scheduler, strata column,
         "percentile", "bca" or "wilson" (Wilson at the bootstrap's effective sample size,
         for the proportions; F1 then gets the percentile interval).
-    auc_scale : "auc" (default, as pROC) or "logit" (better coverage in small cells); see
-        :func:`stats.auc_ci`.
+    auc_scale : "auto" (default: the AUC scale, as pROC, in cells whose scans are
+        independent; the logit scale where the clustered variance is used), "auc" or
+        "logit"; see :func:`stats.auc_ci`.
     small_n : int
         Flag "small_n" when a metric's denominator is below this.
     label_error : DataFrame, optional
@@ -189,8 +190,9 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         accuracy) becomes the ``ci`` interval at Korn & Graubard's effective sample size
         (``n / deff`` with a degrees-of-freedom factor, at most ``n``; method
         ``"<ci>-cluster"``, e.g. "wilson-cluster"; :mod:`stats.clustered`), the AUC's
-        interval uses Obuchowski's clustered-data variance in each cell where a cluster
-        has more than one scan (method "delong-cluster" or "delong-cluster-logit"; DeLong's,
+        interval uses Obuchowski's clustered-data variance and a t quantile on C - 1
+        degrees of freedom in each cell where a cluster has more than one scan (method
+        "delong-cluster-logit-t" by default, "delong-cluster-t" on the AUC scale; DeLong's,
         identical there, in cells without repeats), and the cluster bootstrap resamples
         this column. None (or "auto" without repeated ``patient_id``): closed-form
         intervals treat scans as independent; the bootstrap resamples ``patient_id``.
@@ -325,7 +327,8 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         rep = np.broadcast_to(a.get("repeats", np.zeros(cm.n_cells, bool))[:, None],
                               a["auc"].shape)
         var = np.where(rep, a.get("var_cluster", a["var"]), a["var"])
-        se, lo, hi = _auc_ci_from(a["auc"], var, conf_level, auc_scale)
+        C = np.where(rep, clus["auc"]["n_clusters"], np.nan)   # t on C - 1 df where clustered
+        se, lo, hi = _auc_ci_from(a["auc"], var, conf_level, auc_scale, clusters=C)
         nmin = np.minimum(a["m"], a["k"])
         flag = np.where(counts["n"][:, None] == 0, "empty",
                         np.where(nmin == 0, "not_estimable",

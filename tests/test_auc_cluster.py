@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import scipy.stats
 import pandas as pd
 import pytest
 
@@ -75,13 +76,24 @@ def test_auc_ci_cluster_matches_plain_recomputation(seed):
     d = clustered_data(seed)
     assert d.duplicated(["score", "label"]).any()  # ties within and across classes
     auc, var = obuchowski_plain(d.label, d.score, d.patient_id)
-    for scale in ("auc", "logit"):
+    C = d.patient_id.nunique()
+    q = scipy.stats.t.ppf(0.975, C - 1)     # the t reference on C - 1 df
+    for scale in ("auto", "auc", "logit"):
         got = iv.auc_ci(d.label, d.score, cluster=d.patient_id, scale=scale)
         check_tidy(got)
-        assert got.method[0] == ("delong-cluster" if scale == "auc" else "delong-cluster-logit")
+        assert got.method[0] == ("delong-cluster-t" if scale == "auc"
+                                 else "delong-cluster-logit-t")
         assert abs(got.estimate[0] - auc) < 1e-12
         assert abs(got.std_error[0] ** 2 - var) < 1e-12
-        assert got.n_clusters[0] == d.patient_id.nunique()
+        assert got.n_clusters[0] == C
+        if scale == "auc":
+            want = (max(0.0, auc - q * np.sqrt(var)), min(1.0, auc + q * np.sqrt(var)))
+        else:
+            h = q * np.sqrt(var) / (auc * (1 - auc))
+            lg = np.log(auc / (1 - auc))
+            want = (1 / (1 + np.exp(-(lg - h))), 1 / (1 + np.exp(-(lg + h))))
+        assert got.conf_low[0] == pytest.approx(want[0], abs=1e-12)
+        assert got.conf_high[0] == pytest.approx(want[1], abs=1e-12)
     plain = iv.auc_ci(d.label, d.score)
     assert plain.estimate[0] == got.estimate[0] and "n_clusters" not in plain
 
@@ -114,9 +126,14 @@ def test_subgroup_cells_match_plain_recomputation():
         auc, var = obuchowski_plain(sub.label, sub.score, sub.patient_id)
         repeats = sub.patient_id.duplicated().any()
         assert abs(row.estimate - auc) < 1e-12
-        if repeats:
-            assert row.method == "delong-cluster"
+        if repeats:   # default scale "auto": logit with t on C - 1 df
+            assert row.method == "delong-cluster-logit-t"
             assert abs(row.std_error ** 2 - var) < 1e-12
+            C = sub.patient_id.nunique()
+            assert row.n_clusters == C
+            h = scipy.stats.t.ppf(0.975, C - 1) * row.std_error / (auc * (1 - auc))
+            assert row.conf_low == pytest.approx(
+                1 / (1 + np.exp(-(np.log(auc / (1 - auc)) - h))), abs=1e-12)
         else:
             assert row.method == "delong"
             plain = iv.auc_ci(sub.label, sub.score)
@@ -125,8 +142,8 @@ def test_subgroup_cells_match_plain_recomputation():
         checked.add(repeats)
     assert checked == {True, False}
     logit = stats.subgroup_metrics(cases, by=["phase"], metrics=["auc"], cluster="patient_id",
-                                   auc_scale="logit")
-    assert set(logit.method) == {"delong-cluster-logit"}
+                                   auc_scale="auc")
+    assert set(logit.method) == {"delong-cluster-t"}
     assert np.allclose(logit.std_error, out[out.group_var.isin(["overall", "phase"])].std_error,
                        rtol=0, atol=0)
 
@@ -170,7 +187,7 @@ def test_not_estimable_and_errors():
     s = [0.9, 0.8, 0.3, 0.1, 0.5, 0.2, 0.4]
     cl = ["a", "a", "a", "b", "c", "d", "d"]
     got = iv.auc_ci(y, s, cluster=cl)
-    assert got.method[0] == "delong-cluster" and got.flag[0] == "small_n"
+    assert got.method[0] == "delong-cluster-logit-t" and got.flag[0] == "small_n"
     assert np.isnan(got.std_error[0]) and np.isnan(got.conf_low[0])
     assert not np.isnan(iv.auc_ci(y, s).std_error[0])
     with pytest.raises(stats.ContractError, match="one id per observation"):
@@ -183,7 +200,7 @@ def test_not_estimable_and_errors():
     out = stats.subgroup_metrics(cases, by=["phase"], metrics=["auc"], cluster="patient_id",
                                  small_n=1)
     p = out[out.group_level == "p"].iloc[0]
-    assert p.method == "delong-cluster" and p.flag == "deff_not_estimable"
+    assert p.method == "delong-cluster-logit-t" and p.flag == "deff_not_estimable"
     assert np.isnan(p.conf_low)
     q = out[out.group_level == "q"].iloc[0]
     assert q.method == "delong" and q.flag == "" and np.isfinite(q.conf_low)
@@ -192,14 +209,16 @@ def test_not_estimable_and_errors():
 def test_coverage_quick():
     """A seeded small coverage check that can fail: patients' scans share the label and
     a patient effect of SD 2 (within-patient correlation 0.8), 40 patients, AUC 0.8, 600
-    studies (Monte Carlo SE 0.9%). bench/auc_cluster_coverage.md at 5,000 studies: 90.7%
-    (clustered), 79.3% (plain DeLong), 94.8% (clustered, logit scale)."""
+    studies (Monte Carlo SE 0.9%). bench/auc_cluster_coverage.md at 5,000 studies: 95.5%
+    (the default: clustered, logit scale, t on C - 1 df), 90.7% (clustered, AUC scale,
+    normal quantile), 79.3% (plain DeLong)."""
     from auc_cluster_coverage import coverage
 
     r = coverage(40, 0.8, 2.0, reps=600, seed=3, true_auc=0.8)
+    assert 0.925 <= r["delong-cluster-logit-t"] <= 0.975
     assert 0.87 <= r["delong-cluster"] <= 0.95
     assert r["delong"] <= r["delong-cluster"] - 0.06
-    assert 0.92 <= r["delong-cluster-logit"] <= 0.975
+    assert r["delong-cluster-logit-t"] >= r["delong-cluster-logit"]   # t is wider than z
     assert 0.9 <= r["SE / SD"] <= 1.1 and r["SE ratio"] > 1.3
 
 
@@ -207,10 +226,10 @@ def test_coverage_quick():
 def test_coverage_slow():
     """bench/auc_cluster_coverage.py at 3,000 studies (Monte Carlo SE 0.4%), 120 patients:
     when a patient's scans share the label, the clustered interval covers 90.5-96.5%
-    (AUC scale; 91.4-93.3% over six seeds at AUC 0.9 and SD 1, the Wald interval's
-    shortfall near the ceiling) and 93-96.5% on the logit scale, at least 4 points above
-    plain DeLong, which stays at or below 88%; with labels mixed within patients the
-    clustered interval is in 92-96.5%."""
+    (AUC scale, normal quantile; 91.4-93.3% over six seeds at AUC 0.9 and SD 1, the Wald
+    interval's shortfall near the ceiling) and 93-96.5% on the logit scale with the t
+    quantile (the default), at least 4 points above plain DeLong, which stays at or
+    below 88%; with labels mixed within patients the clustered interval is in 92-96.5%."""
     from auc_cluster_coverage import coverage, truth
 
     for sd in (1.0, 2.0):
@@ -218,7 +237,7 @@ def test_coverage_slow():
             r = coverage(120, auc, sd, reps=3000, seed=int(100 * auc + sd),
                          true_auc=truth(auc, sd))
             assert 0.905 <= r["delong-cluster"] <= 0.965, r
-            assert 0.93 <= r["delong-cluster-logit"] <= 0.965, r
+            assert 0.93 <= r["delong-cluster-logit-t"] <= 0.965, r
             assert r["delong"] <= min(0.88, r["delong-cluster"] - 0.04), r
             assert 0.95 <= r["SE / SD"] <= 1.05, r
     for auc in (0.7, 0.8):

@@ -165,7 +165,7 @@ def test_cli_subgroups_and_compare(tmp_path, sim):
                                 "--quiet"])
     assert small.exit_code == 0, small.output
     methods = set(pd.read_csv(tmp_path / "w.csv").method)
-    assert {"bootstrap-wilson", "delong-cluster-logit"} <= methods  # patients repeat
+    assert {"bootstrap-wilson", "delong-cluster-logit-t"} <= methods  # patients repeat
     for opt, bad_value in (("--boot-ci", "basic"), ("--auc-scale", "probit")):
         bad = runner.invoke(app, ["subgroups", str(src), "--by", "phase", "--threshold", "50",
                                   "--n-boot", "10", opt, bad_value,

@@ -50,7 +50,7 @@ def test_unknown_key_is_rejected_with_a_suggestion(plan_dir):
 @pytest.mark.parametrize("path, value, pattern", [
     (("detection", "ci"), "wald", r"key 'detection\.ci' must be one of wilson, clopper-pearson, jeffreys"),
     (("detection", "conf_level"), 95, r"detection\.conf_level.*write e\.g\. 0\.95"),
-    (("detection", "auc_scale"), "probit", r"detection\.auc_scale' must be one of auc, logit"),
+    (("detection", "auc_scale"), "probit", r"detection\.auc_scale' must be one of auto, auc, logit"),
     (("detection", "bootstrap", "boot_ci"), "basic",
      r"detection\.bootstrap\.boot_ci' must be one of percentile, bca, wilson"),
     (("detection", "threshold"), {"criterion": "target_specificity"}, r"detection\.threshold\.target' is missing"),

@@ -604,6 +604,6 @@ def test_small_cell_interval_options_reach_tables_and_methods(tmp_path):
     overall = pd.read_csv(tmp_path / "out" / "tables" / "overall_metrics.csv")
     methods = overall.groupby("estimand")["method"].agg(set)
     # patients repeat in the demo: the AUC interval is clustered too (Obuchowski)
-    assert methods["auc"] == {"delong-cluster-logit"}
+    assert methods["auc"] == {"delong-cluster-logit-t"}
     assert methods["sensitivity"] == {"wilson-cluster"}
     assert methods["f1"] == {"bootstrap-percentile"}  # F1 is no proportion: percentile

@@ -182,7 +182,9 @@ def register(app: typer.Typer) -> None:
             help="Bootstrap interval: percentile, bca, or wilson (Wilson at the bootstrap's "
                  "effective sample size; best coverage in small cells).")] = "percentile",
         auc_scale: Annotated[str, typer.Option(
-            help="AUC interval scale: auc (as pROC) or logit (better in small cells).")] = "auc",
+            help="AUC interval scale: auto (as pROC for independent scans, logit where a "
+                 "patient's scans are clustered), auc (as pROC) or logit (better in small "
+                 "cells).")] = "auto",
         seed: Annotated[Optional[int], typer.Option(help="Bootstrap seed.")] = None,
         conf_level: Annotated[float, typer.Option(help="Confidence level of every interval.")] = 0.95,
         small_n: Annotated[int, typer.Option(help="Flag cells whose denominator is below this.")] = 10,

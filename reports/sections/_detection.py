@@ -98,6 +98,25 @@ def sort_cells(df: pd.DataFrame, study, axis: tuple[str, ...]) -> pd.DataFrame:
         columns=["_m", "_k"]).reset_index(drop=True)
 
 
+def auc_interval_text(scale: str, cluster: str | None) -> str:
+    """How the AUC's interval was formed (``detection.auc_scale`` and the decided cluster):
+    one wording for the methods text and the overall table's note."""
+    from .. import text
+
+    indep = ("a Wald interval on the logit scale, back-transformed" if scale == "logit"
+             else "a Wald interval on the AUC scale (as pROC)")
+    out = f"DeLong's variance with {indep}"
+    if cluster:
+        where = ("the logit scale, back-transformed" if scale in ("auto", "logit")
+                 else "the AUC scale")
+        out += (f"; where a {text.md(cluster)} has several scans, Obuchowski's clustered-"
+                f"data variance with a Student t quantile on the number of {text.md(cluster)} "
+                f"clusters minus one degrees of freedom, on {where}"
+                + (" (it covers far better there than the AUC scale: "
+                   "bench/auc_cluster_coverage.md)" if scale == "auto" else ""))
+    return out
+
+
 def methods_note(study) -> str:
     """The interval sentence under a table: the method, and the clustering it respects."""
     det = study.plan.detection

@@ -59,10 +59,9 @@ def _detection(study) -> list[str]:
                    f"then frozen for the test split; the choice is **exploratory** "
                    f"(data-driven).{thr}")
     conf = int(round(det.conf_level * 100))
-    auc = ("DeLong's variance with a Wald interval on the AUC scale (as pROC)"
-           if det.auc_scale == "auc" else
-           "DeLong's variance with a Wald interval on the logit scale, back-transformed "
-           "(better coverage in small cells than the AUC scale)")
+    from ._detection import auc_interval_text
+
+    auc = auc_interval_text(det.auc_scale, study.results.decisions.get("detection.cluster"))
     out.append(f"Proportions (sensitivity, specificity, PPV, NPV) carry {CI_NAMES[det.ci]} "
                f"{conf}% confidence intervals; the AUC carries {auc}. An estimate whose "
                f"denominator is below {det.small_n} (reference positives for sensitivity, "

@@ -42,11 +42,8 @@ def build(study) -> Section:
     notes = [D.methods_note(study) + " PPV and NPV depend on the prevalence of the evaluation set."]
     if "auc" in est:
         cluster = study.results.decisions.get("detection.cluster")
-        notes.append("AUC of the continuous score with DeLong's variance"
-                     + (f", or Obuchowski's clustered-data variance where a {text.md(cluster)} "
-                        f"has several scans" if cluster else "") + " (Wald interval on the "
-                     + ("AUC scale, as pROC)." if det.auc_scale == "auc" else
-                        "logit scale, back-transformed)."))
+        notes.append("AUC of the continuous score: "
+                     + D.auc_interval_text(det.auc_scale, cluster) + ".")
     if "f1" in est:
         kind = "BCa" if det.boot_ci == "bca" else "percentile"
         notes.append(f"F1: cluster-bootstrap {kind} interval (patients resampled).")

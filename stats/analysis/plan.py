@@ -79,7 +79,7 @@ class Detection:
     criterion: str | None = None
     target: float | None = None
     ci: str = "wilson"
-    auc_scale: str = "auc"
+    auc_scale: str = "auto"
     conf_level: float = 0.95
     subgroups: tuple[tuple[str, ...], ...] = (("phase",),)
     bins: tuple[Bin, ...] = ()
@@ -415,7 +415,7 @@ def _detection(c: _Checker, d: dict) -> Detection:
                                                 expected="a number in (0, 1)", got=target,
                                                 hint="write a proportion, e.g. 0.9"))
     ci = c.choice(d.get("ci", "wilson"), "detection.ci", CI_METHODS)
-    auc_scale = c.choice(d.get("auc_scale", "auc"), "detection.auc_scale", AUC_SCALES)
+    auc_scale = c.choice(d.get("auc_scale", "auto"), "detection.auc_scale", AUC_SCALES)
     conf = _conf_level(c, d.get("conf_level", 0.95), "detection.conf_level")
     subgroups = _axes(c, d.get("subgroups", ["phase"]), "detection.subgroups")
     compare_by = _axes(c, d.get("compare_by", []), "detection.compare_by")

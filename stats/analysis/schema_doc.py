@@ -123,9 +123,11 @@ KEYS: dict[str, Key] = {
     "detection.ci": Key("text", "`wilson`", "Interval for sensitivity, specificity, PPV, NPV "
                         "and accuracy; `bootstrap` puts them on the cluster bootstrap (needs "
                         "`detection.bootstrap.n_boot`).", "wilson", _one_of(P.CI_METHODS)),
-    "detection.auc_scale": Key("text", "`auc`", "DeLong AUC interval on the AUC scale (as "
-                               "pROC) or the logit scale (better in small cells).", "auc",
-                               _one_of(P.AUC_SCALES)),
+    "detection.auc_scale": Key("text", "`auto`", "DeLong AUC interval: `auto` puts it on "
+                               "the AUC scale (as pROC) where scans are independent and on "
+                               "the logit scale where a patient's scans are clustered "
+                               "(Obuchowski's variance, t on C - 1 df); `auc` or `logit` "
+                               "force one scale.", "auto", _one_of(P.AUC_SCALES)),
     "detection.compare_by": Key(_AXES, "`[]` (overall only)",
                                 "Axes of the paired model comparisons besides overall.",
                                 "[phase]"),
