@@ -11,7 +11,6 @@ and level counts only, so the plan stays prespecified.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import os
 import re
@@ -64,6 +63,8 @@ class Proposal:
     strata: str | None = None
     adjusted: dict | None = None
     failure_map: tuple[str, str] | None = None
+    #: axes left out of the adjusted model: their names cannot be written in a formula
+    not_in_formula: list[str] = field(default_factory=list)
 
 
 def _threshold(cases, threshold: float | None) -> tuple[dict, str]:
@@ -131,44 +132,176 @@ def propose(cases, *, threshold: float | None = None) -> Proposal:
         one_site = per_case.groupby("patient_id")["site"].nunique().max() <= 1
         p.strata = "site" if one_site else None
         terms = [a for a in p.axes if isinstance(a, str) and a != "site"]
+        p.not_in_formula = [t for t in terms if _formula_term(t) is None]
+        terms = [t for t in terms if t not in p.not_in_formula]
         if terms:
             blocks = {"protocol": [t for t in terms if t in ("phase", "scanner")],
                       "demographics": [t for t in terms if t in ("age_group", "sex", "race")],
                       "tumour": [t for t in terms if t in ("size_group", "tumor_location")]}
-            p.adjusted = {"formula": "detected ~ " + " + ".join(terms),
+            p.adjusted = {"formula": _formula(terms),
                           "methods": ["glmm", "gee"] if len(p.sites) >= MIN_SITES_GLMM
                           else ["fixed"],
                           "group": "site", "blocks": {k: v for k, v in blocks.items() if v}}
     return p
 
 
+def _formula_term(column: str) -> str | None:
+    """``column`` as a term of clinrel's formula grammar (``Q("odd name")`` when it is not
+    a plain name), or None when no term names exactly this column (a name with both
+    quotes, a backslash or a control character cannot be quoted): data never becomes
+    formula syntax."""
+    from stats.formula import Column, parse_formula
+    from stats.schema import ContractError
+
+    code = Column(column).code
+    try:
+        parsed = parse_formula("detected ~ " + code)
+    except ContractError:
+        return None
+    return code if parsed.rhs_columns() == [column] else None
+
+
+def _formula(terms: list[str]) -> str:
+    """The adjusted model's formula of ``terms`` (each one :func:`_formula_term` can
+    write), checked by parsing it back: it names exactly these columns."""
+    from stats.formula import parse_formula
+
+    text = "detected ~ " + " + ".join(_formula_term(t) for t in terms)
+    if parse_formula(text).rhs_columns() != list(terms):
+        raise RuntimeError("internal error: plan init wrote a formula that does not name "
+                           "its columns; please report this")
+    return text
+
+
 #: texts written without quotes (YAML reads them back as the same text)
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _YAML_WORDS = ("true", "false", "yes", "no", "on", "off", "null", "y", "n")
+#: the top-level keys :func:`render_plan` writes, in order
+PLAN_KEYS = ("version", "title", "inputs", "detection", "privacy", "prespecified",
+             "exploratory")
+#: short escapes of :func:`_c` (the rest are \\xNN, \\uNNNN, \\UNNNNNNNN)
+_COMMENT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _c(text) -> str:
+    """Data text for a ``#`` comment (or a terminal line): one line, nothing invisible.
+
+    Line breaks (``\\n``, ``\\r``, NEL, U+2028, U+2029), other control, format (bidi,
+    zero-width), separator and unassigned characters are written as visible escapes as
+    Python's ``repr`` does (``\\n``, ``\\x85``, ``\\u2028``), so no text from the table
+    or the file system can end a comment and start live YAML. A backslash is kept as it
+    is (Windows paths stay readable); it cannot end a comment.
+    """
+    s = str(text)
+    if s.isprintable():
+        return s
+    out = []
+    for ch in s:
+        if ch in _COMMENT_ESCAPES:
+            out.append(_COMMENT_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else
+                       f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
 
 
 def _y(value) -> str:
-    """A YAML scalar or flow list (JSON strings are YAML; infinities as .inf)."""
+    """A YAML scalar or flow list, on one line, that YAML reads back as ``value``.
+
+    Numbers are written by hand (integer-valued floats as integers, infinities as .inf);
+    a text is plain only when it is an identifier YAML reads back unchanged, else it is
+    a double-quoted scalar written by the YAML serializer (every line break, control and
+    non-printing character escaped), so a text from the data can never become structure.
+    """
+    import yaml
+
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_y(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and math.isnan(value):
+        return ".nan"
     if isinstance(value, float) and math.isinf(value):
         return ".inf" if value > 0 else "-.inf"
     if isinstance(value, (int, float)):
-        return str(int(value)) if float(value).is_integer() else repr(float(value))
+        if float(value).is_integer():
+            return str(int(value))
+        # the serializer's form: YAML 1.1 reads repr's "1e-05" back as a text
+        return yaml.safe_dump(float(value)).splitlines()[0]
     text = str(value)
-    if _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS:
+    if _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS \
+            and yaml.safe_load(text) == text:
         return text
-    return json.dumps(text, ensure_ascii=False)
+    out = yaml.safe_dump(text, default_style='"', allow_unicode=True, width=math.inf)
+    out = out.rstrip("\n")
+    if out.endswith("\n...") or "\n" in out or yaml.safe_load(out) != text:
+        raise RuntimeError(f"internal error: plan init could not quote {_c(text)!s} as a "
+                           "one-line YAML scalar")
+    return out
+
+
+def _k(key) -> str:
+    """A block-mapping key (a short one-line scalar, see :func:`_y`)."""
+    out = _y(str(key))
+    if len(out) > 1000:  # YAML's implicit keys are at most 1024 characters
+        raise RuntimeError(f"internal error: plan init key too long: {_c(key)[:80]}...")
+    return out
+
+
+def _check_rendered(text: str, *, expected: dict) -> None:
+    """Parse the plan :func:`render_plan` wrote and check it is what was meant.
+
+    No anchor, alias or explicit tag; no mapping key twice (the loader would let the
+    last one win silently); the top-level keys are :data:`PLAN_KEYS`; and each value
+    written from the data (``expected``: dotted key -> value) reads back as itself.
+    A difference is a bug here, so it is an internal error, not a message about input.
+    """
+    import yaml
+
+    def bad(why: str):
+        raise RuntimeError(f"internal error: plan init wrote a plan that does not read back "
+                           f"as meant ({why}); please report this")
+
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) \
+                    or getattr(event, "tag", None):
+                bad("an anchor, alias or tag")
+        stack = [yaml.compose(text, Loader=yaml.SafeLoader)]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, yaml.MappingNode):
+                keys = [k.value for k, _ in node.value]
+                if len(keys) != len(set(keys)):
+                    bad("a repeated key")
+                stack += [n for pair in node.value for n in pair]
+            elif isinstance(node, yaml.SequenceNode):
+                stack += node.value
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        bad(f"not YAML: {_c(exc)}")
+    if not isinstance(data, dict) or tuple(data) != PLAN_KEYS:
+        bad("top-level keys " + _c(list(data) if isinstance(data, dict) else type(data)))
+    for dotted, value in expected.items():
+        got = data
+        for part in dotted.split("."):
+            got = got.get(part) if isinstance(got, dict) else None
+        if got != value:
+            bad(f"key {dotted}")
 
 
 def render_plan(p: Proposal, *, cases_path: str, source: str) -> str:
     """The commented plan.yaml of a :class:`Proposal`."""
+    # Data text (paths, model and column names) goes into comments through _c (one line,
+    # every break and invisible character escaped) and into values and keys through _y/_k
+    # (YAML scalars from the serializer); never interpolated as it is.
     today = _dt.date.today().isoformat()
-    L = [f"# Analysis plan written by `clinrel plan init` on {today} for {source}",
+    L = [f"# Analysis plan written by `clinrel plan init` on {today} for {_c(source)}",
          f"# ({p.n_rows} rows: {p.n_cases} cases x {len(p.models)} model(s): "
-         f"{', '.join(p.models)}; {len(p.sites)} site(s)).",
+         f"{', '.join(_c(m) for m in p.models)}; {len(p.sites)} site(s)).",
          "#",
          "# Every choice below is a PROPOSAL made from the column names, types and level",
          "# counts only (no outcome was looked at). Edit it BEFORE you look at any result;",
@@ -183,11 +316,12 @@ def render_plan(p: Proposal, *, cases_path: str, source: str) -> str:
     if p.implicit_site:
         L.insert(5, "# The table has no site column: a single-site study (one implicit site, "
                     "'single_site').")
-    L += ["  threshold:                      # prespecified: " + p.threshold_note]
-    L += [f"    {k}: {_y(v)}" for k, v in p.threshold.items()]
+    L += ["  threshold:                      # prespecified: " + _c(p.threshold_note)]
+    L += [f"    {_k(k)}: {_y(v)}" for k, v in p.threshold.items()]
     L += ["  ci: wilson                      # prespecified: Wilson score intervals for "
           "proportions",
-          "  auc_scale: auc                  # prespecified: DeLong AUC interval (as pROC)",
+          "  auc_scale: auto                 # prespecified: DeLong AUC interval (as pROC; "
+          "logit scale, t on patients - 1 df, where a patient repeats)",
           "  conf_level: 0.95                # prespecified",
           "  small_n: 10                     # cells with a denominator below 10 are flagged"]
     if p.axes:
@@ -198,7 +332,7 @@ def render_plan(p: Proposal, *, cases_path: str, source: str) -> str:
     if p.bins:
         L += ["  bins:                           # prespecified cut points (left-closed)"]
         for col, b in p.bins.items():
-            L += [f"    {col}:", f"      name: {_y(b['name'])}",
+            L += [f"    {_k(col)}:", f"      name: {_y(b['name'])}",
                   f"      breaks: {_y(b['breaks'])}", f"      labels: {_y(b['labels'])}"]
     L += ["  bootstrap:                      # prespecified: paired cluster bootstrap "
           "(F1 intervals)",
@@ -218,19 +352,22 @@ def render_plan(p: Proposal, *, cases_path: str, source: str) -> str:
               f"    group: {_y(a['group'])}"]
         if a["blocks"]:
             L += ["    blocks:                       # each block gets a likelihood-ratio test"]
-            L += [f"      {k}: {_y(v)}" for k, v in a["blocks"].items()]
+            L += [f"      {_k(k)}: {_y(v)}" for k, v in a["blocks"].items()]
     else:
         why = "a single site" if len(p.sites) < 2 else "no covariate axis"
-        L += [f"  # adjusted: left out ({why}); see docs/plan.md to add one"]
+        L += [f"  # adjusted: left out ({_c(why)}); see docs/plan.md to add one"]
+    for col in p.not_in_formula:
+        L += [f"  # axis {_c(col)} is left out of the adjusted model: its name cannot be "
+              "written in a formula (rename the column to use it there)"]
     if p.failure_map:
         L += ["  failure_map:                    # sensitivity over age group x phase",
               f"    rows: {_y(p.failure_map[0])}", f"    cols: {_y(p.failure_map[1])}"]
     L += ["privacy:",
           "  allow_identifiers: false        # columns that look like identifiers are refused"]
     for col, why in p.unused.items():
-        L.append(f"# column not used: {col} ({why})")
+        L.append(f"# column not used: {_c(col)} ({_c(why)})")
     for col in p.identifiers:
-        L.append(f"# column {col} looks like a direct identifier: drop it from the table "
+        L.append(f"# column {_c(col)} looks like a direct identifier: drop it from the table "
                  "before the report (or set privacy.allow_identifiers: true)")
     axes = ", ".join(":".join(a) if isinstance(a, list) else a for a in p.axes) or "none"
     summary = (f"Threshold: {', '.join(f'{k} {_y(v)}' for k, v in p.threshold.items())}; Wilson "
@@ -240,7 +377,16 @@ def render_plan(p: Proposal, *, cases_path: str, source: str) -> str:
     L += ["prespecified:", f"  - {_y(summary)}",
           "exploratory:", f"  - {_y('Threshold sweep, and any subgroup not listed above.')}",
           ""]
-    return "\n".join(L)
+    text = "\n".join(L)
+    expected = {"title": "Reliability appendix: " + Path(source).stem,
+                "inputs": {"cases": cases_path},
+                "detection.subgroups": [list(a) if isinstance(a, (list, tuple)) else a
+                                        for a in p.axes] if p.axes else [],
+                "prespecified": [summary]}
+    if p.adjusted:
+        expected["detection.adjusted.formula"] = p.adjusted["formula"]
+    _check_rendered(text, expected=expected)
+    return text
 
 
 def register(app: typer.Typer) -> None:
@@ -275,17 +421,17 @@ def register(app: typer.Typer) -> None:
         text = render_plan(p, cases_path=Path(rel).as_posix(), source=str(cases))
         with atomic_file(out) as tmp:
             tmp.write_text(text, encoding="utf-8")
-        if not quiet:
+        if not quiet:  # column names and paths shown on one line, nothing invisible (_c)
             axes = ", ".join(":".join(a) if isinstance(a, list) else a for a in p.axes)
-            typer.echo(f"plan written to {out}: axes {axes or 'none'}; "
-                       f"bins {', '.join(b['name'] for b in p.bins.values()) or 'none'}; "
-                       f"threshold {p.threshold_note}")
+            typer.echo(f"plan written to {_c(out)}: axes {_c(axes) or 'none'}; "
+                       f"bins {_c(', '.join(b['name'] for b in p.bins.values())) or 'none'}; "
+                       f"threshold {_c(p.threshold_note)}")
             if p.implicit_site:
                 typer.echo("  no site column: a single-site study (one implicit site)")
             for col in p.identifiers:
-                typer.echo(f"  warning: column {col} looks like an identifier; drop it "
+                typer.echo(f"  warning: column {_c(col)} looks like an identifier; drop it "
                            "before the report", err=True)
             typer.echo(f"  edit it before looking at results, then: clinrel report --plan "
-                       f"{out} --out report")
+                       f"{_c(out)} --out report")
 
     app.add_typer(plan_app, name="plan")
