@@ -107,3 +107,19 @@ def test_bins_of_extracted_metadata_stay_lenient():
     assert stats.add_bins(df, spec, strict=False)["g"].isna().tolist() == [True, False]
     with pytest.raises(ContractError, match="outside"):
         stats.add_bins(df, spec)
+
+
+def test_a_plan_key_written_twice_is_refused(tmp_path):
+    """Audit: the plan loader let a repeated key win silently (how injected text in a
+    plan overrode inputs.cases); a key written twice is now an error with both lines."""
+    from clinrel.cli.report import demo_plan_path
+
+    text = demo_plan_path().read_text()
+    src = demo_plan_path().parent
+    text = text.replace("inputs:\n", f"inputs:\n  cases: {src / 'cases.parquet'}\n", 1)
+    (tmp_path / "plan.yaml").write_text(text)
+    out = tmp_path / "out"
+    done = CliRunner().invoke(app, ["report", "--plan", str(tmp_path / "plan.yaml"),
+                                    "--out", str(out), "--quiet"])
+    assert done.exit_code == 2, done.output
+    assert "key 'cases' is written twice" in done.output and not out.exists()
