@@ -5,29 +5,32 @@ Every folder clinrel writes carries ``manifest.json`` with ``"generator": "clinr
 ``"files"``: the sha256 of every other file it wrote (relative paths). An existing
 ``--out`` folder is
 
-- used when it is empty;
+- used when it is empty: no entry at all (no file, folder, link or hidden entry);
 - replaced, with ``--force`` only, when it is an earlier clinrel output: its manifest says
-  so and it holds exactly the files listed there, unchanged (a report folder written
-  before manifests listed files counts when it holds only the files of its manifest's
-  layout);
-- refused (exit 2, even with ``--force``) otherwise: a folder holding any file clinrel did
-  not write or that changed since, the current folder or one above it, and a folder
-  holding an input (the plan, a table, the reference) at any depth.
+  so and it holds nothing beyond the files and folders listed there, the files unchanged
+  (a report folder written before manifests listed files counts when it holds only the
+  files of its manifest's layout);
+- refused (exit 2, even with ``--force``) otherwise: a folder holding any entry clinrel did
+  not write (a file, or a folder, even an empty one) or a file that changed since, the
+  current folder or one above it, and a folder holding an input (the plan, a table, the
+  reference) at any depth.
 
 **File outputs** (``--out FILE.csv|.parquet`` and the other ``--*-out`` files). Never an
 input file (the same path, a link to it or a hard link); an existing file is replaced
 only with ``--force``; an existing folder, a path below a file or an unwritable folder is
 refused with the fix.
 
-**Nothing half-written survives.** Work happens in a temporary sibling
-(``.NAME.tmp-PID-*``; a folder also holds a ``.clinrel-partial`` marker naming its
-process and host) moved into place only when complete; the old output is parked as
-``.NAME.old-PID`` for the instant of the swap. An error or SIGTERM removes the temporary
-at once. After a SIGKILL, the next clinrel run that writes into the same folder removes
-the leftovers whose process is dead (folders only with their marker, written on this
-host; a parked ``.old-PID`` folder, which is a complete earlier output, is moved back to
-its name when nothing took its place), and the next report removes dead runs'
-``clinrel-build-PID-*`` folders from the temporary directory. Nothing else is touched.
+**Nothing half-written survives.** Work happens in a temporary sibling folder
+``.NAME.tmp-PID-*`` that holds a ``.clinrel-partial`` marker naming its process and host
+(a folder output is built in it; a file output is written as ``NAME`` inside it), moved
+into place only when complete; an old folder output is parked as ``.NAME.old-PID`` for
+the instant of the swap. A command writing several files (:func:`write_tables`) checks
+all of them, writes all to temporaries and only then moves them into place, undoing the
+moves already made if one fails: all of them or none. An error or SIGTERM removes the
+temporaries at once. After a SIGKILL, the next clinrel run that writes into the same
+folder removes the leftovers whose process is dead, and the next report removes dead
+runs' ``clinrel-build-PID-*`` folders from the temporary directory. Nothing else is
+touched (:func:`clean_stale` says why).
 """
 from __future__ import annotations
 
@@ -49,9 +52,10 @@ PARTIAL = ".clinrel-partial"
 TABLE_SUFFIXES = (".csv", ".parquet")
 
 _FIX_DIR = "give --out NEW_FOLDER (a folder that does not exist yet, or an empty one)"
-MSG_DIR_FOREIGN = ("{option} {out}: this folder holds {n} file(s) clinrel did not write "
-                   "({names}); clinrel replaces only a folder it wrote itself, and --force "
-                   "does not change that; " + _FIX_DIR)
+MSG_DIR_FOREIGN = ("{option} {out}: this folder holds {n} entr{ies} clinrel did not write "
+                   "({names}; a folder counts, even an empty one); clinrel writes only into "
+                   "an empty folder or replaces one it wrote itself, and --force does not "
+                   "change that; move those entries out, or " + _FIX_DIR)
 MSG_DIR_CHANGED = ("{option} {out}: {names} changed since clinrel wrote this folder; it "
                    "will not replace edited files, even with --force; copy what you need "
                    "and remove the folder yourself, or " + _FIX_DIR)
@@ -82,6 +86,8 @@ class OutputError(ValueError):
 
 
 def _refuse(template: str, *, out, **kw) -> None:
+    if "n" in kw:
+        kw.setdefault("ies", "y" if kw["n"] == 1 else "ies")
     raise OutputError(template.format(out=_shown(out), **kw))
 
 
@@ -109,6 +115,29 @@ def _files(folder: Path) -> list[str]:
                   if (base / d).is_symlink()]
         found += [(base / f).relative_to(folder).as_posix() for f in files]
     return sorted(found)
+
+
+def _dirs(folder: Path) -> list[str]:
+    """Every real folder below ``folder`` (not links), as sorted relative POSIX paths."""
+    found = []
+    for root, dirs, _ in os.walk(folder):
+        base = Path(root)
+        found += [(base / d).relative_to(folder).as_posix() for d in dirs
+                  if not (base / d).is_symlink()]
+    return sorted(found)
+
+
+def _parents(names: Iterable[str]) -> set[str]:
+    """The folders that the relative paths ``names`` lie in (``a/b/c.csv``: ``a``, ``a/b``)."""
+    out = set()
+    for name in names:
+        out.update(p.as_posix() for p in Path(name).parents if p.as_posix() != ".")
+    return out
+
+
+#: the folders of a report, allowed (even empty) in a report written before manifests
+#: listed folders
+_REPORT_FOLDERS = {"tables", "figures", "results"}
 
 
 def _sha256(path: Path) -> str:
@@ -140,21 +169,41 @@ def _legacy_report_files(man: dict) -> set[str] | None:
 
 
 def classify(folder: Path) -> tuple[str, list[str]]:
-    """``("empty" | "clinrel" | "foreign" | "changed", offending names)`` for a folder."""
+    """``("empty" | "clinrel" | "foreign" | "changed", offending names)`` for a folder.
+
+    ``empty`` only when it has no entry at all. A folder is ``clinrel`` only when its
+    manifest is clinrel's and every file *and folder* in it is one clinrel wrote (listed
+    in the manifest, or a folder a listed file lies in): anything else, an empty folder
+    included, is the user's (``foreign``; folders are named with a trailing ``/``).
+    """
+    try:
+        with os.scandir(folder) as entries:
+            if next(entries, None) is None:
+                return "empty", []
+    except OSError:
+        return "foreign", [folder.name]
     found = [f for f in _files(folder) if f != MANIFEST]
+    dirs = _dirs(folder)
     man = _marker(folder)
-    if not found and man is None:
-        return ("foreign", [MANIFEST]) if (folder / MANIFEST).exists() else ("empty", [])
     if man is None:
-        return "foreign", found
+        extra = sorted(found + [d + "/" for d in dirs])
+        if (folder / MANIFEST).exists() or (folder / MANIFEST).is_symlink():
+            extra.append(MANIFEST)
+        return "foreign", extra
     listed = man.get("files") if man.get("generator") == GENERATOR else None
     if not isinstance(listed, dict):
         legacy = _legacy_report_files(man)
         if legacy is None:
-            return "foreign", found + [MANIFEST]
-        foreign = [f for f in found if f not in legacy]
+            return "foreign", sorted(found + [d + "/" for d in dirs]) + [MANIFEST]
+        allowed = _parents(legacy) | _REPORT_FOLDERS
+        foreign = sorted([f for f in found if f not in legacy]
+                         + [d + "/" for d in dirs if d not in allowed])
         return ("foreign", foreign) if foreign else ("clinrel", [])
-    foreign = [f for f in found if f not in listed]
+    folders = man.get("folders")
+    allowed = _parents(listed) | (set(map(str, folders)) if isinstance(folders, list)
+                                  else _REPORT_FOLDERS if "clinrel_report" in man else set())
+    foreign = sorted([f for f in found if f not in listed]
+                     + [d + "/" for d in dirs if d not in allowed])
     if foreign:
         return "foreign", foreign
     changed = [f for f in found if (folder / f).is_symlink() or _sha256(folder / f) != listed[f]]
@@ -162,14 +211,17 @@ def classify(folder: Path) -> tuple[str, list[str]]:
 
 
 def stamp(folder: Path, command: str) -> None:
-    """Mark ``folder`` as clinrel's: ``manifest.json`` gets ``generator`` and the sha256 of
-    every other file (an existing manifest, a report's, is extended)."""
+    """Mark ``folder`` as clinrel's: ``manifest.json`` gets ``generator``, the sha256 of
+    every other file (``files``) and every folder (``folders``, so that an empty folder
+    clinrel made is not taken for the user's) (an existing manifest, a report's, is
+    extended)."""
     (folder / PARTIAL).unlink(missing_ok=True)
     man = _marker(folder) or {
         "command": f"clinrel {command}",
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     man["generator"] = GENERATOR
     man["files"] = {f: _sha256(folder / f) for f in _files(folder) if f != MANIFEST}
+    man["folders"] = _dirs(folder)
     (folder / MANIFEST).write_text(json.dumps(man, indent=2, default=str) + "\n",
                                    encoding="utf-8")
 
@@ -251,7 +303,8 @@ def check_out_files(outs: Iterable[tuple[str, object]], *, force: bool = False,
                     inputs: Iterable = (), suffixes: tuple[str, ...] | None = None) -> None:
     """:func:`check_out_file` for every ``(option, path)`` (``None`` paths skipped), and no
     two outputs on the same file. Commands call it before their work, without the suffix
-    check (``write_table`` makes it), so that a bad input is reported first."""
+    check, so that a bad input is reported first; :func:`write_tables` repeats it with the
+    suffixes for every output of the command before it writes any of them."""
     inputs = list(inputs)
     seen: dict[Path, str] = {}
     for option, path in outs:
@@ -296,9 +349,20 @@ def _partial_of_dead_run(folder: Path, pid: int) -> bool:
 def clean_stale(parent: Path) -> list[Path]:
     """Remove (or restore) the leftovers of killed clinrel runs in ``parent``; return them.
 
-    ``.NAME.tmp-PID-*`` folders with a ``.clinrel-partial`` marker of this host and files of
-    that name, when process PID is gone; ``.NAME.old-PID`` folders that are complete clinrel
-    outputs of a dead process (moved back to NAME when NAME is missing). Nothing else.
+    Only what clinrel can prove is its own is ever removed:
+
+    - ``.NAME.tmp-PID-*`` *folders* holding a ``.clinrel-partial`` marker that names
+      process PID on this host, when that process is gone. Every temporary clinrel makes,
+      a single output file included, is such a folder (a file is written as ``NAME``
+      inside it), so the marker is the proof of ownership;
+    - ``.NAME.old-PID`` folders that are complete clinrel outputs (:func:`classify`) of a
+      dead process: moved back to NAME when NAME is missing, else removed.
+
+    A *file* is never removed, whatever its name: a file named like a temporary
+    (``.thesis.docx.tmp-31337-autosave``) may be the user's, and nothing in a bare file
+    proves otherwise. Putting single-file temporaries inside marked folders is the
+    simplest design that can never delete a user's file: one rule (marked folders only)
+    for every leftover, and no name pattern a user's file could match by chance.
     """
     handled = []
     try:
@@ -307,16 +371,13 @@ def clean_stale(parent: Path) -> list[Path]:
         return handled
     for p in entries:
         with contextlib.suppress(OSError):
+            if p.is_symlink() or not p.is_dir():
+                continue  # files and links: never ours to remove
             if (m := _TMP.match(p.name)) is not None:
-                pid = int(m["pid"])
-                if p.is_dir() and not p.is_symlink():
-                    if _partial_of_dead_run(p, pid):
-                        shutil.rmtree(p)
-                        handled.append(p)
-                elif p.is_file() and not p.is_symlink() and not _alive(pid):
-                    p.unlink()
+                if _partial_of_dead_run(p, int(m["pid"])):
+                    shutil.rmtree(p)
                     handled.append(p)
-            elif (m := _OLD.match(p.name)) is not None and p.is_dir() and not p.is_symlink():
+            elif (m := _OLD.match(p.name)) is not None:
                 if not _alive(int(m["pid"])) and classify(p)[0] == "clinrel":
                     target = p.parent / m["name"]
                     if target.exists() or target.is_symlink():
@@ -325,6 +386,25 @@ def clean_stale(parent: Path) -> list[Path]:
                         p.rename(target)
                     handled.append(p)
     return handled
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """``mkdir -p folder``; return the folders it created, deepest first (so that a failed
+    command can remove them again)."""
+    missing = []
+    probe = folder
+    while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
+        missing.append(probe)
+        probe = probe.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def _remove_empty(folders: Iterable[Path]) -> None:
+    """Remove the folders this run created (deepest first), each only while empty."""
+    for d in folders:
+        with contextlib.suppress(OSError):
+            d.rmdir()
 
 
 def _temp_dir(parent: Path, prefix: str) -> Path:
@@ -393,50 +473,134 @@ def atomic_dir(out, *, force: bool = False, inputs: Iterable = (), option: str =
     inputs = list(inputs)
     clean_stale(out.parent)
     check_out_dir(given, force=force, inputs=inputs, option=option)
-    with _unwritable_as_output_error(out, option):
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temp_dir(out.parent, f".{out.name}.tmp-")
+    made: list[Path] = []
+    tmp = None
     try:
+        with _unwritable_as_output_error(out, option):
+            made = _make_parents(out.parent)
+            tmp = _temp_dir(out.parent, f".{out.name}.tmp-")
         yield tmp
         stamp(tmp, command)
         check_out_dir(given, force=force, inputs=inputs, option=option)
         with _unwritable_as_output_error(out, option):
             _swap(tmp, out)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(made)
+        raise
+
+
+def _keep_old(out: Path, backup: Path) -> None:
+    """A second name (or, where hard links are not possible, a copy) of the existing
+    ``out`` at ``backup``, so that a failed set of moves can put it back; ``out`` itself
+    stays in place."""
+    try:
+        os.link(out, backup, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(out, backup, follow_symlinks=False)
+
+
+def _commit(moves: list[tuple[str, Path, Path]]) -> None:
+    """Move every finished ``(option, out, tmp)`` into place, all or none: when one move
+    fails, those already made are undone (the earlier file back, or the new one removed).
+    The earlier file is kept inside the temporary's marked folder until then, so a kill
+    in between leaves either it or the new file at ``out``, never neither."""
+    done: list[tuple[Path, Path | None]] = []
+    try:
+        for option, out, tmp in moves:
+            with _unwritable_as_output_error(out, option):
+                backup = None
+                if out.exists() or out.is_symlink():
+                    backup = tmp.parent / f".old-{out.name}"
+                    _keep_old(out, backup)
+                os.replace(tmp, out)
+            done.append((out, backup))
+    except BaseException:
+        for out, backup in reversed(done):
+            with contextlib.suppress(OSError):
+                if backup is not None:
+                    os.replace(backup, out)
+                else:
+                    out.unlink()
         raise
 
 
 @contextlib.contextmanager
-def atomic_file(out, *, option: str = "--out") -> Iterator[Path]:
-    """Yield a temporary path next to ``out``; on success it is renamed to ``out``.
-    (Check ``out`` first with :func:`check_out_file`.)"""
-    out = Path(out).absolute()
-    clean_stale(out.parent)
-    with _unwritable_as_output_error(out, option):
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{out.name}.tmp-{os.getpid()}-",
-                                    suffix=out.suffix, dir=out.parent)
-    os.close(fd)
-    tmp = Path(name)
+def atomic_files(outs: Iterable[tuple[str, object]], *,
+                 recheck: dict | None = None) -> Iterator[list[Path]]:
+    """Yield a temporary path for every ``(option, out)``; when the block succeeds, all of
+    them are moved into place together (:func:`_commit`), else none is and every existing
+    file is left as it was.
+
+    Each temporary is ``NAME`` (the output's own name, so its suffix too) inside a marked
+    folder ``.NAME.tmp-PID-*`` next to ``out`` (:func:`clean_stale`); the folders, and
+    any parent folders made for the outputs, are removed on the way out. Check the
+    outputs first (:func:`check_out_files`); ``recheck``, the keywords of that check,
+    repeats it just before the moves (a file may have appeared meanwhile).
+    """
+    outs = list(outs)
+    pairs = [(option, Path(out).absolute()) for option, out in outs]
+    folders: list[Path] = []
+    made: list[Path] = []
+    ok = False
     try:
+        tmps = []
+        for option, out in pairs:
+            clean_stale(out.parent)
+            with _unwritable_as_output_error(out, option):
+                made += _make_parents(out.parent)
+                folder = _temp_dir(out.parent, f".{out.name}.tmp-")
+            folders.append(folder)
+            tmps.append(folder / out.name)
+        yield tmps
+        if recheck is not None:
+            check_out_files(outs, **recheck)
+        _commit([(option, out, tmp) for (option, out), tmp in zip(pairs, tmps)])
+        ok = True
+    finally:
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        if not ok:
+            _remove_empty(sorted(made, key=lambda d: len(d.parts), reverse=True))
+
+
+@contextlib.contextmanager
+def atomic_file(out, *, option: str = "--out") -> Iterator[Path]:
+    """Yield a temporary path for ``out`` (named like it, inside a marked temporary folder
+    next to it); on success it is moved to ``out`` (:func:`atomic_files`).
+    (Check ``out`` first with :func:`check_out_file`.)"""
+    with atomic_files([(option, out)]) as (tmp,):
         yield tmp
-        with _unwritable_as_output_error(out, option):
-            os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+
+def _write_one(df, tmp: Path) -> None:
+    from clinrel._csvsafe import write_csv
+
+    if tmp.suffix.lower() == ".csv":
+        write_csv(df, tmp)
+    else:
+        df.to_parquet(tmp, index=False)
+
+
+def write_tables(tables: Iterable[tuple[str, object, object]], *, force: bool = False,
+                 inputs: Iterable = ()) -> None:
+    """Write every ``(option, path, df)`` (``None`` paths skipped) as CSV (formula-safe)
+    or parquet, chosen by the suffix, all or nothing: every path is checked first
+    (:func:`check_out_files`, suffixes included), all tables are written to temporaries,
+    and only then are they moved into place; on any failure no new file is left and every
+    existing file is as it was."""
+    tables = [(option, path, df) for option, path, df in tables if path is not None]
+    outs = [(option, path) for option, path, _ in tables]
+    check = dict(force=force, inputs=list(inputs), suffixes=TABLE_SUFFIXES)
+    check_out_files(outs, **check)
+    with atomic_files(outs, recheck=check) as tmps:
+        for (_, _, df), tmp in zip(tables, tmps):
+            _write_one(df, tmp)
 
 
 def write_table(df, out, *, force: bool = False, inputs: Iterable = (),
                 option: str = "--out") -> None:
     """Write ``df`` atomically as CSV (formula-safe) or parquet, chosen by the suffix of
-    ``out``, after :func:`check_out_file`."""
-    from clinrel._csvsafe import write_csv
-
-    out = check_out_file(out, force=force, inputs=inputs, option=option)
-    with atomic_file(out, option=option) as tmp:
-        if out.suffix.lower() == ".csv":
-            write_csv(df, tmp)
-        else:
-            df.to_parquet(tmp, index=False)
+    ``out``, after :func:`check_out_file` (:func:`write_tables` of one table)."""
+    write_tables([(option, out, df)], force=force, inputs=inputs)

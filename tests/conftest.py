@@ -36,3 +36,30 @@ def run_demo(only):
         warnings.simplefilter("ignore")
         tables = load_tables(plan)
         return plan, tables, run(plan, tables, only=list(only), errors="raise")
+
+
+def snapshot(folder):
+    """sha256 of every file (hidden ones included) and a marker for every folder below
+    ``folder``: any file added, changed or removed shows up as a difference."""
+    import hashlib
+    import os
+    from pathlib import Path
+
+    snap = {}
+    for root, dirs, files in os.walk(folder):
+        for d in dirs:
+            snap[str(Path(root, d).relative_to(folder)) + "/"] = "dir"
+        for f in files:
+            p = Path(root, f)
+            snap[str(p.relative_to(folder))] = ("link:" + os.readlink(p) if p.is_symlink()
+                                                else hashlib.sha256(p.read_bytes()).hexdigest())
+    return snap
+
+
+def dead_pid() -> int:
+    """The id of a process that has exited."""
+    import subprocess
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid

@@ -17,7 +17,7 @@ import typer
 
 from ..progress import progress  # noqa: F401
 from ..outputs import (OutputError, atomic_dir, atomic_file, check_out_dir,  # noqa: F401
-                       check_out_file, check_out_files, write_table)
+                       check_out_file, check_out_files, write_table, write_tables)
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2

@@ -11,7 +11,7 @@ from stats.adjust import MeansKind as _MeansKind
 from stats.models import Method as _Method
 from stats.models import Population as _Population
 
-from ._common import ForceOpt, InputError, check_out_files, guarded, write_table
+from ._common import ForceOpt, InputError, check_out_files, guarded, write_tables
 
 
 def _choices(name: str, literal) -> type[Enum]:
@@ -106,10 +106,9 @@ def register(app: typer.Typer) -> None:
                           scheduler=scheduler, only=only, quiet=quiet)
         tables = {"--out": "adjusted_terms", "--glance-out": "adjusted_glance",
                   "--means-out": "adjusted_means", "--blocks-out": "adjusted_blocks"}
-        for option, path in outs:
-            if path is not None:
-                write_table(res[tables[option]], path, force=force, inputs=[cases],
-                            option=option)
+        # every output checked (suffixes too) before any is written, then all or none
+        write_tables([(option, path, res[tables[option]]) for option, path in outs
+                      if path is not None], force=force, inputs=[cases])
         if not quiet:
             for _, g in res["adjusted_glance"].iterrows():
                 typer.echo(f"{g['model']}: {g['method']}, n = {g['nobs']}, {g['n_groups']} groups, "

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import ForceOpt, InputError, check_out_files, guarded, progress, write_table
+from ._common import ForceOpt, InputError, check_out_files, guarded, progress, write_tables
 from ._extras import require_runner
 
 
@@ -48,8 +48,10 @@ def register(app: typer.Typer) -> None:
             table = merge_reviewed(table, read_text_csv(reviewed, dtype=str, keep_default_na=False),
                                    source=str(reviewed))
         agree = agreement(table)
-        for (option, path), df in zip(outs, (table, agree, disagreements(table))):
-            write_table(df, path, force=force, inputs=inputs, option=option)
+        # all three checked (suffixes too) before any is written, then all or none
+        write_tables([(option, path, df) for (option, path), df
+                      in zip(outs, (table, agree, disagreements(table)))],
+                     force=force, inputs=inputs)
         if not quiet:
             typer.echo(f"{len(table)} evidence rows -> {out}; agreement -> {stem}_agreement.csv; "
                        f"review -> {review}" + (f"; {info['llm_rejected']} LLM answers rejected"
