@@ -141,12 +141,13 @@ READING = """Reading. With patient-level labels and a patient x model effect (ta
 scans-as-independent tests reject too often, increasingly with more patients (the
 clustering does not average out: each patient's discordances go one way), and the
 interval of the difference under-covers; the clustered forms hold the nominal level from
-50 patients on (McNemar 3.3-5.0%, AUC 4.7-5.7%). The clustered McNemar p is never below
+50 patients on (McNemar 3.3-5.0%, AUC 4.6-5.3%). The clustered McNemar p is never below
 the exact McNemar p on the scans (Durkalski's asymptotic X^2 alone would reject more
 often than the exact test on few discordant patients), so with 20 patients it is
 conservative (1.1-2.8%) and its interval covers 96.2-97.8%; the clustered AUC test
-rejects 5.8-7.0% there (Obuchowski's variance with a normal reference, from about ten
-patients of each label; DeLong rejects 8.0-14.0%). With scan-level labels the within-patient pairing is partly cancelled, and both
+rejects 4.2-5.6% there and its interval covers 94.4-95.8% (Obuchowski's variance with a
+t reference on C - 1 df; with a normal reference, clinrel's before this table, it
+rejected 5.8-7.0% and covered 93.0-94.2%; DeLong rejects 8.0-14.0%). With scan-level labels the within-patient pairing is partly cancelled, and both
 forms are close to nominal."""
 
 

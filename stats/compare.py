@@ -39,7 +39,8 @@ def compare_models(cases: pd.DataFrame, *, by=None,
         Newcombe's paired interval at Korn & Graubard's effective counts
         (method "newcombe-paired-cluster/mcnemar-clustered",
         :func:`stats.clustered.paired_difference`), AUC differences Obuchowski's
-        clustered-data variance of the difference (method "delong-paired-cluster",
+        clustered-data variance of the difference and Student's t on C - 1 degrees of freedom
+        (method "delong-paired-cluster-t",
         :func:`stats.intervals.clustered_auc_variance` of the difference of the placement
         values). Cells without a repeat keep the exact McNemar test and DeLong's
         variance. "auto" (default): ``"patient_id"`` when that column exists and a
@@ -170,20 +171,20 @@ def compare_models(cases: pd.DataFrame, *, by=None,
                                                  auc[:, pa], auc[:, pb], g["m"][:, pa],
                                                  g["k"][:, pa]) for pa, pb in zip(ia, ib)])
         var_d = var_delong = var[:, ia] + var[:, ib] - 2 * cov
-        method = np.full(var_d.shape, "delong-paired", dtype=object)
         n_clu = np.broadcast_to(counts["n"][:, None], var_d.shape)
+        C = np.full(var_d.shape, np.nan)        # clusters behind a clustered variance
         if clustered:
             pair, pair_cell, _ = pair_codes(g["cell"], g["case"], cm.patient)
             c = clustered_auc_variance(pair, pair_cell, lab, g["v"][:, ia] - g["v"][:, ib],
                                        auc[:, ia] - auc[:, ib])
             rep = np.broadcast_to(c["repeats"][:, None], var_d.shape)
             var_d = np.where(rep, c["var"], var_d)
-            method[rep] = "delong-paired-cluster"
             n_clu = np.broadcast_to(c["n_clusters"][:, None], var_d.shape)
+            C = np.where(rep, n_clu, np.nan)
         cat = _paired_auc_frame(
             {k: _mo(g[k][:, ia]) for k in ("auc", "m", "k")},
-            {"auc": _mo(auc[:, ib])}, _mo(var_d), conf_level)
-        cat["method"], cat["n_clusters"] = _mo(method), _mo(n_clu)
+            {"auc": _mo(auc[:, ib])}, _mo(var_d), conf_level, clusters=_mo(C))
+        cat["n_clusters"] = _mo(n_clu)
         nmin = np.minimum(base["n_pos"], base["n_neg"])
         flag = np.where(base["n"] == 0, "empty",
                         np.where(np.isnan(cat["estimate"]), "not_estimable",

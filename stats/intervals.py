@@ -574,7 +574,8 @@ def delong_test(label, score_a, score_b, *, conf_level: float = 0.95, cluster=No
     cluster holds more than one observation, the variance of the difference is
     Obuchowski's (1997) clustered-data variance of the difference of the placement values
     (:func:`clustered_auc_variance` with ``v_a - v_b`` and ``A - B``; method
-    "delong-paired-cluster"); with every cluster of size 1 it is DeLong's (identical).
+    "delong-paired-cluster-t": the interval and p-value then use Student's t on C - 1
+    degrees of freedom); with every cluster of size 1 it is DeLong's (identical).
     Adds the column ``n_clusters``.
 
     Returns
@@ -620,27 +621,37 @@ def delong_test(label, score_a, score_b, *, conf_level: float = 0.95, cluster=No
         deff_na = clustered and np.isnan(c["var"][0, 0]) and not np.isnan(var[0])
         var = c["var"][:, 0] if clustered else var
         extra = {"n_clusters": c["n_clusters"]}
-    out = _paired_auc_frame(da, db, var, conf_level)
+    out = _paired_auc_frame(da, db, var, conf_level,
+                            clusters=np.asarray(extra["n_clusters"], float) if clustered
+                            else None)
     if clustered:
-        out["method"] = "delong-paired-cluster"
         if deff_na:   # as compare_models: the clustered variance, not DeLong's, is missing
             out["flag"] = np.array(["deff_not_estimable"], dtype=object)
     return tidy({**out, **extra})
 
 
-def _paired_auc_frame(da, db, var, conf_level) -> dict:
+def _paired_auc_frame(da, db, var, conf_level, clusters=None) -> dict:
     """Columns of a paired DeLong comparison (shared by delong_test and compare_models):
     ``da`` holds side A's ``auc``, ``m``, ``k``, ``db`` side B's ``auc``, ``var`` the
-    variance of the difference."""
+    variance of the difference; ``clusters`` per row the number of clusters C behind a
+    clustered variance (NaN where scans are independent): those rows' interval and
+    p-value use Student's t on C - 1 degrees of freedom (as the single AUC's interval;
+    method "delong-paired-cluster-t"), the others the normal, as pROC's ``roc.test``."""
     diff = da["auc"] - db["auc"]
     with np.errstate(invalid="ignore", divide="ignore"):
         se = np.sqrt(np.where(var > 0, var, np.nan))
         zstat = diff / se
+    C = (np.full(np.shape(diff), np.nan) if clusters is None
+         else np.broadcast_to(np.asarray(clusters, dtype="float64"), np.shape(diff)))
+    t_rows = np.isfinite(C) & (C >= 2)
+    df = np.fmax(np.nan_to_num(C, nan=2.0) - 1, 1)
     z = _z(conf_level)
-    p = 2 * sps.norm.sf(np.abs(zstat))
+    q = np.where(t_rows, sps.t.ppf(0.5 + conf_level / 2, df), z)
+    p = np.where(t_rows, 2 * sps.t.sf(np.abs(zstat), df), 2 * sps.norm.sf(np.abs(zstat)))
     flag = np.where(np.isnan(zstat), "not_estimable", "")
+    method = np.where(np.isfinite(C), "delong-paired-cluster-t", "delong-paired")
     return {"estimand": "auc_difference", "estimate": diff, "std_error": se,
-            "conf_low": diff - z * se, "conf_high": diff + z * se, "conf_level": conf_level,
+            "conf_low": diff - q * se, "conf_high": diff + q * se, "conf_level": conf_level,
             "n": da["m"] + da["k"], "n_pos": da["m"], "n_neg": da["k"],
-            "method": "delong-paired", "flag": flag, "statistic": zstat, "p_value": p,
-            "auc_a": da["auc"], "auc_b": db["auc"]}
+            "method": method if np.ndim(diff) else method.item(), "flag": flag,
+            "statistic": zstat, "p_value": p, "auc_a": da["auc"], "auc_b": db["auc"]}

@@ -168,7 +168,7 @@ def test_auc_differences_match_obuchowski_in_r(ref, out, cases):
         _close(j[col], j[f"r_{col}"], col)
     np.testing.assert_array_equal(j.n_clusters, j.r_n_clusters)
     rep = j.r_repeats == 1
-    np.testing.assert_array_equal(j.method, np.where(rep, "delong-paired-cluster",
+    np.testing.assert_array_equal(j.method, np.where(rep, "delong-paired-cluster-t",
                                                      "delong-paired"))
     assert rep.sum() >= 7 and (~rep).sum() >= 1 and j.r_se.isna().sum() == 1
     # the clustering matters: the clustered SE is not DeLong's
@@ -248,7 +248,7 @@ def test_delong_test_cluster(cases, ref, out):
     got = delong_test(a.label, a.score, b.score, cluster=a.patient_id)
     check_tidy(got)
     row = out[(out.estimand == "auc_difference") & (out.group_var == "overall")].iloc[0]
-    assert got.method[0] == row.method == "delong-paired-cluster"
+    assert got.method[0] == row.method == "delong-paired-cluster-t"
     assert got.n_clusters[0] == row.n_clusters == 120
     for col in ("estimate", "std_error", "statistic", "p_value", "conf_low", "conf_high"):
         assert got[col][0] == pytest.approx(row[col], abs=1e-14), col
@@ -322,7 +322,7 @@ def test_durkalski_with_balanced_discordance():
 def test_auc_difference_not_estimable_is_flagged():
     out = compare_models(_edge_cases(), by=["cell"], metrics=["auc"], cluster="patient_id")
     y = out[out.group_level == "y"].iloc[0]
-    assert y.method == "delong-paired-cluster" and np.isnan(y.std_error)
+    assert y.method == "delong-paired-cluster-t" and np.isnan(y.std_error)
     assert y.n_pos >= 10 and y.n_neg >= 10           # not small_n: the flag is only this
     assert y.flag == "deff_not_estimable"
 

@@ -100,7 +100,8 @@ def _detection(study) -> list[str]:
                    f"McNemar p on the scans) and Newcombe's paired interval at the "
                    f"effective counts of the difference's cluster-robust variance (Obuchowski "
                    f"1998), and AUC differences Obuchowski's (1997) variance of the "
-                   f"difference.")
+                   f"difference with a Student t reference on the number of {md(cluster)} "
+                   f"clusters minus one degrees of freedom.")
     else:
         out.append(_independent(study))
     if "multiplicity" in res.decisions:

@@ -66,8 +66,9 @@
 #     V(A_t) = S10^{tt} / M + S01^{tt} / N + 2 S11^{tt} / (M N),
 #     Cov(A_1, A_2) = S10^{12} / M + S01^{12} / N + (S11^{12} + S11^{21}) / (M N);
 #   NA with fewer than 2 patients holding a positive or a negative; se = sqrt(var),
-#   statistic = estimate / se, p_value = 2 pnorm(-|z|), conf_low/high = estimate -/+
-#   qnorm(0.975) se (with every patient holding one scan this is DeLong's variance).
+#   statistic = estimate / se; with repeats p_value = 2 pt(-|z|, I - 1) and
+#   conf_low/high = estimate -/+ qt(0.975, I - 1) se, else the normal's (with every
+#   patient holding one scan this is DeLong's variance and pROC's roc.test).
 # auc_singletons (metric; group overall): the first_scan = 1 rows: the same Obuchowski
 #   var, and pROC's roc.test(paired = TRUE, method = "delong") statistic (proc_z), p-value
 #   (proc_p) and conf.int (proc_low, proc_high).
@@ -215,10 +216,14 @@ for (axis in c("overall", "phase", "age_group")) for (lv in sort(unique(w[[axis]
   }
   o <- obuchowski_diff(cell)
   est <- o$auc_a - o$auc_b; se <- sqrt(o$var); z <- est / se
+  # with repeated patients Student's t on I - 1 df (the clustered variance rests on I
+  # patients, as survey's degf); without, the normal (pROC's roc.test)
+  df <- if (o$repeats) o$I - 1 else Inf
   add("auc_difference", axis, lv,
       c(auc_a = o$auc_a, auc_b = o$auc_b, estimate = est, n_clusters = o$I,
-        repeats = o$repeats, var = o$var, se = se, statistic = z, p_value = 2 * pnorm(-abs(z)),
-        conf_low = est - qnorm(0.975) * se, conf_high = est + qnorm(0.975) * se))
+        repeats = o$repeats, var = o$var, se = se, statistic = z,
+        p_value = 2 * pt(-abs(z), df),
+        conf_low = est - qt(0.975, df) * se, conf_high = est + qt(0.975, df) * se))
 }
 # singleton clusters: each patient's first scan; Obuchowski's variance is DeLong's (pROC)
 s1 <- w[w$first_scan == 1, ]
