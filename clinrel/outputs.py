@@ -17,8 +17,11 @@ Every folder clinrel writes carries ``manifest.json`` with ``"generator": "clinr
 
 **File outputs** (``--out FILE.csv|.parquet`` and the other ``--*-out`` files). Never an
 input file (the same path, a link to it or a hard link); an existing file is replaced
-only with ``--force``; an existing folder, a path below a file or an unwritable folder is
-refused with the fix.
+only with ``--force``, and only when clinrel wrote it and it is unchanged since: every file
+output is recorded with its sha256 in a hidden ``.clinrel-written.json`` beside it
+(:data:`WRITTEN`), so ``--force`` never replaces a user's file that merely has the same
+name; an existing folder, a path below a file or an unwritable folder is refused with the
+fix.
 
 **Nothing half-written survives.** Work happens in a temporary sibling folder
 ``.NAME.tmp-PID-*`` that holds a ``.clinrel-partial`` marker naming its process and host
@@ -73,6 +76,9 @@ MSG_FILE_IS_DIR = ("{option} {out}: is a folder, but this output is a file; give
                    "path such as {example}")
 MSG_FILE_EXISTS = ("{option} {out}: the file exists; add --force to replace it, or give "
                    "another file name")
+MSG_FILE_FOREIGN = ("{option} {out}: the file exists and {why}; clinrel replaces only a file "
+                    "it wrote itself, and --force does not change that; move it away or "
+                    "give {option} a new file name")
 MSG_FILE_SUFFIX = ("{option} {out}: unknown file type '{suffix}'; give a .csv or .parquet "
                    "path")
 MSG_SAME_OUTPUT = ("{option} {out}: the same file as {other}; give each output its own "
@@ -295,8 +301,55 @@ def check_out_file(out, *, force: bool = False, inputs: Iterable = (), option: s
             _refuse(MSG_FILE_IS_INPUT, option=option, out=out, input=inp)
     if (out.exists() or out.is_symlink()) and not force:
         _refuse(MSG_FILE_EXISTS, option=option, out=out)
+    if out.exists() or out.is_symlink():
+        why = _ours(out)
+        if why:
+            _refuse(MSG_FILE_FOREIGN, option=option, out=out, why=why)
     _writable(out, option)
     return out
+
+
+#: the record of the file outputs clinrel wrote in a folder: ``{name: sha256}``
+WRITTEN = ".clinrel-written.json"
+
+
+def _written(folder: Path) -> dict:
+    try:
+        data = json.loads((folder / WRITTEN).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _record_written(outs: Iterable[Path]) -> None:
+    """Add each written file's sha256 to its folder's :data:`WRITTEN` (replaced atomically;
+    a record that cannot be written only means a later --force will refuse)."""
+    by_folder: dict[Path, list[Path]] = {}
+    for out in outs:
+        by_folder.setdefault(out.parent, []).append(out)
+    for folder, files in by_folder.items():
+        with contextlib.suppress(OSError):
+            data = _written(folder)
+            for f in files:
+                data[f.name] = _sha256(f)
+            tmp = folder / f".{WRITTEN}.{os.getpid()}"
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            os.replace(tmp, folder / WRITTEN)
+
+
+def _ours(out: Path) -> str | None:
+    """None when clinrel wrote the existing file ``out`` and it is unchanged since, else
+    why it may not be replaced."""
+    if out.is_symlink():
+        return "is a symbolic link"
+    want = _written(out.parent).get(out.name)
+    if want is None:
+        return "clinrel did not write it"
+    try:
+        same = _sha256(out) == want
+    except OSError:
+        return "it cannot be read"
+    return None if same else "it changed since clinrel wrote it"
 
 
 def check_out_files(outs: Iterable[tuple[str, object]], *, force: bool = False,
@@ -524,6 +577,7 @@ def _commit(moves: list[tuple[str, Path, Path]]) -> None:
                 else:
                     out.unlink()
         raise
+    _record_written([out for out, _ in done])
 
 
 @contextlib.contextmanager

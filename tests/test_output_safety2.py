@@ -216,6 +216,7 @@ def test_one_bad_output_suffix_leaves_no_file(study, argv, words):
 
 def test_failed_multi_file_run_leaves_existing_outputs_untouched(study):
     (study / "t_terms.csv").write_text("my earlier terms\n")
+    outputs._record_written([study / "t_terms.csv"])   # as if clinrel wrote it: --force may
     before = _snapshot(study)
     _refused([*ADJ, "--out", "t_terms.csv", "--glance-out", "g.txt", "--force"], "'.txt'")
     assert _snapshot(study) == before
@@ -226,7 +227,10 @@ def test_multi_file_commands_still_write_every_file(study):
     assert len(pd.read_csv("t.csv")) and len(pd.read_parquet("g.parquet"))
     _ok(["metadata", "extract", "reps.csv", "--out", "ev.csv", "--review", "rev.csv", "--quiet"])
     assert {p.name for p in study.iterdir()} == {"cases.csv", "reps.csv", "t.csv", "g.parquet",
-                                                "ev.csv", "ev_agreement.csv", "rev.csv"}
+                                                "ev.csv", "ev_agreement.csv", "rev.csv",
+                                                outputs.WRITTEN}
+    written = json.loads((study / outputs.WRITTEN).read_text())
+    assert set(written) == {"t.csv", "g.parquet", "ev.csv", "ev_agreement.csv", "rev.csv"}
 
 
 class _Unwritable:
@@ -237,6 +241,7 @@ class _Unwritable:
 def test_write_tables_failing_midway_writes_nothing(tmp_path):
     df = pd.DataFrame({"a": [1, 2]})
     (tmp_path / "old.csv").write_text("old\n")
+    outputs._record_written([tmp_path / "old.csv"])     # clinrel's: --force may replace it
     before = _snapshot(tmp_path)
     with pytest.raises(OSError):
         outputs.write_tables([("--out", tmp_path / "old.csv", df),
@@ -249,6 +254,7 @@ def test_write_tables_failing_midway_writes_nothing(tmp_path):
 def test_write_tables_undoes_the_moves_made_when_one_fails(tmp_path, monkeypatch):
     df = pd.DataFrame({"a": [1, 2]})
     (tmp_path / "one.csv").write_text("old one\n")
+    outputs._record_written([tmp_path / "one.csv"])     # clinrel's: --force may replace it
     before = _snapshot(tmp_path)
     real = os.replace
 
@@ -266,4 +272,4 @@ def test_write_tables_undoes_the_moves_made_when_one_fails(tmp_path, monkeypatch
     outputs.write_tables([("--out", tmp_path / "one.csv", df),
                           ("--two-out", tmp_path / "two.csv", df)], force=True)
     assert pd.read_csv(tmp_path / "one.csv").equals(df) and (tmp_path / "two.csv").is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.csv", "two.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [outputs.WRITTEN, "one.csv", "two.csv"]

@@ -299,14 +299,32 @@ def test_force_replaces_an_earlier_clinrel_output_and_nothing_beside_it(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["beside.txt", "d"]
 
 
-def test_force_replaces_an_existing_file_output_but_never_an_input(tmp_path):
+def test_force_replaces_only_a_file_clinrel_wrote_and_never_an_input(tmp_path):
+    """--force replaces a file output only when clinrel wrote it and it is unchanged
+    (the charter: never overwrite a file clinrel did not write; the audit replaced a
+    user's notes.yaml with plan init --force)."""
     out = tmp_path / "s.csv"
-    out.write_text("old")
+    out.write_text("old")                       # the user's own file of that name
     r = runner.invoke(app, ["simulate", "benchx", "--scale", "20", "--out", str(out), "--force"])
+    assert r.exit_code == 2 and "clinrel did not write it" in r.output, r.output
+    assert out.read_text() == "old"
+    out.unlink()
+    r = runner.invoke(app, ["simulate", "benchx", "--scale", "20", "--out", str(out)])
     assert r.exit_code == 0, r.output
-    assert len(pd.read_csv(out)) == 20 * 3
+    r = runner.invoke(app, ["simulate", "benchx", "--scale", "10", "--out", str(out), "--force"])
+    assert r.exit_code == 0, r.output
+    assert len(pd.read_csv(out)) == 10 * 3      # clinrel's own file: replaced
+    with open(out, "a") as fh:                  # edited since: no longer replaced
+        fh.write("\n")
+    edited = out.read_bytes()
+    r = runner.invoke(app, ["simulate", "benchx", "--scale", "20", "--out", str(out), "--force"])
+    assert r.exit_code == 2 and "changed since" in r.output and out.read_bytes() == edited
     r = runner.invoke(app, ["subgroups", str(out), "--threshold", "50", "--out", str(out), "--force"])
-    assert r.exit_code == 2 and len(pd.read_csv(out)) == 60
+    assert r.exit_code == 2 and out.read_bytes() == edited
+    plan = tmp_path / "notes.yaml"
+    plan.write_text("my notes\n")
+    r = runner.invoke(app, ["plan", "init", str(out), "--out", str(plan), "--force"])
+    assert r.exit_code == 2 and plan.read_text() == "my notes\n", r.output
 
 
 def test_render_report_api_refuses_what_the_cli_refuses(tmp_path, tables):
