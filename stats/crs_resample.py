@@ -257,13 +257,13 @@ def _summary(x: np.ndarray, conf_level: float):
 
 def _boot_p(d: np.ndarray, n_resamples: float = np.inf) -> np.ndarray:
     """Two-sided bootstrap p of H0: difference = 0, per column of replicates ``d`` (B, m):
-    ``min(1, max(2 / N, 2 min((1 + #{d <= 0}) / (B + 1), (1 + #{d >= 0}) / (B + 1))))``,
+    ``min(1, max(2 / N, 2 min((1 + #{d <= 0}) / (B + 1), (1 + #{d >= 0}) / (B + 1))))``
+    (capped at 1 last: with one seed per dataset N = 1 and every p is 1),
     with B the column's number of estimable (finite) replicates (NaN when there are none)
     and N the number of equally likely seed draws (module docstring, "Resolution")."""
     B = (~np.isnan(d)).sum(0)
-    p = np.minimum(1.0, 2.0 * np.minimum((1 + (d <= 0).sum(0)) / (B + 1),
-                                         (1 + (d >= 0).sum(0)) / (B + 1)))
-    return np.where(B > 0, np.maximum(p, 2.0 / n_resamples), np.nan)
+    p = 2.0 * np.minimum((1 + (d <= 0).sum(0)) / (B + 1), (1 + (d >= 0).sum(0)) / (B + 1))
+    return np.where(B > 0, np.minimum(1.0, np.maximum(p, 2.0 / n_resamples)), np.nan)
 
 
 def _flags(point: np.ndarray, n_bad: np.ndarray) -> np.ndarray:
@@ -319,9 +319,13 @@ class CRSBootstrap:
         seen, n = [], 1.0
         for r in regimes:
             for ds, draw in self.draws[r].items():
-                if not any(draw is o or o.shape == draw.shape and np.array_equal(draw, o)
-                           for o in seen):
-                    seen.append(draw)
+                # the same dataset drawn once for paired regimes (the same draws and seeds);
+                # two datasets never merge, however alike their draws
+                if not any(ds == d and (draw is o or o.shape == draw.shape
+                                        and np.array_equal(draw, o)
+                                        and np.array_equal(self.seeds[r][ds], sd))
+                           for d, o, sd in seen):
+                    seen.append((ds, draw, self.seeds[r][ds]))
                     S = len(self.seeds[r][ds])
                     n *= float(S) ** S
         return n

@@ -76,8 +76,8 @@ MSG_LIMIT_KEY = ("{file}: unknown key '{key}' under 'limits'; allowed keys: {all
                  "it or fix its spelling")
 MSG_YAML_SIZE = ("{source}: the file is {size:,} bytes, above the {cap:,}-byte limit for a "
                  "YAML {kind}; a {kind} is a few kilobytes: check that this is the right file")
-MSG_YAML_DUPLICATE = ("{source}: key {key!r} is written twice in this {kind} (lines {first} "
-                      "and {line}); YAML would silently keep the last one: keep one")
+MSG_YAML_DUPLICATE = ("{source}: key {key!r} is written twice in this {kind} ({where}); YAML "
+                      "would silently keep the last one: keep one")
 MSG_YAML_ALIAS = ("{source}: line {line}: YAML aliases (*{name}) are not allowed in a {kind} "
                   "(they can expand a small file into billions of values); write the values "
                   "out in full instead of using &anchors and *aliases")
@@ -368,18 +368,24 @@ def load_yaml(text: str, *, source: str, kind: str = "file") -> Any:
 
         def construct_mapping(self, node, deep=False):
             # a key written twice: YAML would keep the last silently (a typo, or text
-            # pasted into the file, would override a prespecified choice unseen)
+            # pasted into the file, would override a prespecified choice unseen); merge
+            # keys (<<) are YAML's own and skipped (their aliases are refused above)
             seen = {}
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
                 key = self.construct_object(key_node, deep=True)
                 try:
-                    first = seen.setdefault(key, key_node.start_mark.line + 1)
+                    hash(key)
                 except TypeError:       # an unhashable key: the base class refuses it
                     break
-                if first != key_node.start_mark.line + 1:
+                where = key_node.start_mark.line + 1
+                if key in seen:
+                    lines = (f"both on line {where}" if seen[key] == where
+                             else f"lines {seen[key]} and {where}")
                     raise ContractError(MSG_YAML_DUPLICATE.format(
-                        source=source, kind=kind, key=key, first=first,
-                        line=key_node.start_mark.line + 1), source=source)
+                        source=source, kind=kind, key=key, where=lines), source=source)
+                seen[key] = where
             return super().construct_mapping(node, deep=deep)
 
     try:

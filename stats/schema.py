@@ -254,12 +254,14 @@ def _source_name(path_or_df, default: str) -> str:
     return default
 
 
-#: identifier and name columns of the tables' contracts: read from CSV as text, so ids
-#: "002" and "2" (or patients "0" and "00") stay distinct instead of both becoming the
-#: number 2 (or 0). Other cells follow pandas' (and R's read.csv's) rules: an empty cell,
-#: "NA", "N/A", "NaN", "null" and the like are missing.
-TEXT_ID_COLUMNS = ("case_id", "patient_id", "model", "site", "scanner", "encoder", "dataset",
-                   "extractor", "field", "value", "regime", "condition", "perturbation")
+#: identifier and name columns of the tables' contracts, which the readers turn into text
+#: whatever the file type: read from CSV as text, so ids "002" and "2" (or patients "0"
+#: and "00") stay distinct instead of both becoming the number 2 (or 0). A covariate
+#: (e.g. a numeric ``scanner``) is not among them: read from CSV or parquet it has the same
+#: type. Other cells follow pandas' (and R's read.csv's) rules: an empty cell, "NA",
+#: "N/A", "NaN", "null" and the like are missing.
+TEXT_ID_COLUMNS = ("case_id", "patient_id", "model", "site", "encoder", "dataset",
+                   "condition", "extractor", "field", "value")
 
 
 def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:

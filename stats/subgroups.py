@@ -208,7 +208,7 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     Obuchowski with ``cluster``, for AUC, bootstrap SD for bootstrapped metrics, else NaN),
     ``conf_low``, ``conf_high``,
     ``conf_level``, ``n`` (cases in the cell), ``n_pos``, ``n_neg``, ``method`` (wilson,
-    clopper-pearson, jeffreys, delong, delong-logit, delong-cluster, delong-cluster-logit,
+    clopper-pearson, jeffreys, delong, delong-logit, delong-cluster-t, delong-cluster-logit-t,
     bootstrap-percentile, bootstrap-bca, bootstrap-wilson or none),
     ``flag`` ("", empty, not_estimable, small_n, deff_not_estimable, and for AUC
     auc_boundary (AUC 0 or 1) or auc_zero_variance (every placement alike, e.g. tied
@@ -239,7 +239,7 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     cluster-robust SE and design effect against ``survey::svymean`` (tests/r/clustered.R);
     the clustered AUC variance against a plain recomputation of Obuchowski's definitions
     (tests/test_auc_cluster.py). Coverage of "wilson-cluster": ``bench/cluster_coverage.md``;
-    of "delong-cluster": ``bench/auc_cluster_coverage.md``.
+    of the clustered AUC intervals: ``bench/auc_cluster_coverage.md``.
 
     Examples
     --------
@@ -426,7 +426,7 @@ def add_bins(cases: pd.DataFrame, bins: Mapping[str, Mapping], *,
             lo, hi = values[outside].min(), values[outside].max()
             raise ContractError(MSG_BIN_VALUES.format(
                 col=col, n=int(outside.sum()),
-                what=(f"fall outside the plan's breaks {breaks[0]:g} to {breaks[-1]:g} "
+                what=(f"fall outside the breaks {breaks[0]:g} to {breaks[-1]:g} "
                       f"({'(a, b]' if right else '[a, b)'} intervals)"),
                 examples=_examples(df[col], outside),
                 fix=f"widen the breaks to cover {lo:g} to {hi:g} (e.g. start at 0 and end "

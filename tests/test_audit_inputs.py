@@ -83,7 +83,7 @@ def test_values_outside_the_bins_are_refused_with_file_rows_and_fix(tmp_path):
                                     "--out", str(out), "--quiet"])
     assert done.exit_code == 2, done.output
     msg = " ".join(done.output.split())
-    for words in ("cases.parquet", "column 'age'", "fall outside the plan's breaks 30 to 100",
+    for words in ("cases.parquet", "column 'age'", "fall outside the breaks 30 to 100",
                   "rows ", "widen the breaks", "detection.bins.age.breaks"):
         assert words in msg, words
     assert not out.exists()
@@ -123,3 +123,43 @@ def test_a_plan_key_written_twice_is_refused(tmp_path):
                                     "--out", str(out), "--quiet"])
     assert done.exit_code == 2, done.output
     assert "key 'cases' is written twice" in done.output and not out.exists()
+
+
+def test_duplicate_keys_on_one_line_refused_and_merge_keys_kept():
+    """Review: a key twice on one line ({cases: a, cases: b}) still loaded silently, and
+    the check broke YAML's merge keys."""
+    from stats.limits import load_yaml
+
+    with pytest.raises(ContractError, match="key 'cases' is written twice.*both on line 1"):
+        load_yaml("inputs: {cases: a.csv, cases: b.csv}\n", source="p.yaml", kind="plan")
+    assert load_yaml("x: {a: 1}\n<<: {b: 2}\n", source="p.yaml") == {"x": {"a": 1}, "b": 2}
+
+
+def test_csv_and_parquet_give_a_covariate_the_same_type(tmp_path):
+    """Review: reading 'scanner' as text from CSV only made it a factor there and a slope
+    from parquet; only the contract's id and name columns are read as text."""
+    d = _cases(n=12).assign(scanner=np.tile([1, 2, 3], 8))
+    d.to_csv(tmp_path / "c.csv", index=False)
+    d.to_parquet(tmp_path / "c.parquet", index=False)
+    a, b = stats.read_cases(tmp_path / "c.csv"), stats.read_cases(tmp_path / "c.parquet")
+    assert a["scanner"].dtype == b["scanner"].dtype and a["scanner"].dtype.kind in "iu"
+    assert a["case_id"].tolist() == b["case_id"].tolist()
+
+
+def test_bin_option_error_names_the_option(tmp_path):
+    d = _cases(n=12).assign(age=np.tile([25.0, 45.0, 70.0], 8))
+    d.to_csv(tmp_path / "ages.csv", index=False)
+    done = CliRunner().invoke(app, ["subgroups", str(tmp_path / "ages.csv"), "--by", "age_group",
+                                    "--bin", "age=40,60,75,130", "--threshold", "50",
+                                    "--out", str(tmp_path / "s.csv")])
+    assert done.exit_code == 2, done.output
+    msg = " ".join(done.output.split())
+    assert "option --bin" in msg and "<command line>" not in msg and "widen the breaks" in msg
+
+
+def test_a_numerically_zero_kappa_se_gives_no_interval():
+    from stats.analysis.metadata import kappa_interval
+
+    ki = kappa_interval(list("AABBAB"), list("ABBBAA"), cluster=[1, 1, 1, 2, 2, 2])
+    assert abs(ki["std_error"]) < 1e-12
+    assert np.isnan(ki["conf_low"]) and np.isnan(ki["conf_high"])

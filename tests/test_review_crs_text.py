@@ -137,3 +137,22 @@ def test_perfect_agreement_kappa_is_not_estimable_not_zero_width(demo):
     assert (perfect["kappa_flag"] == "not_estimable").all()
     rest = ag[ag["kappa"].notna() & (ag["kappa"] < 1.0)]
     assert rest["kappa_conf_low"].notna().all() and (rest["kappa_flag"] == "").all()
+
+
+def test_p_values_stay_at_most_one_and_datasets_never_merge():
+    """Review: with one seed per dataset N = 1 and the floor 2/N gave p = 2; two datasets
+    whose (few) draws happen to be equal were counted once in N."""
+    runs = simulate.crs_runs(n_encoders=4, n_datasets=2, n_seeds=1, seed=3).data
+    boot = crs_bootstrap(runs, {"panel": ["enc_01", "enc_02", "enc_03"]}, n_boot=50, seed=1)
+    assert boot.n_seed_resamples("frozen") == 1.0
+    d = boot.differences()
+    assert (d["p_value"].dropna() <= 1).all() and (boot.leading_tier()["p_value"] <= 1).all()
+    runs = simulate.crs_runs(n_encoders=4, n_datasets=2, n_seeds=2, seed=3).data
+    for s in range(40):                 # some seed makes both datasets' draws alike
+        boot = crs_bootstrap(runs, {"panel": ["enc_01", "enc_02", "enc_03"]}, n_boot=3,
+                             seed=s)
+        a, b = (boot.draws["frozen"][k] for k in sorted(boot.draws["frozen"]))
+        if np.array_equal(a, b):
+            break
+    assert np.array_equal(a, b)
+    assert boot.n_seed_resamples("frozen") == 16.0

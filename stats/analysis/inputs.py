@@ -96,10 +96,10 @@ def add_bins(cases: pd.DataFrame, plan: Plan) -> pd.DataFrame:
             return stats_add_bins(cases, {b.column: {"name": b.name, "breaks": list(b.breaks),
                                                      "labels": list(b.labels), "right": False}
                                           for b in plan.detection.bins})
-        except ContractError as exc:   # name the file and the plan key, as the charter asks
-            raise ContractError(f"{plan.cases}: {exc} (plan {plan.path}, key "
-                                f"detection.bins.{exc.column}.breaks)", source=str(plan.cases),
-                                column=exc.column, rows=exc.rows) from None
+        except ContractError as exc:   # name the plan key and the file, as the charter asks
+            # (a PlanError: a command's own plan names its option, --bin, instead)
+            raise PlanError(f"{plan.path}: key 'detection.bins.{exc.column}.breaks' does not "
+                            f"cover the cases table {plan.cases}: {exc}") from None
     out = cases.copy()
     for b in plan.detection.bins:
         out[b.name] = pd.cut(out[b.column].astype("float64"), bins=list(b.breaks),

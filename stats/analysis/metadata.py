@@ -77,7 +77,11 @@ def _checked(results) -> pd.DataFrame:
     if missing:
         raise ContractError(MSG_COLUMNS.format(file=getattr(results.plan, "metadata", "metadata"),
                                                missing=", ".join(missing)))
-    return md
+    # ids and names as text, from CSV (read as text) and parquet (maybe numbers) alike, so
+    # case ids match the cases table's (text) ids
+    ids = {c: md[c].astype(object).where(md[c].isna(), md[c].astype(str))
+           for c in ("case_id", "field", "extractor") if md[c].dtype != object}
+    return md.assign(**ids) if ids else md
 
 
 def _values(results) -> pd.DataFrame:
@@ -257,7 +261,8 @@ def kappa_interval(a, b, *, cluster=None, conf_level: float = 0.95) -> dict:
     covered 86.5%, the t quantile about 90% (``bench/kappa_cluster_coverage.md``); method
     ``KAPPA_CLUSTER_METHOD``. Returns ``kappa, std_error, conf_low, conf_high, method,
     n_clusters`` (NaN without ``cluster``). The interval is NaN (not estimable) where the SE
-    is 0, e.g. perfect agreement: the delta method then gives a zero-width interval."""
+    is 0 (below 1e-12: rounding), e.g. perfect agreement: the delta method then gives a
+    zero-width interval."""
     from scipy.stats import norm, t
     from statsmodels.stats.inter_rater import cohens_kappa
 
@@ -294,7 +299,7 @@ def kappa_interval(a, b, *, cluster=None, conf_level: float = 0.95) -> dict:
         se = float(np.sqrt(max(res.var_kappa, 0.0)))
     q = (t.ppf(0.5 + conf_level / 2, n_cl - 1) if repeats and n_cl > 1
          else norm.ppf(0.5 + conf_level / 2))
-    if not np.isfinite(se) or se == 0:
+    if not np.isfinite(se) or se < 1e-12:
         # one cluster: no interval (max(-1, nan) would give -1); a zero SE (every case
         # agrees, or one category per rater) gives a zero-width "interval" no reviewer
         # accepts: not estimable, the agreement share's interval gives the precision
