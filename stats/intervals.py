@@ -326,7 +326,8 @@ def clustered_auc_variance(pair, pair_group, label, v, auc) -> dict[str, np.ndar
     Returns
     -------
     dict with ``var`` (G x K; NaN where fewer than two clusters hold a positive or a
-    negative, or the AUC is NaN), and per group ``n_clusters`` (I), ``n_clusters_pos``
+    negative, where the AUC is NaN, or where the estimate is below 0, as rounding or few
+    clusters can make it), and per group ``n_clusters`` (I), ``n_clusters_pos``
     (I10), ``n_clusters_neg`` (I01) and ``repeats`` (some cluster holds more than one of
     the group's observations).
 
@@ -375,7 +376,10 @@ def clustered_auc_variance(pair, pair_group, label, v, auc) -> dict[str, np.ndar
     with np.errstate(divide="ignore", invalid="ignore"):
         var = (I10 / ((I10 - 1) * M) * ss10 / M + I01 / ((I01 - 1) * N) * ss01 / N
                + 2 * I / (I - 1) * ss11 / (M * N))
-    var = np.where((I10 > 1) & (I01 > 1), var, np.nan)
+    # a negative estimate (rounding below a zero variance, or the covariance term
+    # outweighing the others with few clusters) is no variance: not estimable, as with
+    # fewer than two clusters of a label
+    var = np.where((I10 > 1) & (I01 > 1) & ~(var < 0), var, np.nan)
     return {"var": var, "n_clusters": I[:, 0], "n_clusters_pos": I10[:, 0],
             "n_clusters_neg": I01[:, 0], "repeats": per[:, 5] > 0}
 

@@ -244,3 +244,23 @@ def test_coverage_slow():
         r = coverage(120, auc, 2.0, reps=3000, seed=7, kind="scan-level",
                      true_auc=truth(auc, 2.0))
         assert 0.92 <= r["delong-cluster"] <= 0.965, r
+
+
+def test_a_negative_clustered_variance_is_not_estimable_and_flagged():
+    """Review: with two patients, each holding both labels, Obuchowski's variance can come
+    out below 0 (here a true 0 that rounding pushes under it): the SE was NaN with no
+    flag; a negative estimate is not estimable and flagged."""
+    y = np.array([1, 0, 1, 1, 1, 1, 0, 1])
+    s = np.array([0.836, 0.899, 0.195, 0.18, 0.02, 0.408, 0.471, 0.173])
+    cl = np.array([1, 1, 1, 0, 1, 0, 0, 0])
+    dp = iv.delong_placements(np.zeros(8, np.int64), y.astype(bool), s, 1, placements=True)
+    raw = obuchowski_plain(pd.Series(y), pd.Series(s), pd.Series(cl))[1]
+    assert raw == pytest.approx(0.0, abs=1e-12)      # no variance left between 2 patients
+    got = iv.auc_ci(y, s, cluster=cl)
+    assert np.isnan(got.std_error[0]) and np.isnan(got.conf_low[0]) and got.flag[0] != ""
+    cases = pd.DataFrame({"case_id": range(8), "model": "m", "label": y, "score": s,
+                          "pred": 0, "patient_id": cl.astype(str), "phase": "p"})
+    out = stats.subgroup_metrics(cases, by=["phase"], metrics=["auc"], cluster="patient_id",
+                                 small_n=1)
+    assert (out["flag"].str.contains("deff_not_estimable")).all()
+    assert dp["auc"][0] == pytest.approx(got.estimate[0])
