@@ -262,6 +262,15 @@ def _source_name(path_or_df, default: str) -> str:
 #: "N/A", "NaN", "null" and the like are missing.
 TEXT_ID_COLUMNS = ("case_id", "patient_id", "model", "site", "encoder", "dataset",
                    "condition", "extractor", "field", "value")
+#: of those, the identifiers and names whose text is kept as written: a site or model
+#: called "NA" or "None" is a name, not a missing value (only an empty cell is missing)
+LITERAL_ID_COLUMNS = tuple(c for c in TEXT_ID_COLUMNS if c != "value")
+
+
+#: the cell texts pandas (and R's read.csv, for "NA") read as missing
+_NA_STRINGS = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan",
+                         "1.#IND", "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None",
+                         "n/a", "nan", "null"})
 
 
 def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
@@ -311,9 +320,13 @@ def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
         sep = "\t" if suffix == ".tsv" else None
         _check_header(raw, source, "\t" if suffix == ".tsv" else None)
         try:
-            df = pd.read_csv(path, sep=sep, engine="python", encoding="utf-8-sig",
-                             skipinitialspace=True,
-                             dtype={c: str for c in TEXT_ID_COLUMNS})
+            kw = dict(sep=sep, engine="python", encoding="utf-8-sig", skipinitialspace=True)
+            names = list(pd.read_csv(path, nrows=0, **kw).columns)
+            literal = [c for c in names if c in LITERAL_ID_COLUMNS]
+            na = ({c: ([""] if c in literal else sorted(_NA_STRINGS)) for c in names}
+                  if literal else None)
+            df = pd.read_csv(path, dtype={c: str for c in TEXT_ID_COLUMNS},
+                             keep_default_na=not literal, na_values=na, **kw)
         except Exception as exc:
             _fail(MSG_NOT_TABULAR, source=source, kind="CSV",
                   detail=str(exc).splitlines()[0][:160])

@@ -163,3 +163,20 @@ def test_a_numerically_zero_kappa_se_gives_no_interval():
     ki = kappa_interval(list("AABBAB"), list("ABBBAA"), cluster=[1, 1, 1, 2, 2, 2])
     assert abs(ki["std_error"]) < 1e-12
     assert np.isnan(ki["conf_low"]) and np.isnan(ki["conf_high"])
+
+
+def test_an_id_or_name_spelled_NA_is_kept_only_an_empty_cell_is_missing(tmp_path):
+    """Review doubt: a site called "NA" (or "None") was read as missing and refused as an
+    empty id; ids and names keep their text, other cells follow R's read.csv ("NA" is
+    missing), and an empty patient_id still falls back to the case."""
+    (tmp_path / "c.csv").write_text(
+        "case_id,model,label,score,site,patient_id,age,race\n"
+        "c1,m,1,60,NA,p1,NA,NA\nc2,m,0,10,s2,,45,White\nc3,m,1,70,None,p3,50,\n")
+    d = stats.read_cases(tmp_path / "c.csv").set_index("case_id")
+    assert d.loc["c1", "site"] == "NA" and d.loc["c3", "site"] == "None"
+    assert d.loc["c2", "patient_id"] == "c2"
+    assert np.isnan(d.loc["c1", "age"]) and d["age"].dtype.kind == "f"
+    assert d["race"].isna().tolist() == [True, False, True]
+    (tmp_path / "e.csv").write_text("case_id,model,label,score,site\n,m,1,60,s1\n")
+    with pytest.raises(ContractError, match="case_id"):
+        stats.read_cases(tmp_path / "e.csv")
