@@ -151,27 +151,40 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def _marker(folder: Path) -> dict | None:
-    path = folder / MANIFEST
-    if path.is_symlink() or not path.is_file():
+#: the most clinrel reads of its own bookkeeping files (a manifest, a marker, the record of
+#: written files): anything larger, or not a regular file, is not clinrel's
+MAX_BOOKKEEPING_BYTES = 64 * 2 ** 20
+
+
+def _read_json(path: Path) -> dict | None:
+    """The JSON object in ``path`` when it is a regular file (not a link, FIFO, device or
+    folder: never followed, never blocked on) of at most :data:`MAX_BOOKKEEPING_BYTES`
+    holding a JSON object; else None."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return None
     try:
-        man = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BOOKKEEPING_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_BOOKKEEPING_BYTES + 1)
+    except OSError:
         return None
-    return man if isinstance(man, dict) else None
+    finally:
+        os.close(fd)
+    try:
+        out = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    return out if isinstance(out, dict) else None
 
 
-def _legacy_report_files(man: dict) -> set[str] | None:
-    """The files of a report written before manifests listed them (``clinrel_report``)."""
-    if man.get("clinrel_report") != 1 or "generator" in man:
-        return None
-    names = {"appendix.qmd", "appendix.html", "appendix.pdf", "_quarto.yml"}
-    for t in man.get("tables") or []:
-        names.add(str(t.get("csv")))
-    for f in man.get("figures") or []:
-        names.update(str(f.get(k)) for k in ("png", "svg", "csv"))
-    return names
+def _marker(folder: Path) -> dict | None:
+    return _read_json(folder / MANIFEST)
 
 
 def classify(folder: Path) -> tuple[str, list[str]]:
@@ -198,13 +211,10 @@ def classify(folder: Path) -> tuple[str, list[str]]:
         return "foreign", extra
     listed = man.get("files") if man.get("generator") == GENERATOR else None
     if not isinstance(listed, dict):
-        legacy = _legacy_report_files(man)
-        if legacy is None:
-            return "foreign", sorted(found + [d + "/" for d in dirs]) + [MANIFEST]
-        allowed = _parents(legacy) | _REPORT_FOLDERS
-        foreign = sorted([f for f in found if f not in legacy]
-                         + [d + "/" for d in dirs if d not in allowed])
-        return ("foreign", foreign) if foreign else ("clinrel", [])
+        # a report written before manifests listed their files' sha256 (or anything else
+        # without them): clinrel cannot tell whether its files were edited, so it is not
+        # clinrel's to replace or remove
+        return "foreign", sorted(found + [d + "/" for d in dirs]) + [MANIFEST]
     folders = man.get("folders")
     allowed = _parents(listed) | (set(map(str, folders)) if isinstance(folders, list)
                                   else _REPORT_FOLDERS if "clinrel_report" in man else set())
@@ -313,28 +323,49 @@ def check_out_file(out, *, force: bool = False, inputs: Iterable = (), option: s
 WRITTEN = ".clinrel-written.json"
 
 
-def _written(folder: Path) -> dict:
-    try:
-        data = json.loads((folder / WRITTEN).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+def _written(folder: Path) -> dict | None:
+    """The record of the files clinrel wrote in ``folder`` (``{name: sha256}``): {} when
+    there is none; None when something else sits at :data:`WRITTEN` (a link, a folder, a
+    file that is not clinrel's record), which clinrel then neither trusts nor replaces."""
+    path = folder / WRITTEN
+    if not (path.exists() or path.is_symlink()):
         return {}
-    return data if isinstance(data, dict) else {}
+    data = _read_json(path)
+    if data is None or data.get("generator") != GENERATOR \
+            or not isinstance(data.get("files"), dict):
+        return None
+    return {str(k): str(v) for k, v in data["files"].items()}
 
 
 def _record_written(outs: Iterable[Path]) -> None:
-    """Add each written file's sha256 to its folder's :data:`WRITTEN` (replaced atomically;
-    a record that cannot be written only means a later --force will refuse)."""
+    """Add each written file's sha256 to its folder's :data:`WRITTEN`. The record is
+    written to a new temporary file (created exclusively, so never through a link) and
+    moved over the old record only when that is clinrel's own record or absent; a record
+    that cannot be written only means a later --force refuses (the safe side)."""
     by_folder: dict[Path, list[Path]] = {}
     for out in outs:
         by_folder.setdefault(out.parent, []).append(out)
     for folder, files in by_folder.items():
-        with contextlib.suppress(OSError):
-            data = _written(folder)
+        data = _written(folder)
+        if data is None:
+            continue
+        tmp = None
+        try:
             for f in files:
                 data[f.name] = _sha256(f)
-            tmp = folder / f".{WRITTEN}.{os.getpid()}"
-            tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-            os.replace(tmp, folder / WRITTEN)
+            fd, tmp = tempfile.mkstemp(prefix=f".{WRITTEN}.", dir=folder)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump({"generator": GENERATOR, "files": data}, fh, indent=1,
+                          sort_keys=True)
+            if _written(folder) is not None:       # still absent or clinrel's own
+                os.replace(tmp, folder / WRITTEN)
+                tmp = None
+        except OSError:
+            pass
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
 
 
 def _ours(out: Path) -> str | None:
@@ -342,7 +373,8 @@ def _ours(out: Path) -> str | None:
     why it may not be replaced."""
     if out.is_symlink():
         return "is a symbolic link"
-    want = _written(out.parent).get(out.name)
+    record = _written(out.parent)
+    want = None if record is None else record.get(out.name)
     if want is None:
         return "clinrel did not write it"
     try:
@@ -391,11 +423,8 @@ def _alive(pid: int) -> bool:
 
 def _partial_of_dead_run(folder: Path, pid: int) -> bool:
     """A temporary folder of a clinrel run on this host whose process is gone."""
-    try:
-        info = json.loads((folder / PARTIAL).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return (isinstance(info, dict) and info.get("pid") == pid
+    info = _read_json(folder / PARTIAL)
+    return (info is not None and info.get("pid") == pid
             and info.get("host") == socket.gethostname() and not _alive(pid))
 
 
@@ -443,7 +472,10 @@ def clean_stale(parent: Path) -> list[Path]:
 
 def _make_parents(folder: Path) -> list[Path]:
     """``mkdir -p folder``; return the folders it created, deepest first (so that a failed
-    command can remove them again)."""
+    command can remove them again). ``folder`` is resolved first: in ``new/../mine`` the
+    folder made is ``mine`` (or none, when it exists), never ``new``, and a later clean-up
+    can never take ``new/..`` for a folder this run made."""
+    folder = Path(os.path.realpath(folder))
     missing = []
     probe = folder
     while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
@@ -522,7 +554,7 @@ def atomic_dir(out, *, force: bool = False, inputs: Iterable = (), option: str =
     exception the temporary folder is removed and ``out`` is left as it was. The yielded
     path is absolute, so tools that change directory still write inside it.
     """
-    given, out = out, Path(out).absolute()
+    given, out = out, Path(os.path.realpath(Path(out).absolute().parent)) / Path(out).name
     inputs = list(inputs)
     clean_stale(out.parent)
     check_out_dir(given, force=force, inputs=inputs, option=option)
@@ -594,7 +626,9 @@ def atomic_files(outs: Iterable[tuple[str, object]], *,
     repeats it just before the moves (a file may have appeared meanwhile).
     """
     outs = list(outs)
-    pairs = [(option, Path(out).absolute()) for option, out in outs]
+    # the parent resolved (links and ".." as the system would follow them), the name kept
+    pairs = [(option, Path(os.path.realpath(Path(out).absolute().parent)) / Path(out).name)
+             for option, out in outs]
     folders: list[Path] = []
     made: list[Path] = []
     ok = False

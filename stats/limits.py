@@ -76,6 +76,8 @@ MSG_LIMIT_KEY = ("{file}: unknown key '{key}' under 'limits'; allowed keys: {all
                  "it or fix its spelling")
 MSG_YAML_SIZE = ("{source}: the file is {size:,} bytes, above the {cap:,}-byte limit for a "
                  "YAML {kind}; a {kind} is a few kilobytes: check that this is the right file")
+MSG_YAML_MERGE = ("{source}: line {line}: YAML merge keys (<<) are not allowed in a {kind} "
+                  "(their keys can override or hide others unseen); write the keys out")
 MSG_YAML_DUPLICATE = ("{source}: key {key!r} is written twice in this {kind} ({where}); YAML "
                       "would silently keep the last one: keep one")
 MSG_YAML_ALIAS = ("{source}: line {line}: YAML aliases (*{name}) are not allowed in a {kind} "
@@ -368,12 +370,14 @@ def load_yaml(text: str, *, source: str, kind: str = "file") -> Any:
 
         def construct_mapping(self, node, deep=False):
             # a key written twice: YAML would keep the last silently (a typo, or text
-            # pasted into the file, would override a prespecified choice unseen); merge
-            # keys (<<) are YAML's own and skipped (their aliases are refused above)
+            # pasted into the file, would override a prespecified choice unseen); a merge
+            # key (<<) is refused too: its keys would override or hide others unseen
             seen = {}
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
+                    raise ContractError(MSG_YAML_MERGE.format(
+                        source=source, kind=kind, line=key_node.start_mark.line + 1),
+                        source=source)
                 key = self.construct_object(key_node, deep=True)
                 try:
                     hash(key)

@@ -125,14 +125,17 @@ def test_a_plan_key_written_twice_is_refused(tmp_path):
     assert "key 'cases' is written twice" in done.output and not out.exists()
 
 
-def test_duplicate_keys_on_one_line_refused_and_merge_keys_kept():
-    """Review: a key twice on one line ({cases: a, cases: b}) still loaded silently, and
-    the check broke YAML's merge keys."""
+def test_duplicate_keys_on_one_line_and_merge_keys_refused():
+    """Review: a key twice on one line ({cases: a, cases: b}) still loaded silently; a
+    merge key (<<) hid duplicates inside it and overrode keys unseen (second audit)."""
     from stats.limits import load_yaml
 
     with pytest.raises(ContractError, match="key 'cases' is written twice.*both on line 1"):
         load_yaml("inputs: {cases: a.csv, cases: b.csv}\n", source="p.yaml", kind="plan")
-    assert load_yaml("x: {a: 1}\n<<: {b: 2}\n", source="p.yaml") == {"x": {"a": 1}, "b": 2}
+    for text in ("x: {a: 1}\n<<: {b: 2}\n", "b:\n  <<: {x: A, x: B}\n",
+                 "ci: wilson\n<<: {ci: jeffreys}\n"):
+        with pytest.raises(ContractError, match="merge keys"):
+            load_yaml(text, source="p.yaml", kind="plan")
 
 
 def test_csv_and_parquet_give_a_covariate_the_same_type(tmp_path):

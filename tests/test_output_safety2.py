@@ -187,13 +187,11 @@ def test_folders_clinrel_made_even_empty_ones_are_its_own(tmp_path):
     assert outputs.classify(out) == ("clinrel", [])
     (out / "figures" / "sub").mkdir()
     assert outputs.classify(out) == ("foreign", ["figures/sub/"])
-    legacy = tmp_path / "legacy"  # written before manifests listed files or folders
-    (legacy / "figures").mkdir(parents=True)
+    legacy = tmp_path / "legacy"  # written before manifests listed files' sha256: clinrel
+    (legacy / "figures").mkdir(parents=True)  # cannot tell edits, so it is not its own
     (legacy / "manifest.json").write_text(json.dumps(
         {"clinrel_report": 1, "tables": [], "figures": []}))
-    assert outputs.classify(legacy) == ("clinrel", [])
-    (legacy / "drafts").mkdir()
-    assert outputs.classify(legacy) == ("foreign", ["drafts/"])
+    assert outputs.classify(legacy)[0] == "foreign"
 
 
 # --------------------------------------------------------------------------- 3. all or nothing
@@ -230,7 +228,9 @@ def test_multi_file_commands_still_write_every_file(study):
                                                 "ev.csv", "ev_agreement.csv", "rev.csv",
                                                 outputs.WRITTEN}
     written = json.loads((study / outputs.WRITTEN).read_text())
-    assert set(written) == {"t.csv", "g.parquet", "ev.csv", "ev_agreement.csv", "rev.csv"}
+    assert written["generator"] == outputs.GENERATOR
+    assert set(written["files"]) == {"t.csv", "g.parquet", "ev.csv", "ev_agreement.csv",
+                                     "rev.csv"}
 
 
 class _Unwritable:
@@ -273,3 +273,58 @@ def test_write_tables_undoes_the_moves_made_when_one_fails(tmp_path, monkeypatch
                           ("--two-out", tmp_path / "two.csv", df)], force=True)
     assert pd.read_csv(tmp_path / "one.csv").equals(df) and (tmp_path / "two.csv").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == [outputs.WRITTEN, "one.csv", "two.csv"]
+
+
+# --------------------------------------------------------------------------- 4. second audit
+
+def test_the_written_record_is_never_followed_through_a_link(study):
+    """Second safety audit: the record of written files was read and rewritten through a
+    symlink (a user's file overwritten with JSON, or its content copied into the output
+    folder); a record clinrel did not write is neither trusted nor replaced."""
+    private = study.parent / "private"
+    private.mkdir()
+    secret = private / "notes.json"
+    secret.write_text('{"api_token": "SECRET-123"}')
+    (study / outputs.WRITTEN).symlink_to(secret)
+    before = secret.read_bytes()
+    _ok([*ADJ, "--out", "t.csv"])
+    assert secret.read_bytes() == before and (study / outputs.WRITTEN).is_symlink()
+    assert "SECRET" not in "".join(p.read_text(errors="ignore") for p in study.iterdir()
+                                   if p.is_file() and not p.is_symlink())
+    assert not [p for p in study.iterdir() if p.name.startswith(f".{outputs.WRITTEN}.")]
+    # not recorded (the record is not clinrel's): --force refuses to replace t.csv
+    _refused([*ADJ, "--out", "t.csv", "--force"], "clinrel did not write it")
+
+
+def test_a_folder_at_the_record_leaves_no_stray_file(study):
+    (study / outputs.WRITTEN).mkdir()
+    _ok([*ADJ, "--out", "t.csv"])
+    assert sorted(p.name for p in study.iterdir() if p.name.startswith(".")) == [
+        outputs.WRITTEN]
+
+
+def test_a_dotdot_output_path_never_removes_a_users_empty_folder(study):
+    """Second audit: in nx/../userempty the run counted userempty as a folder it made
+    and removed it on failure, leaving nx behind."""
+    (study / "userempty").mkdir()
+    (study / "somefile").write_text("x")
+    _refused([*ADJ, "--out", "nx/../userempty/terms.csv", "--glance-out",
+              "nx2/../somefile/g.csv"])
+    assert (study / "userempty").is_dir() and not (study / "nx").exists()
+    assert not (study / "nx2").exists() and (study / "somefile").read_text() == "x"
+
+
+@pytest.mark.parametrize("where", ["record", "partial"])
+def test_a_fifo_where_clinrel_keeps_its_bookkeeping_never_hangs(study, where):
+    """Second audit: a FIFO at the record of written files, or at a dead run's marker,
+    made every run hang (reading it blocks); clinrel reads only regular files."""
+    if where == "record":
+        os.mkfifo(study / outputs.WRITTEN)
+    else:
+        left = study / f".zz.tmp-{_dead_pid()}-x"
+        left.mkdir()
+        os.mkfifo(left / outputs.PARTIAL)
+    done = subprocess.run([sys.executable, "-c", "from clinrel.cli import main; main()",
+                           *ADJ[:-1], "--out", "t.csv"], cwd=study, timeout=120,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -351,16 +351,19 @@ def test_render_report_api_refuses_what_the_cli_refuses(tmp_path, tables):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-def test_a_report_written_before_manifests_listed_files_is_replaceable(tmp_path):
+def test_a_report_written_before_manifests_listed_files_is_not_replaced(tmp_path):
+    """A manifest without the files' sha256 cannot tell an edited appendix.qmd from the
+    one clinrel wrote (second safety audit: --force deleted the user's edits), so such a
+    folder is not clinrel's to replace, even with --force."""
     old = tmp_path / "old"
     (old / "tables").mkdir(parents=True)
     (old / "manifest.json").write_text(json.dumps(LEGACY))
     (old / "tables" / "t.csv").write_text("a\n1\n")
-    (old / "appendix.html").write_text("<html/>")
-    assert outputs.classify(old) == ("clinrel", [])
-    outputs.check_out_dir(old, force=True)
-    (old / "tables" / "mine.csv").write_text("b\n")
-    assert outputs.classify(old) == ("foreign", ["tables/mine.csv"])
+    (old / "appendix.qmd").write_text("my edited appendix\n")
+    assert outputs.classify(old)[0] == "foreign"
+    with pytest.raises(outputs.OutputError, match="did not write"):
+        outputs.check_out_dir(old, force=True)
+    assert (old / "appendix.qmd").read_text() == "my edited appendix\n"
 
 
 def test_make_report_passes_force_so_a_second_run_works():
