@@ -564,6 +564,10 @@ def atomic_dir(out, *, force: bool = False, inputs: Iterable = (), option: str =
         with _unwritable_as_output_error(out, option):
             made = _make_parents(out.parent)
             tmp = _temp_dir(out.parent, f".{out.name}.tmp-")
+            # mkdtemp makes it 0700: the finished folder gets the mode mkdir would give
+            mask = os.umask(0)
+            os.umask(mask)
+            tmp.chmod(0o777 & ~mask)
         yield tmp
         stamp(tmp, command)
         check_out_dir(given, force=force, inputs=inputs, option=option)

@@ -93,7 +93,7 @@ EVIDENCE = {
               "`series_description`", "What was extracted."),
     "value": ("text", f"phase: {_one_of(PHASES)}; sex: `F`, `M`, `O`; age: years",
               "The extracted value."),
-    "extractor": ("text", "e.g. `dicom_header`, `dicom_description`, `text_rules`, "
+    "extractor": ("text", "e.g. `dicom_rules`, `dicom_description`, `text_rules`, "
                   "`text_classifier`, `llm`, `review`", "Who extracted it; `review` rows "
                   "are human decisions, not an extractor."),
     "evidence": ("text", "", "The verbatim substring of the source the value was read "
@@ -135,7 +135,8 @@ TABLES = (
     ("probe_predictions", "probe-predictions", "per-case probe probabilities (optional)",
      PROBE, S.PROBE_REQUIRED, "`stats.schema.read_probe_predictions`"),
     ("metadata evidence", "metadata-evidence", "metadata extracted with evidence",
-     EVIDENCE, EVIDENCE_COLUMNS, "`clinrel metadata extract` writes it"),
+     EVIDENCE, EVIDENCE_COLUMNS, "the report's metadata section (`clinrel metadata extract` "
+     "writes it)"),
 )
 
 
@@ -167,6 +168,10 @@ def render() -> str:
               "| column | meaning |", "|---|---|"]
     lines += [f"| `{k}` | {v} |" for k, v in S.GLOSSARY.items()
               if k not in ("model", "group_var", "group_level", "estimand")]
+    lines += ["", "Extra columns where they apply (each documented in the producing "
+              "function's docstring), e.g. in subgroup tables:", "",
+              "| column | meaning |", "|---|---|"]
+    lines += [f"| `{k}` | {v} |" for k, v in S.EXTRA_GLOSSARY.items()]
     lines.append("")
     return "\n".join(lines)
 

@@ -122,6 +122,17 @@ _FLOAT_COLUMNS = ("estimate", "std_error", "conf_low", "conf_high", "conf_level"
                   "n_neg", "statistic", "p_value", "p_adjusted")
 _TEXT_COLUMNS = ("estimand", "method", "flag")
 
+#: Extra columns of the proportion and AUC rows (``stats.subgroup_metrics`` and the like).
+EXTRA_GLOSSARY: dict[str, str] = {
+    "numerator": "the count in the proportion's numerator (e.g. true positives)",
+    "denominator": "the count in its denominator (e.g. reference positives)",
+    "n_clusters": "the clusters (patients) behind the row's scans",
+    "design_effect": "the ratio of the cluster-aware variance to the binomial's (NaN where "
+                     "not estimable; 1 without repeated patients)",
+    "n_effective": "the effective sample size the cluster-aware interval uses "
+                   "(Korn & Graubard; at most n)",
+}
+
 #: The column glossary (printed in reports and the README).
 GLOSSARY: dict[str, str] = {
     "estimand": "what is estimated: a metric (sensitivity, auc, ...), a model term, or an axis",
@@ -137,7 +148,8 @@ GLOSSARY: dict[str, str] = {
     "n_pos": "number of reference-standard positives (label 1) among them",
     "n_neg": "number of reference-standard negatives (label 0) among them",
     "method": "how the interval or test was computed (wilson, delong, bootstrap-percentile, ...)",
-    "flag": "'' when fine; else small_n, empty, not_estimable, separation, singular, ...",
+    "flag": "'' when fine; else ';'-joined codes such as small_n, empty, not_estimable, "
+            "deff_not_estimable, auc_boundary, separation, singular, ...",
     "statistic": "test statistic (z, chi-square, ...) for tests and model terms",
     "p_value": "unadjusted two-sided p-value",
     "p_adjusted": "multiplicity-adjusted p-value (method in the row's method or a column)",

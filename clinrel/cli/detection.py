@@ -174,8 +174,8 @@ def register(app: typer.Typer) -> None:
                           "age=0,40,60,75:age_band names it age_band. Name it in --by.")] = None,
         threshold: ThresholdOpt = None,
         criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
-        ci: Annotated[str, typer.Option(help="Proportion intervals: wilson, clopper-pearson or "
-                                             "jeffreys.")] = "wilson",
+        ci: Annotated[str, typer.Option(help="Proportion intervals: wilson, clopper-pearson, "
+                                             "jeffreys, or bootstrap (needs --n-boot).")] = "wilson",
         n_boot: Annotated[int, typer.Option(
             help="Cluster-bootstrap replicates (F1 intervals); 0: none.")] = 0,
         boot_ci: Annotated[str, typer.Option(

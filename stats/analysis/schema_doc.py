@@ -271,7 +271,7 @@ KEYS: dict[str, Key] = {
                                 "ones.", "estimate"),
     "metadata.prefer": Key("list of extractor names", "`[]`", "Extractor order of the "
                            "recorded value where no review exists.",
-                           "[dicom_header, text_rules]"),
+                           "[dicom_rules, text_rules]"),
     "metadata.n_imputations": Key("whole number >= 2", "`50`", "Imputations of the true "
                                   "subgroup.", "50"),
     "metadata.per_patient": Key("`auto`, or a list of field names", "`auto`",
