@@ -25,6 +25,9 @@ def test_adjust_cli(tmp_path):
     assert list(means.group_level[means.model == "model_A"]) == ["venous", "arterial", "delayed",
                                                                 "non_contrast"]
     assert ((means.conf_low < means.estimate) & (means.estimate < means.conf_high)).all()
+    # the CLI's default means are the plan's default (standardized: g-computation), one
+    # decision in one place (the walkthrough found emmeans on the command line)
+    assert set(means.method) == {"g-computation-delta"}
     res = runner.invoke(app, ["adjust", str(cases), "--formula", "~ phase + race", "--threshold",
                               "50", "--method", "glmm", "--model", "model_A", "--out", str(out),
                               "--force", "--blocks-out", str(tmp_path / "b.csv"), "--quiet"])

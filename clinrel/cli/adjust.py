@@ -61,7 +61,9 @@ def register(app: typer.Typer) -> None:
         levels: Annotated[list[str] | None, typer.Option(
             help="Factor levels, reference first: COLUMN=a,b,c (repeatable).")] = None,
         means: Annotated[str | None, typer.Option(help="Also write adjusted means by this factor.")] = None,
-        means_kind: Annotated[MeansKind, typer.Option(help="emmeans or standardized.")] = MeansKind.emmeans,
+        means_kind: Annotated[MeansKind, typer.Option(
+            help="standardized (the observed covariate mix, the plan's default) or emmeans "
+                 "(an equal-weight grid).")] = MeansKind.standardized,
         means_out: Annotated[Path | None, typer.Option(help="Output file of the adjusted means.")] = None,
         glance_out: Annotated[Path | None, typer.Option(help="Output file of fit statistics.")] = None,
         blocks_out: Annotated[Path | None, typer.Option(
