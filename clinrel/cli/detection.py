@@ -210,6 +210,10 @@ def register(app: typer.Typer) -> None:
         res = run_command("subgroup metrics", inputs={"cases": cases}, detection=det,
                           scheduler=scheduler, only=["subgroup_metrics"], quiet=quiet)
         _write(res["subgroup_metrics"], out, force=force, inputs=[cases], quiet=quiet)
+        drawn = res.decisions.get("seeds.detection_bootstrap")
+        if n_boot and seed is None and drawn is not None:   # a file output has no manifest
+            typer.echo(f"bootstrap seed {drawn} (drawn: give --seed {drawn} to repeat this "
+                       f"run)", err=True)
 
     @app.command()
     @guarded

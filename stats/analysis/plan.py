@@ -308,6 +308,17 @@ def _seed(c: _Checker, value, key: str) -> int | None:
     return _from_stats(c, key, lambda: check_seed(value, key=key))
 
 
+def _drawn_if_none(seed: int | None, n_boot) -> int | None:
+    """The plan's bootstrap seed, or, when the plan asks for replicates without one, a seed
+    drawn once here, when the plan is read, so every analysis of the run uses the same one
+    and the manifest records it (``seeds.detection_bootstrap``): a run is repeatable."""
+    if seed is None and n_boot:
+        import secrets
+
+        return secrets.randbits(63)
+    return seed
+
+
 def _from_stats(c: _Checker, where: str, fn, *args, **kwargs):
     """``fn(*args, **kwargs)``; a ContractError it raises becomes a PlanError naming the
     plan file and the key ``where`` (each once: a message starting with them is trimmed)."""
@@ -562,7 +573,8 @@ def _detection(c: _Checker, d: dict) -> Detection:
                      target=target, ci=ci, auc_scale=auc_scale, boot_ci=interval,
                      conf_level=conf, subgroups=tuple(subgroups), bins=tuple(bins),
                      small_n=small_n, n_boot=bn,
-                     seed=_seed(c, boot.get("seed"), "detection.bootstrap.seed"),
+                     seed=_drawn_if_none(_seed(c, boot.get("seed"), "detection.bootstrap.seed"),
+                                         bn),
                      strata=strata, adjusted=adjusted, failure_map=fmap, given_calls=given,
                      compare_by=tuple(compare_by),
                      exploratory_subgroups=tuple(exploratory_axes),
@@ -609,7 +621,8 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
                             "paired-seed bootstrap replicates (or 0 for none)",
                             "write e.g. n_boot: 10000")
         crs = Crs(n_boot=n_boot,
-                  seed=_seed(c, boot.get("seed"), "crs.bootstrap.seed"),
+                  seed=_drawn_if_none(_seed(c, boot.get("seed"), "crs.bootstrap.seed"),
+                                      n_boot or cr.get("n_weights", Crs.n_weights)),
                   n_weights=_count(c, cr.get("n_weights", Crs.n_weights), "crs.n_weights", 0,
                                    "Dirichlet weight draws (0 skips the stability analysis)",
                                    "write e.g. n_weights: 1000"),
