@@ -38,6 +38,8 @@ from stats.schema import ContractError, tidy
 ALL_METRICS = (*METRICS, "auc")
 #: AUC rows whose DeLong variance is 0 (zero-width interval): the AUC is 0 or 1 ...
 FLAG_AUC_BOUNDARY = "auc_boundary"
+#: a metric without a closed-form interval (F1) when no bootstrap replicates were asked for
+FLAG_NO_INTERVAL = "no_interval"
 #: ... or every placement value is alike (e.g. all of the cell's scores tied)
 FLAG_AUC_ZERO_VARIANCE = "auc_zero_variance"
 MSG_METRIC = "metrics: unknown metric(s) {bad}; choose from {allowed}"
@@ -210,7 +212,8 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     ``conf_level``, ``n`` (cases in the cell), ``n_pos``, ``n_neg``, ``method`` (wilson,
     clopper-pearson, jeffreys, delong, delong-logit, delong-cluster-t, delong-cluster-logit-t,
     bootstrap-percentile, bootstrap-bca, bootstrap-wilson or none),
-    ``flag`` ("", empty, not_estimable, small_n, deff_not_estimable, and for AUC
+    ``flag`` ("", empty, not_estimable, small_n, deff_not_estimable, no_interval (F1
+    without bootstrap replicates: method "none", NaN limits), and for AUC
     auc_boundary (AUC 0 or 1) or auc_zero_variance (every placement alike, e.g. tied
     scores): a zero-width DeLong interval; several joined by ";"), extras ``numerator`` and ``denominator`` (the counts behind a proportion; NaN for
     AUC), ``n_clusters`` (clusters with a scan in the row's denominator: the ``cluster``
@@ -322,6 +325,10 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
                 for col in ("std_error", "conf_low", "conf_high", "method"):
                     f[col] = b[col].to_numpy()
                 f["n_boot"] = b["n_boot"].to_numpy()
+    for f in frames:    # F1 without bootstrap replicates: no interval, and the row says so
+        none = (f["method"] == "none").to_numpy() & (f["flag"] != "empty").to_numpy()
+        if none.any():
+            f["flag"] = _add_flag(f["flag"].to_numpy(dtype=object), none, FLAG_NO_INTERVAL)
     if "auc" in metrics:
         a = grouped_auc(cm, placements=False, clustered=cluster is not None)
         rep = np.broadcast_to(a.get("repeats", np.zeros(cm.n_cells, bool))[:, None],

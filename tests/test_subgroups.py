@@ -63,7 +63,11 @@ def test_empty_and_small_cells(cases):
     assert len(empty) == 3 * 5 * 7
     assert (empty.flag == "empty").all() and (empty.n == 0).all() and empty.estimate.isna().all()
     nonempty = out[out.n > 0]
-    assert nonempty.flag.isin(["small_n", "not_estimable"]).all()
+    # F1 has no interval without bootstrap replicates: NaN limits, flagged no_interval
+    f1 = nonempty.estimand == "f1"
+    assert nonempty[~f1].flag.isin(["small_n", "not_estimable"]).all()
+    assert nonempty[f1].flag.str.endswith("no_interval").all()
+    assert nonempty[f1].conf_low.isna().all() and (nonempty[f1].method == "none").all()
 
 
 def test_f1_bootstrap_and_ci_bootstrap(cases):

@@ -542,8 +542,8 @@ def _detection(c: _Checker, d: dict) -> Detection:
                     "means_kind": means_kind, "units": units}
     if ci == "bootstrap" and not bn:
         raise PlanError(f"{c.file}: key 'detection.ci' is bootstrap, which needs "
-                        "'detection.bootstrap.n_boot' (e.g. 2000 replicates); add it or choose "
-                        "wilson, clopper-pearson or jeffreys")
+                        "key 'detection.bootstrap.n_boot' (e.g. 2000 replicates); add it or "
+                        "choose wilson, clopper-pearson or jeffreys")
     fmap = None
     pooled = True
     prec = c.keys(d.get("precision") or {}, PRECISION_KEYS, "detection.precision")
