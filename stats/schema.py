@@ -149,7 +149,7 @@ GLOSSARY: dict[str, str] = {
     "n_neg": "number of reference-standard negatives (label 0) among them",
     "method": "how the interval or test was computed (wilson, delong, bootstrap-percentile, ...)",
     "flag": "'' when fine; else ';'-joined codes such as small_n, empty, not_estimable, "
-            "deff_not_estimable, auc_boundary, separation, singular, ...",
+            "deff_not_estimable, no_interval, auc_boundary, separation, singular, ...",
     "statistic": "test statistic (z, chi-square, ...) for tests and model terms",
     "p_value": "unadjusted two-sided p-value",
     "p_adjusted": "multiplicity-adjusted p-value (method in the row's method or a column)",
@@ -279,10 +279,16 @@ TEXT_ID_COLUMNS = ("case_id", "patient_id", "model", "site", "encoder", "dataset
 LITERAL_ID_COLUMNS = tuple(c for c in TEXT_ID_COLUMNS if c != "value")
 
 
-#: the cell texts pandas (and R's read.csv, for "NA") read as missing
-_NA_STRINGS = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan",
-                         "1.#IND", "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None",
-                         "n/a", "nan", "null"})
+def _na_strings() -> frozenset:
+    """The cell texts pandas reads as missing by default (R's read.csv: "NA"), from pandas
+    itself, so clinrel's rule for non-id columns is pandas' own."""
+    try:
+        from pandas._libs.parsers import STR_NA_VALUES
+        return frozenset(STR_NA_VALUES)
+    except ImportError:      # pragma: no cover - a pandas that moved it
+        return frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN",
+                          "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN",
+                          "None", "n/a", "nan", "null"})
 
 
 def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
@@ -333,11 +339,14 @@ def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
         _check_header(raw, source, "\t" if suffix == ".tsv" else None)
         try:
             kw = dict(sep=sep, engine="python", encoding="utf-8-sig", skipinitialspace=True)
+            # the header as pandas reads it; names match the contract once trimmed ("site "
+            # is site, as read_cases trims it later)
             names = list(pd.read_csv(path, nrows=0, **kw).columns)
-            literal = [c for c in names if c in LITERAL_ID_COLUMNS]
-            na = ({c: ([""] if c in literal else sorted(_NA_STRINGS)) for c in names}
+            literal = [c for c in names if str(c).strip() in LITERAL_ID_COLUMNS]
+            na = ({c: ([""] if c in literal else sorted(_na_strings())) for c in names}
                   if literal else None)
-            df = pd.read_csv(path, dtype={c: str for c in TEXT_ID_COLUMNS},
+            df = pd.read_csv(path, dtype={c: str for c in names
+                                          if str(c).strip() in TEXT_ID_COLUMNS},
                              keep_default_na=not literal, na_values=na, **kw)
         except Exception as exc:
             _fail(MSG_NOT_TABULAR, source=source, kind="CSV",

@@ -201,3 +201,41 @@ def test_a_drawn_bootstrap_seed_is_recorded_and_repeats_the_run(tmp_path):
     a, b = (pd.read_csv(tmp_path / f) for f in ("a.csv", "b.csv"))
     f1 = a["estimand"] == "f1"
     assert f1.any() and a[f1]["conf_low"].equals(b[f1]["conf_low"])
+
+
+def test_a_drawn_seed_is_not_borrowed_by_the_calibration_intervals():
+    """Final review: drawing a seed for an unseeded bootstrap made the ECE intervals
+    borrow it (fresh each run, where they used the fixed DEFAULT_SEED), and a crs block
+    with n_boot 0 sent the encoders' ECE to the CRS settings (n_boot 0: a traceback)."""
+    from stats.analysis.calibration import DEFAULT_SEED, boot_settings, encoder_boot_settings
+    from stats.analysis.plan import plan_from_dict
+
+    from clinrel.cli.report import demo_plan_path
+
+    src = demo_plan_path().parent
+    inputs = {k: str(src / f) for k, f in (("cases", "cases.parquet"), ("runs", "runs.parquet"),
+                                           ("reference", "reference.yaml"))}
+
+    def plan(raw):
+        return plan_from_dict({"inputs": inputs, **raw}, path=src / "p.yaml")
+
+    first = plan({"detection": {"threshold": {"value": 50}, "bootstrap": {"n_boot": 100}}})
+    second = plan({"detection": {"threshold": {"value": 50}, "bootstrap": {"n_boot": 100}}})
+    assert first.detection.seed_drawn and first.detection.seed is not None
+    assert boot_settings(first)[1] == boot_settings(second)[1] == DEFAULT_SEED
+    given = plan({"detection": {"threshold": {"value": 50},
+                                "bootstrap": {"n_boot": 100, "seed": 5}}})
+    assert not given.detection.seed_drawn and boot_settings(given)[1] == 5
+    crs0 = plan({"crs": {"bootstrap": {"n_boot": 0}, "n_weights": 10}})
+    assert encoder_boot_settings(crs0)[2] == "calibration.bootstrap"
+    assert encoder_boot_settings(crs0)[:2] == encoder_boot_settings(
+        plan({"crs": {"bootstrap": {"n_boot": 0}, "n_weights": 10}}))[:2]
+
+
+def test_a_header_with_a_trailing_space_keeps_id_text(tmp_path):
+    (tmp_path / "sp.csv").write_text("case_id,site ,label,model,score\n007,NA,1,m,3\n")
+    from stats.schema import read_table
+
+    d, _ = read_table(tmp_path / "sp.csv")
+    site = [c for c in d.columns if c.strip() == "site"][0]
+    assert d[site].iloc[0] == "NA" and d["case_id"].iloc[0] == "007"

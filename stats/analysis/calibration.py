@@ -71,9 +71,10 @@ def boot_settings(plan) -> tuple[int, int]:
     cal = getattr(plan, "calibration", None)
     n = DEFAULT_BOOT if cal is None else cal.n_boot
     seed = None if cal is None else cal.seed
-    if seed is None:
+    if seed is None:   # the detection bootstrap's seed when the plan gave one
         det = getattr(plan, "detection", None)
-        seed = det.seed if det is not None and det.seed is not None else DEFAULT_SEED
+        given = det is not None and det.seed is not None and not getattr(det, "seed_drawn", False)
+        seed = det.seed if given else DEFAULT_SEED
     return int(n), int(seed)
 
 
@@ -82,7 +83,7 @@ def encoder_boot_settings(plan) -> tuple[int, int, str]:
     bootstrap's when the plan has a ``crs`` block with a seed (the same replicates as the
     CRS table's calibration axis), else :func:`boot_settings`."""
     crs = getattr(plan, "crs", None)
-    if crs is not None and crs.seed is not None:
+    if crs is not None and crs.seed is not None and not getattr(crs, "seed_drawn", False):
         return int(crs.n_boot), int(crs.seed), "crs.bootstrap"
     return (*boot_settings(plan), "calibration.bootstrap")
 

@@ -86,6 +86,9 @@ class Detection:
     small_n: int = 10
     n_boot: int = 0
     seed: int | None = None
+    #: the seed was drawn when the plan was read (the plan gave none): recorded, but
+    #: other analyses do not borrow it in place of their own fixed default
+    seed_drawn: bool = False
     strata: str | None = None
     boot_ci: str = "percentile"
     #: calls come from the table's own ``pred`` column (no threshold applied)
@@ -114,6 +117,9 @@ class Detection:
 class Crs:
     n_boot: int = 10_000
     seed: int | None = None
+    #: the seed was drawn when the plan was read (the plan gave none): recorded, but
+    #: other analyses do not borrow it in place of their own fixed default
+    seed_drawn: bool = False
     k: int = 3
     n_weights: int = 1000
     conf_level: float = 0.95
@@ -575,6 +581,7 @@ def _detection(c: _Checker, d: dict) -> Detection:
                      small_n=small_n, n_boot=bn,
                      seed=_drawn_if_none(_seed(c, boot.get("seed"), "detection.bootstrap.seed"),
                                          bn),
+                     seed_drawn=bool(bn) and boot.get("seed") is None,
                      strata=strata, adjusted=adjusted, failure_map=fmap, given_calls=given,
                      compare_by=tuple(compare_by),
                      exploratory_subgroups=tuple(exploratory_axes),
@@ -623,6 +630,8 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
         crs = Crs(n_boot=n_boot,
                   seed=_drawn_if_none(_seed(c, boot.get("seed"), "crs.bootstrap.seed"),
                                       n_boot or cr.get("n_weights", Crs.n_weights)),
+                  seed_drawn=bool(n_boot or cr.get("n_weights", Crs.n_weights))
+                  and boot.get("seed") is None,
                   n_weights=_count(c, cr.get("n_weights", Crs.n_weights), "crs.n_weights", 0,
                                    "Dirichlet weight draws (0 skips the stability analysis)",
                                    "write e.g. n_weights: 1000"),
