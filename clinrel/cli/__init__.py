@@ -36,8 +36,25 @@ def _terminate(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
 
+def one_blas_thread_everywhere() -> None:
+    """Hold BLAS to one thread in this process and in every process it starts (Dask
+    workers, forked lanes): multi-threaded OpenBLAS splits a reduction differently from
+    run to run, so the last digits of a fit changed between two runs of one plan.
+    clinrel's parallelism is in processes (``--jobs``, ``--scheduler``), not in BLAS."""
+    import os
+
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        return
+    threadpool_limits(1, user_api="blas")
+
+
 def main() -> None:  # console-script entry point
     import signal
 
+    one_blas_thread_everywhere()
     signal.signal(signal.SIGTERM, _terminate)
     app()

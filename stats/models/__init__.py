@@ -69,6 +69,8 @@ DEFAULT_BLOCKS: dict[str, list[str]] = {
 }
 
 MIN_GROUPS = 5
+#: a likelihood-ratio statistic below this (deviance units) is reported as exactly 0
+LRT_ZERO = 1e-8
 
 
 def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: str | None = "site",
@@ -228,7 +230,7 @@ def _fit_one_inner(name, data, formula, *, group, method, nagq, bias_reduced, cl
     if method == "glmm":
         separated = _design.separated_columns(d, warnings)
         r = fit_glmm(d.X, d.y, d.trials, d.groups, G, nagq=nagq, beta0=start.beta,
-                     separated=separated)
+                     separated=separated, glm=start)
         label = "glmm-laplace-wald" if nagq <= 1 else f"glmm-agq{nagq}-wald"
         b = r.theta * r.u_hat
         re = pd.DataFrame({"group": d.group_levels, "estimate": b,
@@ -258,7 +260,10 @@ def _fit_one_inner(name, data, formula, *, group, method, nagq, bias_reduced, cl
 def likelihood_ratio_test(full: Fit, reduced: Fit) -> pd.DataFrame:
     """Likelihood-ratio test of nested ML fits, one row per model.
 
-    ``statistic = 2 (loglik_full - loglik_reduced)``, ``df`` = difference in parameters,
+    ``statistic = 2 (loglik_full - loglik_reduced)``, set to 0 below :data:`LRT_ZERO`
+    (1e-8: the fits' convergence is about 1e-10 in deviance, so a smaller value is
+    rounding, e.g. a boundary fit against the same model without its random intercept),
+    ``df`` = difference in parameters,
     p from chi-square(df). When ``full`` is a GLMM and ``reduced`` has no random effect and
     they differ by the group SD only, the SD is on the boundary under H0 and the p-value is
     the 50:50 mixture of chi-square(0) and chi-square(1): ``p = P(chi2_1 > stat) / 2``
@@ -293,7 +298,11 @@ def likelihood_ratio_test(full: Fit, reduced: Fit) -> pd.DataFrame:
             raise ContractError(f"model {m!r}: the fits use different rows ({f.nobs} vs "
                                 f"{r.nobs}); refit on the same complete cases")
         df = f.n_params - r.n_params
-        stat = max(2.0 * (f.loglik - r.loglik), 0.0)
+        stat = 2.0 * (f.loglik - r.loglik)
+        # the fits converge to about 1e-10 in deviance: a statistic within LRT_ZERO of 0
+        # (or below it) is 0, so that a boundary fit compared with its own reduced model
+        # gives exactly 0 whatever the rounding
+        stat = 0.0 if stat < LRT_ZERO else stat
         boundary = f.theta is not None and r.theta is None and df == 1 and (
             len(f.beta) == len(r.beta))
         if boundary:

@@ -39,7 +39,11 @@ import numpy as np
 from scipy import optimize
 from scipy.special import expit, gammaln
 
+from stats._linalg import is_positive_definite, pd_inverse
+
 _MAX_STEP = 3.0  # cap on a Newton step for a conditional mode (in SD units of u)
+#: a group SD below this is a boundary (singular) fit, reported as 0 (lme4's isSingular tol)
+SINGULAR_SD = 1e-4
 
 
 @dataclass
@@ -254,25 +258,39 @@ def _scaling(X) -> np.ndarray:
 
 
 def fit_glmm(X, y, trials, groups, n_groups, *, nagq=1, beta0=None, theta0=None,
-             maxiter=500, separated=None) -> GLMMResult:
+             maxiter=500, separated=None, glm=None) -> GLMMResult:
     """Fit the random-intercept binomial GLMM (Laplace when ``nagq == 1``).
 
     The optimisation runs on centred and scaled columns (``X M``); L-BFGS to a moderate
     tolerance, then Newton steps on the finite-difference Hessian (quadratic convergence);
     estimates and covariance are mapped back (``beta = M beta'``, ``V = M V' M'``).
 
-    ``separated`` (bool per column of X): columns whose log-odds ratio is infinite (every
-    row of a factor level has one outcome: ``design.separation_warnings``). Where the
-    Hessian is then not positive definite (the separated direction is flat), the other
-    parameters' covariance is the inverse of the Hessian without the separated rows and
-    columns, in the original parameterisation: as the separated coefficient runs off to
-    infinity its rows carry no information and its cross-information vanishes, so this is
-    the limit of the full inverse (what glmer's finite Hessian approximates); the
-    separated columns' variances are NaN."""
+    Rules (each decided by data or a stated margin, never by whether a factorisation
+    of a numerically flat matrix happens to succeed on this CPU):
+
+    * **Separated terms.** ``separated`` (bool per column of X) marks columns whose
+      log-odds ratio is infinite, found by exact counts (every row of a factor level has
+      one outcome: ``design.separation_warnings``). Their variances are always NaN, the
+      Newton polish leaves them where L-BFGS stopped, and the other parameters'
+      covariance is always the inverse of the Hessian without the separated rows and
+      columns, in the original parameterisation: as the separated coefficient runs off
+      to infinity its rows carry no information and its cross-information vanishes, so
+      this is the limit of the full inverse (what glmer's finite Hessian approximates).
+    * **Boundary (singular) fit.** When the group SD ends below :data:`SINGULAR_SD`
+      (lme4's ``isSingular`` tolerance), the fit is on the boundary: the SD is reported
+      as exactly 0 and the fixed effects, their covariance and the log-likelihood are the
+      binomial GLM's (``glm``: a :class:`stats.models.fixed.GLMResult` of the same X, y,
+      trials, computed here when not given), which is the model at SD 0. The SD's SE is
+      NaN.
+    * **Positive definiteness** of the (sub-)Hessian: :func:`stats._linalg.pd_inverse`
+      (smallest eigenvalue of the correlation-scaled matrix at least 1e-6); otherwise
+      the standard errors are NaN with the fit-level code ``not_estimable``.
+    """
     M = _scaling(X)
     Xs = X @ M
     obj = LaplaceObjective(Xs, y, trials, groups, n_groups, nagq=nagq)
     p = X.shape[1]
+    sep = np.zeros(p, bool) if separated is None else np.asarray(separated, bool)
     b0 = np.zeros(p) if beta0 is None else np.linalg.solve(M, beta0)
     x0 = np.concatenate([[1.0 if theta0 is None else theta0], b0])
     warnings: list[str] = []
@@ -283,11 +301,16 @@ def fit_glmm(X, y, trials, groups, n_groups, *, nagq=1, beta0=None, theta0=None,
     dev, grad = obj.value_grad(x)
     Hess = obj.hessian(x)
     fresh = True
+    # The separated coefficients are left out of the Newton steps: the separated
+    # direction is flat, so its step is noise (the scaled X M mixes the intercept into
+    # the other columns, but not the separated columns into each other).
+    free = np.concatenate([[True], ~sep])
     for _ in range(8):
-        try:
-            step = np.linalg.solve(Hess, grad)
-        except np.linalg.LinAlgError:
+        Hf = Hess[np.ix_(free, free)]
+        if not is_positive_definite(Hf):
             break
+        step = np.zeros_like(x)
+        step[free] = np.linalg.solve(Hf, grad[free])
         t, accepted = 1.0, False
         for _ in range(8):
             cand = x - t * step
@@ -303,7 +326,7 @@ def fit_glmm(X, y, trials, groups, n_groups, *, nagq=1, beta0=None, theta0=None,
             Hess, fresh = obj.hessian(x), True
         else:
             fresh = False
-        if moved < 1e-8 or np.max(np.abs(grad)) < 1e-8:
+        if moved < 1e-8 or np.max(np.abs(grad[free])) < 1e-8:
             break
     if x[0] < 0:  # the deviance is even in theta: report the positive root
         x = x.copy()
@@ -314,56 +337,51 @@ def fit_glmm(X, y, trials, groups, n_groups, *, nagq=1, beta0=None, theta0=None,
         Hess = obj.hessian(x)
     dev, grad = obj.value_grad(x)
     theta = float(x[0])
-    gnorm = float(np.max(np.abs(grad)))
+    gnorm = float(np.max(np.abs(grad[free])))
     converged = bool(gnorm < 1e-3 * max(1.0, abs(dev)) ** 0.5)
     if not converged:
         warnings.append(f"not_converged: largest deviance gradient {gnorm:.2g} at the end "
                         f"({res.message}); estimates may be off")
-    singular = theta < 1e-4
+    singular = theta < SINGULAR_SD
     if singular:
         warnings.append("singular: the group SD is estimated at (or near) 0; the random "
                         "intercept is not supported by the data (lme4: boundary (singular) fit)")
-        # on the boundary the theta row carries no information; invert the beta block
+        if glm is None:
+            from .fixed import fit_glm
+            glm = fit_glm(X, y, trials)
+        beta = np.asarray(glm.beta, float)
         vcov = np.full((p + 1, p + 1), np.nan)
-        vcov[1:, 1:] = _safe_inv(Hess[1:, 1:] / 2.0)
+        info = _glm_information(X, trials, beta)
+        keep = ~sep
+        vcov[1:, 1:][np.ix_(keep, keep)] = pd_inverse(info[np.ix_(keep, keep)])
+        loglik = float(glm.loglik)
+        u, H = np.zeros(int(n_groups)), np.ones(int(n_groups))
+        theta = 0.0
     else:
-        vcov = _safe_inv(Hess / 2.0)
-    A = np.eye(p + 1)
-    A[1:, 1:] = M
-    sep = np.zeros(p, bool) if separated is None else np.asarray(separated, bool)
-    if not np.all(np.isfinite(np.diag(vcov)[1:])) and sep.any() and not sep.all():
         # the Hessian in the original parameters: H_orig = A^-T H A^-1
+        A = np.eye(p + 1)
+        A[1:, 1:] = M
         Ainv = np.linalg.inv(A)
         Ho = Ainv.T @ Hess @ Ainv
-        keep = np.concatenate([[not singular], ~sep])
-        sub = _safe_inv(Ho[np.ix_(keep, keep)] / 2.0)
-        if np.all(np.isfinite(sub)):
-            out = np.full((p + 1, p + 1), np.nan)
-            out[np.ix_(keep, keep)] = sub
-            A = np.eye(p + 1)      # already in the original parameters
-            vcov = out
+        vcov = np.full((p + 1, p + 1), np.nan)
+        vcov[np.ix_(free, free)] = pd_inverse(Ho[np.ix_(free, free)] / 2.0)
+        beta = M @ x[1:]
+        loglik = -dev / 2.0
+        u, H = obj.last
     if not np.all(np.isfinite(np.diag(vcov)[1:][~sep])):
+        vcov[1:, 1:] = np.nan
+        if not singular:
+            vcov[0, :] = vcov[:, 0] = np.nan
         warnings.append("not_estimable: the Hessian is not positive definite; standard errors "
                         "are unavailable (separation or an over-parameterised model)")
-    nan = ~np.isfinite(vcov)
-    vcov = A @ np.where(nan, 0.0, vcov) @ A.T
-    if nan[0, 0]:               # keep "not available" where it was (theta row/column)
-        vcov[0, :] = vcov[:, 0] = np.nan
-    if nan[1:, 1:].any():
-        bad = np.flatnonzero(np.diag(nan)[1:])
-        if sep[bad].all() and not sep.all():   # only the separated terms: keep the others
-            vcov[1 + bad, :] = vcov[:, 1 + bad] = np.nan
-        else:
-            vcov[1:, 1:] = np.nan
-    u, H = obj.last
-    return GLMMResult(beta=M @ x[1:], theta=theta, vcov_full=vcov, loglik=-dev / 2.0,
+    return GLMMResult(beta=beta, theta=theta, vcov_full=vcov, loglik=loglik,
                       u_hat=u, h_curv=H, converged=converged, n_iter=int(res.nit),
                       grad_norm=gnorm, warnings=warnings)
 
 
-def _safe_inv(A):
-    try:
-        np.linalg.cholesky(A)
-        return np.linalg.inv(A)
-    except np.linalg.LinAlgError:
-        return np.full_like(A, np.nan)
+def _glm_information(X, trials, beta) -> np.ndarray:
+    """Fisher information ``X' W X`` of the binomial GLM at ``beta`` (the Hessian of half
+    the deviance in beta at group SD 0)."""
+    p = expit(X @ beta)
+    w = trials * p * (1.0 - p)
+    return (X * w[:, None]).T @ X
