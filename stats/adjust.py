@@ -61,6 +61,7 @@ import pandas as pd
 import patsy
 from scipy.special import expit, logit
 
+from stats._linalg import clean_variance, matvec, rmatvec
 from stats.models.fit import wald_reference
 from stats.schema import ContractError, tidy
 
@@ -239,8 +240,8 @@ def _emmeans(mf, cols, **_):
             yield level, np.nan, np.nan, int(counts.get(key, 0))
             continue
         L = L_all[kept]
-        eta = float(L @ mf.beta)
-        se = float(np.sqrt(L @ mf.vcov @ L))
+        eta = float(np.sum(L * mf.beta))
+        se = float(np.sqrt(_quad_form(L, mf.vcov)))
         yield level, eta, se, int(counts.get(key, 0))
 
 
@@ -250,6 +251,19 @@ def emmeans_from(mf, cols, beta, vcov):
 
     return list(_emmeans(dataclasses.replace(mf, beta=np.asarray(beta), vcov=np.asarray(vcov)),
                          cols))
+
+
+def _quad_form(g: np.ndarray, V: np.ndarray) -> float:
+    """``g' V g`` over the coefficients with ``g != 0`` (a separated term's NaN row of V
+    multiplies a zero weight), without BLAS; rounding around 0 decided by rule
+    (:func:`stats._linalg.clean_variance`, scale ``sum |g_i g_j V_ij|``): within 1e-12
+    of it 0, clearly negative NaN."""
+    idx = np.flatnonzero(np.asarray(g) != 0)
+    if not len(idx):
+        return 0.0
+    gi, Vi = np.asarray(g, float)[idx], np.asarray(V, float)[np.ix_(idx, idx)]
+    terms = gi[:, None] * Vi * gi[None, :]
+    return float(clean_variance(np.sum(terms), np.sum(np.abs(terms))))
 
 
 def _standardized(mf, cols, *, n_nodes=32):
@@ -273,15 +287,19 @@ def _standardized(mf, cols, *, n_nodes=32):
             yield level, np.nan, np.nan, nrow
             continue
         X = X_all[:, kept]
-        eta = X @ mf.beta
+        eta = matvec(X, mf.beta)
         P = expit(eta[:, None] + theta * x[None, :])          # (n, K)
         dP = P * (1 - P)
-        est = float(np.mean(P @ w))
-        g_beta = X.T @ (dP @ w) / len(X)
+        est = float(np.mean(matvec(P, w)))
+        g_beta = rmatvec(X, matvec(dP, w)) / len(X)
+        # the SD's row enters only where the fit estimated it (a boundary fit's SD is 0
+        # with no SE: stats.models.glmm)
         if mf.theta is not None and mf.vcov_full is not None and np.isfinite(mf.vcov_full[0, 0]):
-            g = np.concatenate([[np.mean(dP @ (w * x))], g_beta])
-            var = float(g @ mf.vcov_full @ g)
+            g = np.concatenate([[np.mean(matvec(dP, w * x))], g_beta])
+            var = _quad_form(g, mf.vcov_full)
         else:
-            var = float(g_beta @ mf.vcov @ g_beta)
-        se_p = np.sqrt(max(var, 0.0))
-        yield level, float(logit(est)), se_p / (est * (1 - est)), nrow
+            var = _quad_form(g_beta, mf.vcov)
+        if not 0.0 < est < 1.0:   # a separated level: probability 1 (0), no logit SE
+            yield level, float(logit(est)), np.nan, nrow
+            continue
+        yield level, float(logit(est)), float(np.sqrt(var)) / (est * (1 - est)), nrow

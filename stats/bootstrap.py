@@ -38,6 +38,7 @@ from stats._quantile import column_quantiles, percentile_interval
 from stats._rng import spawn
 from stats.detection import (GROUP_COLS, METRICS, PROPORTIONS, CaseMatrix, case_matrix,
                              metric_fractions, ratio)
+from stats._linalg import clean_variance
 from stats.intervals import proportion_ci
 from stats.limits import check, cluster_bootstrap_work
 from stats.schema import ContractError, tidy
@@ -240,11 +241,16 @@ def boot_interval(reps: np.ndarray, theta: np.ndarray, *, conf_level: float = 0.
 
 
 def _nan_sd(flat: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """Column SD (ddof=1) ignoring NaN; NaN with fewer than two valid values."""
+    """Column SD (ddof=1) ignoring NaN; NaN with fewer than two valid values; exactly 0
+    when every valid value is the same (B copies of p need not sum to exactly B p, which
+    left an SD of 1e-16 where there is no variation)."""
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.nansum(flat, axis=0) / valid
         ss = np.nansum((flat - mean[None, :]) ** 2, axis=0)
-        return np.where(valid > 1, np.sqrt(ss / np.maximum(valid - 1, 1)), np.nan)
+        same = np.nanmin(flat, axis=0, initial=np.inf, where=~np.isnan(flat)) == np.nanmax(
+            flat, axis=0, initial=-np.inf, where=~np.isnan(flat))
+        sd = np.where(same, 0.0, np.sqrt(ss / np.maximum(valid - 1, 1)))
+        return np.where(valid > 1, sd, np.nan)
 
 
 def jackknife_acceleration(bc: BootCounts, metrics: Sequence[str], chunk: int = 4096
@@ -320,7 +326,11 @@ def wilson_deff_interval(estimate: np.ndarray, denominator: np.ndarray, se: np.n
     """
     with np.errstate(invalid="ignore", divide="ignore"):
         correction = clusters / np.maximum(clusters - 1, 1)
-        deff = se ** 2 * correction / (estimate * (1 - estimate) / denominator)
+        binomial = estimate * (1 - estimate) / denominator
+        # a bootstrap variance within 1e-12 of 0 on the binomial's scale is 0 (rule of
+        # stats._linalg.clean_variance): no design effect can be estimated from it
+        var = clean_variance(se ** 2, binomial)
+        deff = var * correction / binomial
     deff = np.where(np.isfinite(deff) & (deff > 0), deff, 1.0)
     n_eff = denominator / deff
     return proportion_ci(estimate * n_eff, n_eff, method="wilson", conf_level=conf_level)

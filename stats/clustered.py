@@ -60,6 +60,7 @@ import pandas as pd
 from scipy import sparse
 from scipy import stats as sps
 
+from stats._linalg import clean_variance
 from stats.intervals import group_sum as _group_sum, proportion_ci
 
 #: the flag of a cell whose design effect could not be estimated (module docstring)
@@ -166,9 +167,12 @@ def pair_codes(cell: np.ndarray, case: np.ndarray, cluster: np.ndarray
 def _moments(cell: np.ndarray, a: np.ndarray, m: np.ndarray, G: int) -> dict[str, np.ndarray]:
     n, x = _group_sum(cell, G, m), _group_sum(cell, G, a)
     p = np.divide(x, n, out=np.zeros_like(x), where=n > 0)
+    # a sum of squares that is mathematically 0 (every cluster at the cell's proportion)
+    # is made exactly 0 by rule (stats._linalg.clean_variance, scale: sum a^2 + (p m)^2)
+    ss = clean_variance(_group_sum(cell, G, (a - p[cell] * m) ** 2),
+                        _group_sum(cell, G, a ** 2 + (p[cell] * m) ** 2))
     return {"n": n, "x": x, "n_clusters": _group_sum(cell, G, m > 0),
-            "repeats": _group_sum(cell, G, m > 1) > 0,
-            "ss": _group_sum(cell, G, (a - p[cell] * m) ** 2)}
+            "repeats": _group_sum(cell, G, m > 1) > 0, "ss": np.fmax(ss, 0.0)}
 
 
 def _split(num, den) -> tuple[np.ndarray, int]:
@@ -224,7 +228,10 @@ def complement_moments(member: sparse.spmatrix, axis_of_cell: np.ndarray, cluste
             "n_clusters": per_axis["clusters"] - _group_sum(cell, G, (M_p > 0) & (mr == 0)),
             "repeats": (per_axis["repeats"] - _group_sum(cell, G, M_p > 1)
                         + _group_sum(cell, G, mr > 1)) > 0,
-            "ss": np.fmax(ss2, 0.0)}
+            # the expanded square cancels to about 1e-16 of its terms: within 1e-12 of
+            # them it is 0 (stats._linalg.clean_variance)
+            "ss": np.fmax(np.nan_to_num(clean_variance(
+                ss2, per_axis["a2"] + p2 ** 2 * per_axis["m2"]), nan=0.0), 0.0)}
     return one, rest
 
 

@@ -9,7 +9,7 @@ from scipy import sparse
 
 from stats.clustered import AUTO, FLAG_DEFF, paired_difference, pair_codes, cluster_cases
 from stats.detection import GROUP_COLS, case_matrix
-from stats.intervals import (_paired_auc_frame, clustered_auc_variance, delong_covariance,
+from stats.intervals import (_paired_auc_frame, clustered_auc_variance, delong_difference_variance,
                              mcnemar_exact, newcombe_diff_ci)
 from stats.schema import ContractError, tidy
 from stats.subgroups import _add_flag, adjust_p, grouped_auc
@@ -167,10 +167,12 @@ def compare_models(cases: pd.DataFrame, *, by=None,
         lab = cm.label[g["case"]]
         # DeLong variance of each difference, all pairs at once: V_a + V_b - 2 C_ab
         auc, var = g["auc"], g["var"]
-        cov = np.column_stack([delong_covariance(g["cell"], lab, g["v"][:, pa], g["v"][:, pb],
-                                                 auc[:, pa], auc[:, pb], g["m"][:, pa],
-                                                 g["k"][:, pa]) for pa, pb in zip(ia, ib)])
-        var_d = var_delong = var[:, ia] + var[:, ib] - 2 * cov
+        # DeLong variance of each difference from the placement differences: exactly 0
+        # for identical placements (stats.intervals.delong_difference_variance)
+        var_d = var_delong = np.column_stack([
+            delong_difference_variance(g["cell"], lab, g["v"][:, pa] - g["v"][:, pb],
+                                       var[:, pa], var[:, pb], g["m"][:, pa], g["k"][:, pa])
+            for pa, pb in zip(ia, ib)])
         n_clu = np.broadcast_to(counts["n"][:, None], var_d.shape)
         C = np.full(var_d.shape, np.nan)        # clusters behind a clustered variance
         if clustered:

@@ -278,7 +278,7 @@ def _dataset_axes(runs: pd.DataFrame) -> pd.DataFrame:
         columns={"auroc": "discrimination", "ece": "calibration", "n": "n_discrimination"}))
     out["n_calibration"] = out["n_discrimination"]
     denom = out["discrimination"] - 0.5
-    denom = denom.where(denom > 0)
+    denom = denom.where(denom > TIE_TOL)   # AUROC_1 within TIE_TOL of 0.5: not estimable
 
     frac = cell[clean & ~full].join(denom.rename("denom"), on=_KEYS)
     frac["ratio"] = (frac["auroc"] - 0.5) / frac["denom"]
@@ -371,7 +371,7 @@ def resolve_anchors(table: pd.DataFrame, reference: Reference, *, regime: str = 
         if not finite.size:
             _ref_fail(MSG_REF_NO_VALUES, source=reference.source, axis=axis, regime=regime)
         lo, hi = finite.min(), finite.max()
-        if not hi > lo:
+        if not hi - lo > TIE_TOL * max(1.0, abs(hi)):   # equal within rounding: degenerate
             _ref_fail(MSG_REF_DEGENERATE, source=reference.source, axis=axis, value=lo)
         out[j] = (lo, hi)
     return out

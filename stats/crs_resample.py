@@ -51,8 +51,8 @@ from ._parallel import map_blocks
 from ._quantile import percentile_interval
 from ._rng import spawn
 from ._threads import one_blas_thread
-from .crs import (AXES, SCORE_ESTIMANDS, _dataset_axes, _mean_over_datasets, composite,
-                  crs_from_axes, normalize, prepare_runs, read_reference)
+from .crs import (AXES, SCORE_ESTIMANDS, TIE_TOL, _dataset_axes, _mean_over_datasets,
+                  composite, crs_from_axes, normalize, prepare_runs, read_reference)
 from .limits import check, crs_bootstrap_work
 from .schema import tidy
 
@@ -149,10 +149,10 @@ def _seed_means(W: np.ndarray, values: np.ndarray, mask: np.ndarray | None, n_se
     """Weighted seed-means: ``(B, S) x (..., S) -> (B, ...)``."""
     lead = values.shape[:-1]
     flat = values.reshape(-1, n_seeds)
-    num = W @ flat.T
+    num = np.einsum("bs,ks->bk", W, flat)          # NumPy's own loops: no BLAS kernel
     if mask is None:
         return (num / n_seeds).reshape(W.shape[0], *lead)
-    den = W @ mask.reshape(-1, n_seeds).T
+    den = np.einsum("bs,ks->bk", W, mask.reshape(-1, n_seeds).astype(float))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 0, num / den, np.nan).reshape(W.shape[0], *lead)
 
@@ -169,11 +169,11 @@ def _replicate_axes(dense: _Dense, counts: list[np.ndarray]) -> np.ndarray:
     present = np.empty((B, E, D), dtype=bool)
     for d, arr in enumerate(dense.arrays):      # a handful of datasets, not replicates
         W = counts[d].astype(float)
-        present[:, :, d] = (W @ arr.seed_runs.T) > 0
+        present[:, :, d] = np.einsum("bs,es->be", W, arr.seed_runs.astype(float)) > 0
         m = _seed_means(W, arr.auc, arr.auc_mask, arr.n_seeds)             # (B, E, C)
         disc = m[:, :, arr.full]
         denom = disc - 0.5
-        denom = np.where(denom > 0, denom, np.nan)
+        denom = np.where(denom > TIE_TOL, denom, np.nan)   # as stats.crs_scores
         fr = m[:, :, arr.frac_cells]
         le = _masked_mean((fr - 0.5) / denom[..., None], ~np.isnan(fr))
         co = m[:, :, arr.cond_cells]
@@ -262,7 +262,10 @@ def _boot_p(d: np.ndarray, n_resamples: float = np.inf) -> np.ndarray:
     with B the column's number of estimable (finite) replicates (NaN when there are none)
     and N the number of equally likely seed draws (module docstring, "Resolution")."""
     B = (~np.isnan(d)).sum(0)
-    p = 2.0 * np.minimum((1 + (d <= 0).sum(0)) / (B + 1), (1 + (d >= 0).sum(0)) / (B + 1))
+    # a difference within TIE_TOL of 0 (a mathematical tie that rounding moves) counts in
+    # both tails
+    p = 2.0 * np.minimum((1 + (d <= TIE_TOL).sum(0)) / (B + 1),
+                         (1 + (d >= -TIE_TOL).sum(0)) / (B + 1))
     return np.where(B > 0, np.minimum(1.0, np.maximum(p, 2.0 / n_resamples)), np.nan)
 
 
@@ -276,7 +279,7 @@ def _flags(point: np.ndarray, n_bad: np.ndarray) -> np.ndarray:
 def _ranks(crs: np.ndarray) -> np.ndarray:
     """Rank 1 = best; ties share the better rank; NaN ranks last."""
     c = np.where(np.isnan(crs), -np.inf, crs)
-    return 1 + (c[..., None, :] > c[..., :, None]).sum(-1)
+    return 1 + (c[..., None, :] > c[..., :, None] + TIE_TOL).sum(-1)   # ties within TIE_TOL
 
 
 @dataclass
@@ -480,7 +483,8 @@ class CRSBootstrap:
                                        regime=regime)
             f.loc[b, "p_value"] = 1.0
             f["best"] = enc[b]
-            f["in_leading_tier"] = ((f["conf_high"] >= 0) & (f["conf_low"] <= 0)).to_numpy()
+            f["in_leading_tier"] = ((f["conf_high"] >= -TIE_TOL)
+                                    & (f["conf_low"] <= TIE_TOL)).to_numpy()
             frames.append(f)
         return self._finish(frames, ("encoder", "regime"))
 

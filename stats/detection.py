@@ -451,13 +451,18 @@ def _select_thresholds(df, models, criterion, target):
     sens, spec = tp / P[g], 1 - fp / N[g]
     values = {}
     if criterion == "youden":
-        j = sens + spec - 1
+        # J = tp / P - fp / N compared exactly: J * P * N = tp N - fp P in integers (equal
+        # J values computed in floating point can differ in their last bit, and the tie
+        # rule, the larger threshold, must decide, not rounding)
+        j = tp.astype(np.int64) * N[g].astype(np.int64) - fp.astype(np.int64) * P[g].astype(np.int64)
         pick = np.lexsort((-t, -j, g))
         first = np.r_[True, g[pick][1:] != g[pick][:-1]]
         for gi, ti in zip(g[pick][first], t[pick][first]):
             values[models[gi]] = float(ti)
     else:
-        ok = spec >= target - 1e-12
+        # spec >= target in counts: fp <= (1 - target) N, with a 1e-9 margin for a target
+        # written in decimals (0.9 of 10 negatives allows exactly 1 false positive)
+        ok = fp <= np.floor((1 - target) * N[g] + 1e-9)
         tmin = np.full(len(models), np.inf)
         np.minimum.at(tmin, g[ok], t[ok])
         top = np.full(len(models), -np.inf)

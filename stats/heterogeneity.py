@@ -55,6 +55,7 @@ from scipy import stats as sps
 
 from stats.clustered import AUTO, cluster_cases
 from stats.detection import case_matrix, missing_levels
+from stats._linalg import gram, matmul, pd_solve, pd_solve_stack
 from stats.schema import ContractError, tidy
 
 Estimand = Literal["sensitivity", "specificity"]
@@ -253,8 +254,9 @@ def _delta_traces(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ip = np.where(p > 0, 1 / np.where(p > 0, p, 1), 0.0)
     Cm = _interaction_contrasts(L)
     denom = np.einsum("ci,bc,cj->bij", Cm, ip, Cm) / N[:, None, None]
-    numr = np.einsum("ci,bc,bcd,bd,dj->bij", Cm, ip, V, ip, Cm, optimize=True)
-    delta = np.linalg.solve(denom, numr)
+    Cp = np.einsum("ci,bc->bci", Cm, ip)
+    numr = np.einsum("bci,bcd,bdj->bij", Cp, V, Cp)   # NumPy's own loops: no BLAS kernel
+    delta, _ = pd_solve_stack(denom, numr)   # clinrel's Cholesky (stats._linalg)
     return np.trace(delta, axis1=1, axis2=2), np.einsum("bij,bji->b", delta, delta)
 
 
@@ -266,4 +268,4 @@ def _interaction_contrasts(L: int) -> np.ndarray:
     R = (row[:, None] == np.arange(1, L)[None, :]).astype("float64")
     X1 = np.column_stack([np.ones(2 * L), R, col])
     X12 = R * col[:, None]
-    return X12 - X1 @ np.linalg.lstsq(X1, X12, rcond=None)[0]
+    return X12 - matmul(X1, pd_solve(gram(X1), matmul(X1.T, X12)))

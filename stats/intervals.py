@@ -25,6 +25,7 @@ import pandas as pd
 from scipy import sparse, special
 from scipy import stats as sps
 
+from stats._linalg import clean_variance
 from stats.schema import ContractError, tidy
 
 ProportionMethod = Literal["wilson", "clopper-pearson", "jeffreys"]
@@ -374,14 +375,43 @@ def clustered_auc_variance(pair, pair_group, label, v, auc) -> dict[str, np.ndar
                                           m_i + n_i > 1]))
     M, N, I10, I01, I = (per[:, j:j + 1] for j in range(5))
     with np.errstate(divide="ignore", invalid="ignore"):
-        var = (I10 / ((I10 - 1) * M) * ss10 / M + I01 / ((I01 - 1) * N) * ss01 / N
-               + 2 * I / (I - 1) * ss11 / (M * N))
-    # a negative estimate (rounding below a zero variance, or the covariance term
-    # outweighing the others with few clusters) is no variance: not estimable, as with
-    # fewer than two clusters of a label
-    var = np.where((I10 > 1) & (I01 > 1) & ~(var < 0), var, np.nan)
+        t10 = I10 / ((I10 - 1) * M) * ss10 / M
+        t01 = I01 / ((I01 - 1) * N) * ss01 / N
+        t11 = 2 * I / (I - 1) * ss11 / (M * N)
+        # rounding around a zero variance (every cluster's placement sum at its share of
+        # the AUC) is decided by rule (stats._linalg.clean_variance, scale: the terms'
+        # magnitudes): within 1e-12 of it, 0; a clearly negative estimate (the covariance
+        # term outweighing the others with few clusters) is no variance: not estimable,
+        # as with fewer than two clusters of a label
+        var = clean_variance(t10 + t01 + t11, np.abs(t10) + np.abs(t01) + np.abs(t11))
+    # a zero reached by cancellation (the covariance term against the others, with few
+    # clusters) is no estimate either; only placements that are all alike (every term
+    # exactly 0) give a true zero variance
+    var = np.where((var == 0) & (ss10 + ss01 > 0), np.nan, var)
+    var = np.where((I10 > 1) & (I01 > 1), var, np.nan)
     return {"var": var, "n_clusters": I[:, 0], "n_clusters_pos": I10[:, 0],
             "n_clusters_neg": I01[:, 0], "repeats": per[:, 5] > 0}
+
+
+def delong_difference_variance(group, label, d, var_a, var_b, m, k) -> np.ndarray:
+    """DeLong variance of ``AUC_a - AUC_b`` on the same observations, per group, from the
+    placement differences ``d = v_a - v_b`` (``S10(d) / m + S01(d) / k``; equal to
+    ``V_a + V_b - 2 C_ab`` but exactly 0 when the placements are identical: the same
+    scores, or a monotone transform of them). By :func:`stats._linalg.clean_variance`
+    with scale ``V_a + V_b`` a value within 1e-12 of it is 0 (not estimable downstream:
+    no test of a zero variance)."""
+    group = np.asarray(group, dtype=np.int64)
+    y = np.asarray(label, dtype=bool)
+    G = len(m)
+    d = np.asarray(d, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean10 = np.bincount(group[y], weights=d[y], minlength=G) / m
+        mean01 = np.bincount(group[~y], weights=d[~y], minlength=G) / k
+        r = np.where(y, d - mean10[group], d - mean01[group])
+        s10 = np.bincount(group[y], weights=r[y] ** 2, minlength=G) / (m - 1)
+        s01 = np.bincount(group[~y], weights=r[~y] ** 2, minlength=G) / (k - 1)
+        var = s10 / m + s01 / k
+    return clean_variance(var, np.asarray(var_a) + np.asarray(var_b))
 
 
 def delong_covariance(group, label, v_a, v_b, auc_a, auc_b, m, k) -> np.ndarray:
@@ -613,8 +643,8 @@ def delong_test(label, score_a, score_b, *, conf_level: float = 0.95, cluster=No
     g = np.zeros(len(y), dtype=np.int64)
     da = delong_placements(g, y, a, 1)
     db = delong_placements(g, y, b, 1)
-    cov = delong_covariance(g, y, da["v"], db["v"], da["auc"], db["auc"], da["m"], da["k"])
-    var = da["var"] + db["var"] - 2 * cov
+    var = delong_difference_variance(g, y, da["v"] - db["v"], da["var"], db["var"], da["m"],
+                                     da["k"])
     clustered, extra = False, {}
     if cluster is not None:
         pair = _cluster_codes(cluster, len(y))

@@ -30,6 +30,7 @@ import pandas as pd
 from scipy import sparse
 from scipy import stats as sps
 
+from stats._linalg import clean_variance
 from stats._rng import as_generator
 from stats.detection import (
     GROUP_COLS,
@@ -556,6 +557,10 @@ def rubin_proportion(num: np.ndarray, den: np.ndarray, *, ci: str = "wilson",
         ubar = np.where(m > 0, np.where(ok, p * (1 - p) / np.where(ok, den, 1), 0).sum(0) / m, np.nan)
         same = np.where(ok, p, np.inf).min(0) == np.where(ok, p, -np.inf).max(0)
         b = np.where((m > 1) & ~same, np.where(ok, (p - pbar) ** 2, 0).sum(0) / (m - 1), 0.0)
+        # equal proportions given as scaled counts (num f / den f) differ in the last bit:
+        # a between-imputation variance within 1e-12 of the within one is 0 (rule of
+        # stats._linalg.clean_variance), so df is inf and fmi 0, not 1e62 and 1e-31
+        b = clean_variance(b, ubar)
         ubar = np.where(ubar > 0, ubar, pbar * (1 - pbar) / nbar)  # all p_m at 0 or 1
         extra = (1 + 1 / m) * b
         r = np.where(extra > 0, extra / ubar, 0.0)

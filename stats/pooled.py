@@ -81,6 +81,7 @@ import pandas as pd
 from scipy import stats as sps
 from scipy.special import expit
 
+from stats._linalg import matvec, pd_inverse, pd_logdet, pd_solve_stack
 from stats._threads import one_blas_thread
 from stats.clustered import AUTO, clusters_per_cell, cluster_cases
 from stats.detection import (GROUP_COLS, MSG_CLUSTER, MSG_CLUSTER_NA,  # noqa: F401 (re-exported)
@@ -266,24 +267,47 @@ def _fit_cells(X: np.ndarray, y: np.ndarray, n: np.ndarray, deff: np.ndarray, z:
     keep, _ = estimable_columns(X[obs], [str(i) for i in range(X.shape[1])])
     Xo = X[np.ix_(obs, keep)]
     yo, no = y[obs] / deff[obs], n[obs] / deff[obs]
+    # A main-effect level whose non-empty cells are all detected (or all missed), by exact
+    # counts, is separated: its log-odds ratio is infinite and its cells are fitted with
+    # probability 1 (0). The other parameters are fitted without its cells and column
+    # (the exact limit); its cells get the limit as estimate and NaN SEs.
+    sep = np.array([j > 0 and np.isin(Xo[:, j], (0.0, 1.0)).all() and (Xo[:, j] == 1).any()
+                    and (np.all(y[obs][Xo[:, j] == 1] == 0)
+                         or np.all(y[obs][Xo[:, j] == 1] == n[obs][Xo[:, j] == 1]))
+                    for j in range(Xo.shape[1])], dtype=bool)
+    free = ~np.any(Xo[:, sep] == 1, axis=1) if sep.any() else np.ones(len(obs), bool)
+    if free.sum() < 2:    # (nearly) every cell separated: nothing left to pool
+        out["fit_flag"][obs] = "separation;not_estimable"
+        return out
+    Xf = Xo[np.ix_(free, ~sep)]
     with one_blas_thread(), np.errstate(all="ignore"):
-        start = fit_glm(Xo, yo, no)
-        r = fit_glmm(Xo, yo, no, np.arange(len(obs)), len(obs), nagq=1, beta0=start.beta)
+        start = fit_glm(Xf, yo[free], no[free])
+        r = fit_glmm(Xf, yo[free], no[free], np.arange(int(free.sum())), int(free.sum()),
+                     nagq=1, beta0=start.beta, glm=start)
         theta = r.theta
-        eta_fix = Xo @ r.beta
-        eta = eta_fix + theta * r.u_hat
-        H, var = _conditional(Xo, no, theta, eta)
-        se = np.sqrt(var)
+        eta_fix = np.where(free, 0.0, np.nan)
+        eta = np.where(free, 0.0, np.nan)
+        eta_fix[free] = matvec(Xf, r.beta)
+        eta[free] = eta_fix[free] + theta * r.u_hat
+        se = np.full(len(obs), np.nan)
+        H = np.full(len(obs), np.nan)
+        H[free], var = _conditional(Xf, no[free], theta, eta[free])
+        se[free] = np.sqrt(var)
+        if sep.any():   # the separated cells: the limit, probability 1 (or 0)
+            limit = np.where(y[obs] == 0, -np.inf, np.inf)
+            eta_fix[~free] = eta[~free] = limit[~free]
+            H[~free] = np.inf
         if ci == "integrated":
-            lo, hi = _integrated_interval(Xo, yo, no, start.beta, z)
+            lo, hi = _integrated_interval(Xo, yo, no, _start_full(start.beta, sep), z)
         else:
             lo, hi = eta - z * se, eta + z * se
     flags = [w.split(":", 1)[0] for w in r.warnings]
-    if np.max(np.abs(r.beta)) > 15:     # a level all detected (or all missed)
+    if sep.any():     # a level all detected (or all missed), by exact counts
         flags.append("separation")
     if len(obs) < MIN_CELLS:
         flags.append("few_cells")
-    if not (np.all(np.isfinite(se)) and np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+    if not (np.all(np.isfinite(se[free])) and np.all(np.isfinite(lo))
+            and np.all(np.isfinite(hi))):
         flags.append("not_estimable")
     out["estimate"][obs] = expit(eta)
     out["conf_low"][obs] = expit(lo)
@@ -293,6 +317,14 @@ def _fit_cells(X: np.ndarray, y: np.ndarray, n: np.ndarray, deff: np.ndarray, z:
     out["se_logit"][obs] = se
     out["group_sd"][:] = theta
     out["fit_flag"][obs] = ";".join(dict.fromkeys(flags))
+    return out
+
+
+def _start_full(beta_free: np.ndarray, sep: np.ndarray) -> np.ndarray:
+    """A start for the full cell design: the free fit's coefficients, 0 for separated
+    columns (the integrated interval's prior keeps them finite)."""
+    out = np.zeros(len(sep))
+    out[~sep] = beta_free
     return out
 
 
@@ -306,16 +338,9 @@ def _conditional(X, n, theta, eta, prior_prec: float = 0.0):
     W = n * p * (1.0 - p)
     H = 1.0 + th * th * W
     S = np.einsum("...g,gi,gj->...ij", W / H, X, X) + prior_prec * np.eye(X.shape[1])
-    Sinv = _inv(S)
+    Sinv = pd_inverse(S)   # NaN where S is not positive definite by the stated rule
     quad = np.einsum("gi,...ij,gj->...g", X, Sinv, X)
     return H, th * th / H + quad / (H * H)
-
-
-def _inv(S):
-    try:
-        return np.linalg.inv(S)
-    except np.linalg.LinAlgError:
-        return np.linalg.pinv(S, hermitian=True)
 
 
 def _joint_modes(X, y, n, thetas, beta0, prior_prec, max_iter=100, tol=1e-10):
@@ -331,7 +356,7 @@ def _joint_modes(X, y, n, thetas, beta0, prior_prec, max_iter=100, tol=1e-10):
     u = np.zeros((K, G))
 
     def objective(b, uu):
-        e = b @ X.T + th * uu
+        e = np.einsum("kp,gp->kg", b, X) + th * uu
         return ((y * e - n * np.logaddexp(0.0, e)).sum(axis=1) - 0.5 * (uu * uu).sum(axis=1)
                 - 0.5 * prior_prec * (b * b).sum(axis=1)), e
 
@@ -341,10 +366,10 @@ def _joint_modes(X, y, n, thetas, beta0, prior_prec, max_iter=100, tol=1e-10):
         W = n * p * (1.0 - p)
         r = y - n * p
         D = 1.0 + th * th * W
-        gb, gu = r @ X - prior_prec * beta, th * r - u
+        gb, gu = np.einsum("kg,gp->kp", r, X) - prior_prec * beta, th * r - u
         S = np.einsum("kg,gi,gj->kij", W / D, X, X) + prior_prec * np.eye(X.shape[1])
-        db = np.linalg.solve(S, (gb - (th * W * gu / D) @ X)[..., None])[..., 0]
-        du = (gu - th * W * (db @ X.T)) / D
+        db, _ = pd_solve_stack(S, gb - np.einsum("kg,gp->kp", th * W * gu / D, X))
+        du = (gu - th * W * np.einsum("kp,gp->kg", db, X)) / D
         t = np.ones(K)
         for _ in range(30):                       # step halving, every theta at once
             cand_b, cand_u = beta + t[:, None] * db, u + t[:, None] * du
@@ -357,7 +382,7 @@ def _joint_modes(X, y, n, thetas, beta0, prior_prec, max_iter=100, tol=1e-10):
         beta = np.where(worse[:, None], beta, cand_b)
         u = np.where(worse[:, None], u, cand_u)
         f = np.where(worse, f, f_new)
-        eta = beta @ X.T + th * u
+        eta = np.einsum("kp,gp->kg", beta, X) + th * u
         if step.max() < tol:
             break
     return beta, u, f, eta
@@ -371,7 +396,7 @@ def _log_posterior(X, n, thetas, f, eta, prior_prec):
     W = n * p * (1.0 - p)
     H = 1.0 + thetas[:, None] ** 2 * W
     S = np.einsum("kg,gi,gj->kij", W / H, X, X) + prior_prec * np.eye(X.shape[1])
-    _, logdet = np.linalg.slogdet(S)
+    logdet = pd_logdet(S)
     return f - 0.5 * np.log(H).sum(axis=1) - 0.5 * logdet
 
 

@@ -29,7 +29,8 @@ def _name(requirement: str) -> str:
 @pytest.fixture(scope="module")
 def no_runner(tmp_path_factory):
     out = tmp_path_factory.mktemp("no_runner")
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "no_runner_check.py"), str(out)],
+    # -P: the script's folder (tests/, which holds tests/stats/) is not put on sys.path
+    proc = subprocess.run([sys.executable, "-P", str(ROOT / "tests" / "no_runner_check.py"), str(out)],
                           capture_output=True, text=True, timeout=600, cwd=out,
                           env={**os.environ, "MPLBACKEND": "Agg"})
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)

@@ -3,7 +3,7 @@
 - A user who points ``--out`` at the wrong place loses nothing: every refused output exits 2
   with a message naming the folder or file and the fix, and leaves every file below the
   test's folder byte-identical (no file added, changed or removed).
-- Spreadsheet formulas cannot ride in a CSV clinrel writes; numbers keep full precision.
+- Spreadsheet formulas cannot ride in a CSV clinrel writes; numbers keep 12 significant digits.
 - Leftovers of killed runs are removed by the next run, and only those.
 - Bad seeds, a latin-1 report CSV and an unreachable --llm-url are exit 2, no traceback.
 """
@@ -397,19 +397,28 @@ def test_neutralise_text(value, expected):
     assert neutralise_text(value) == expected
 
 
-def test_numbers_keep_full_precision_and_text_is_neutralised(tmp_path):
+def test_numbers_have_twelve_significant_digits_and_text_is_neutralised(tmp_path):
+    """Numbers are written at 12 significant digits (clinrel._csvsafe.SIGNIFICANT_DIGITS),
+    whole numbers without a decimal point, -0.0 as 0, floats held in text columns too."""
     x = np.array([-0.1234567890123456789, -1e-300, 2.0 / 3.0, np.nan])
     df = pd.DataFrame({"estimate": x, "n": [-1, 2, 3, 4], "ok": [True, False, True, False],
                        "site": ["=cmd", "-x", "plain", None],
-                       "phase": pd.Categorical(["@a", "b", "@a", "b"]), "=col": [1, 2, 3, 4]})
+                       "phase": pd.Categorical(["@a", "b", "@a", "b"]), "=col": [1, 2, 3, 4],
+                       "count": [888.0, -0.0, 3.0, 1.5],
+                       "mixed": pd.Series([0.30000000000000004, "a", 1.0, None], dtype=object)})
     path = tmp_path / "t.csv"
     write_csv(df, path)
     back = pd.read_csv(path, float_precision="round_trip")
-    np.testing.assert_array_equal(back["estimate"].to_numpy(), x)
+    np.testing.assert_array_equal(back["estimate"].to_numpy(),
+                                  [-0.123456789012, -1e-300, 0.666666666667, np.nan])
+    text = path.read_text()
+    assert ",888," in text and ",-0," not in text and "0.30000000000000004" not in text
+    assert back["count"].tolist() == [888, 0, 3, 1.5] and back["mixed"].tolist()[:3] == [
+        "0.3", "a", "1"]
     assert back["n"].tolist() == [-1, 2, 3, 4] and back["ok"].tolist() == [True, False, True, False]
     assert back["site"].tolist()[:3] == ["'=cmd", "'-x", "plain"]
     assert back["phase"].tolist() == ["'@a", "b", "'@a", "b"] and "'=col" in back.columns
-    assert df["site"][0] == "=cmd" and list(df.columns)[-1] == "=col"  # the input is not changed
+    assert df["site"][0] == "=cmd" and "=col" in df.columns and df["count"][1] == 0.0  # input unchanged
     assert neutralise(df.iloc[:0]).empty
 
 
@@ -441,7 +450,8 @@ def test_cli_csv_has_no_formula_and_keeps_numbers(tmp_path, tables):
     got = pd.read_csv(out, float_precision="round_trip")
     called = stats.scan_level(stats.read_cases(cases), threshold=50)
     api = stats.subgroup_metrics(called[called["split"] == "test"], by=["site"])  # test split
-    np.testing.assert_array_equal(got["estimate"].to_numpy(), api["estimate"].to_numpy())
+    np.testing.assert_allclose(got["estimate"].to_numpy(), api["estimate"].to_numpy(),
+                               rtol=1e-11, atol=0)      # 12 significant digits
 
 
 def test_report_and_crs_tables_have_no_formula(tmp_path, tables):
@@ -460,8 +470,9 @@ def test_report_and_crs_tables_have_no_formula(tmp_path, tables):
     assert any("'=HYPERLINK" in p.read_text() for p in written)
     for t in res.tables:
         csv_t = pd.read_csv(tmp_path / "rep" / "tables" / f"{t.name}.csv", float_precision="round_trip")
-        for col in t.data.select_dtypes("float").columns:
-            np.testing.assert_array_equal(csv_t[col].to_numpy(), t.data[col].to_numpy())
+        for col in t.data.select_dtypes("float").columns:   # at 12 significant digits
+            np.testing.assert_allclose(csv_t[col].to_numpy(), t.data[col].to_numpy(),
+                                       rtol=1e-11, atol=0)
     runs = pd.read_csv(tables / "runs.csv")
     runs["encoder"] = runs["encoder"].replace({"enc_01": "=1+1"})
     runs.to_csv(tmp_path / "runs.csv", index=False)

@@ -14,12 +14,12 @@ import re
 
 import pandas as pd
 
+from stats.models.glmm import SINGULAR_SD  # a boundary fit's SD is reported as exactly 0
+
 from .core import AFTER, analysis
 from .detection import _wants_detection
 
 UNKNOWN = "Unknown"
-#: a group SD below this is a boundary (singular) fit: no group effects are drawn
-SINGULAR_SD = 1e-4
 
 
 def _wants(plan, tables) -> bool:

@@ -217,8 +217,21 @@ def _fit_one(name, data, formula, **kw) -> ModelFit:
     return mf
 
 
+#: the log-odds ratio kept internally for a separated term (its ML estimate is infinite):
+#: expit(40) is 1 in double precision, so the term's rows are fitted as certain; tables
+#: show the estimate as +-inf with a NaN SE (``Fit.tidy``)
+SEPARATED_LOGIT = 40.0
+
+
 def _fit_one_inner(name, data, formula, *, group, method, nagq, bias_reduced, cluster, trials,
                    outcome) -> ModelFit:
+    """Build the design and fit it. A separated term (a 0/1 column whose rows all have one
+    outcome, found by exact counts: ``design.separation_warnings``) has an infinite ML
+    log-odds ratio; in that limit its rows are fitted with probability 1 (or 0) and carry
+    no information on the other parameters. So the other parameters are fitted, by every
+    method alike, on the rows outside the separated levels without the separated columns
+    (the exact limit of the full fit, whatever the optimiser or the CPU); the separated
+    terms get NaN variances and the flag ``separation``."""
     d = _design.build(data, formula, group=group, outcome=outcome, trials=trials,
                       cluster=cluster)
     warnings = list(d.warnings) + _design.separation_warnings(d)
@@ -226,11 +239,82 @@ def _fit_one_inner(name, data, formula, *, group, method, nagq, bias_reduced, cl
     if method in ("glmm", "gee") and G < MIN_GROUPS:
         warnings.append(f"few_groups: only {G} levels of '{group}'; the group variance is "
                         f"poorly estimated with fewer than {MIN_GROUPS} (consider method='fixed')")
+    sep = _design.separated_columns(d, warnings)
+    if not sep.any():
+        return _fit_design(name, d, warnings, method=method, nagq=nagq,
+                           bias_reduced=bias_reduced, cluster=cluster, group=group)
+    fd, rows = _design.without_separated(d, sep)
+    if len(fd.y) <= fd.X.shape[1]:
+        return _all_separated(name, d, sep, warnings, method)
+    mf = _fit_design(name, fd, warnings, method=method, nagq=nagq,
+                     bias_reduced=bias_reduced, cluster=cluster, group=group)
+    return _with_separated(mf, d, sep, rows)
+
+
+def _all_separated(name, d, sep: np.ndarray, warnings: list[str], method: str) -> ModelFit:
+    """Every row (or all but as many as there are other terms) lies in a separated level:
+    the limit fits every row with certainty (log-likelihood: the binomial constants, 0
+    for 0/1 data) and nothing is left to estimate the other terms from (NaN, flag
+    not_estimable)."""
+    p = len(d.terms)
+    ybin = d.y / d.trials
+    beta = np.full(p, np.nan)
+    for j in np.flatnonzero(sep):
+        beta[j] = SEPARATED_LOGIT if np.all(ybin[d.X[:, j] == 1] == 1) else -SEPARATED_LOGIT
+    from scipy.special import gammaln
+    const = float(np.sum(gammaln(d.trials + 1) - gammaln(d.y + 1) - gammaln(d.trials - d.y + 1)))
+    msg = ("not_estimable: every row lies in a separated level (or too few rows are left "
+           "outside them); the other terms cannot be estimated; merge levels")
+    glmm = method == "glmm"
+    return ModelFit(model=name, method=method if method != "fixed" or d.group_levels != ["all"]
+                    else "glm", method_label={"glmm": "glmm-laplace-wald", "gee": "gee-md-t"}
+                    .get(method, "glm-wald"), design=d, beta=beta, vcov=np.full((p, p), np.nan),
+                    loglik=np.nan if method == "gee" else const,
+                    n_params=p + (1 if glmm else 0), converged=False,
+                    warnings=warnings + [msg], theta=np.nan if glmm else None,
+                    vcov_full=np.full((p + 1, p + 1), np.nan) if glmm else None,
+                    re=None, extra={})
+
+
+def _with_separated(mf: ModelFit, d, sep: np.ndarray, rows: np.ndarray) -> ModelFit:
+    """The fit of the free design ``mf`` expressed in the full design ``d``: separated terms
+    at +-SEPARATED_LOGIT with NaN (co)variances, group effects of groups without free rows
+    NaN."""
+    p = len(d.terms)
+    ybin = d.y / d.trials
+    sign = np.array([1.0 if np.all(ybin[d.X[:, j] == 1] == 1) else -1.0 for j in range(p)])
+    beta = np.full(p, np.nan)
+    beta[~sep] = mf.beta
+    beta[sep] = sign[sep] * SEPARATED_LOGIT
+    vcov = np.full((p, p), np.nan)
+    vcov[np.ix_(~sep, ~sep)] = mf.vcov
+    vcov_full = None
+    if mf.vcov_full is not None:
+        keep = np.concatenate([[True], ~sep])
+        vcov_full = np.full((p + 1, p + 1), np.nan)
+        vcov_full[np.ix_(keep, keep)] = mf.vcov_full
+    re = mf.re
+    if re is not None:
+        re = pd.DataFrame({"group": d.group_levels}).merge(re, on="group", how="left")
+        re["n"] = np.bincount(d.groups, minlength=len(d.group_levels))
+    extra = dict(mf.extra)
+    if "vcov_model" in extra and extra["vcov_model"] is not None:
+        vm = np.full((p, p), np.nan)
+        vm[np.ix_(~sep, ~sep)] = extra["vcov_model"]
+        extra["vcov_model"] = vm
+    extra["separated_rows"] = int((~rows).sum())
+    return ModelFit(model=mf.model, method=mf.method, method_label=mf.method_label, design=d,
+                    beta=beta, vcov=vcov, loglik=mf.loglik,
+                    n_params=mf.n_params + int(sep.sum()), converged=mf.converged,
+                    warnings=mf.warnings, theta=mf.theta, vcov_full=vcov_full, re=re,
+                    extra=extra)
+
+
+def _fit_design(name, d, warnings, *, method, nagq, bias_reduced, cluster, group) -> ModelFit:
+    G = len(d.group_levels)
     start = fit_glm(d.X, d.y, d.trials)
     if method == "glmm":
-        separated = _design.separated_columns(d, warnings)
-        r = fit_glmm(d.X, d.y, d.trials, d.groups, G, nagq=nagq, beta0=start.beta,
-                     separated=separated, glm=start)
+        r = fit_glmm(d.X, d.y, d.trials, d.groups, G, nagq=nagq, beta0=start.beta, glm=start)
         label = "glmm-laplace-wald" if nagq <= 1 else f"glmm-agq{nagq}-wald"
         b = r.theta * r.u_hat
         re = pd.DataFrame({"group": d.group_levels, "estimate": b,

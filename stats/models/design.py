@@ -19,7 +19,7 @@ pandas categorical keeps its category order, a text column is sorted (as R's
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -258,24 +258,36 @@ def build(data: pd.DataFrame, formula: ParsedFormula | str, *, group: str | None
                   parsed=parsed)
 
 
-def estimable_columns(X: np.ndarray, names: list[str], tol: float = 1e-7) -> tuple[list[int], dict[str, str]]:
-    """Indices of the columns kept (R's pivoted-QR rule: drop a column that is zero or a
-    linear combination of the earlier ones) and the reasons for those dropped."""
+#: R's tolerance for aliased columns (``lm.fit``/``glm.fit``: ``qr(tol = 1e-7)``)
+ALIAS_TOL = 1e-7
+
+
+def estimable_columns(X: np.ndarray, names: list[str], tol: float = ALIAS_TOL
+                      ) -> tuple[list[int], dict[str, str]]:
+    """Indices of the columns kept and the reasons for those dropped: a column of zeros
+    is ``empty``; a column whose residual on the columns before it, relative to its own
+    length, is below ``tol`` (R's QR rule: ``|R_jj| < 1e-7 ||x_j||``, on the columns as
+    given, uncentred) is ``aliased``. The residuals are the diagonal of the QR
+    factorisation of the length-normalised columns in their order (a dropped column lies
+    in the span of the earlier ones, so keeping it in the factorisation changes no later
+    residual). Rounding moves them by about 1e-16; an uncentred calendar year spanning
+    two years sits near 3e-4, so the margin decides nothing by rounding."""
     dropped: dict[str, str] = {}
+    nonzero = np.abs(X).max(axis=0) > 0 if X.size else np.zeros(X.shape[1], bool)
+    for j in np.flatnonzero(~nonzero):
+        dropped[names[j]] = "empty"
+    cols = np.flatnonzero(nonzero)
     keep: list[int] = []
-    nonzero = np.abs(X).max(axis=0) > 0
-    scale = np.sqrt((X ** 2).sum(axis=0))
-    scale[scale == 0] = 1.0
-    gram = (X.T @ X) / np.outer(scale, scale)
-    for j in range(X.shape[1]):
-        if not nonzero[j]:
-            dropped[names[j]] = "empty"
-            continue
-        cand = keep + [j]
-        if np.linalg.eigvalsh(gram[np.ix_(cand, cand)])[0] < tol:
-            dropped[names[j]] = "aliased"
-            continue
-        keep.append(j)
+    if len(cols):
+        Z = X[:, cols] / np.sqrt((X[:, cols] ** 2).sum(axis=0))
+        if Z.shape[0] < Z.shape[1]:   # fewer rows than columns: pad, residuals stay 0
+            Z = np.vstack([Z, np.zeros((Z.shape[1] - Z.shape[0], Z.shape[1]))])
+        resid = np.abs(np.diag(np.linalg.qr(Z, mode="r")))
+        for j, r in zip(cols, resid):
+            if r < tol:
+                dropped[names[j]] = "aliased"
+            else:
+                keep.append(int(j))
     return keep, dropped
 
 
@@ -283,15 +295,17 @@ def separation_warnings(d: Design) -> list[str]:
     """Levels of a 0/1 indicator column whose rows all have the same outcome (complete or
     quasi-complete separation: the ML log-odds ratio is infinite)."""
     out = []
-    ybin = d.y / d.trials
     for j, t in enumerate(d.terms):
         col = d.X[:, j]
         if t == "Intercept" or not np.isin(col, (0.0, 1.0)).all():
             continue
         inside = col == 1
-        rate = ybin[inside].mean() if inside.any() else np.nan
-        if inside.any() and rate in (0.0, 1.0):
-            out.append(f"separation: every row with {t} has outcome {int(rate)}; its log-odds "
+        if not inside.any():
+            continue
+        # exact counts: no successes, or successes equal to trials, in every row
+        if np.all(d.y[inside] == 0) or np.all(d.y[inside] == d.trials[inside]):
+            rate = 0 if np.all(d.y[inside] == 0) else 1
+            out.append(f"separation: every row with {t} has outcome {rate}; its log-odds "
                        "ratio is infinite (estimate unreliable; merge levels or use a penalised fit)")
     return out
 
@@ -308,6 +322,20 @@ def separated_terms(warnings: list[str]) -> set[str]:
 
 
 _SEPARATED = re.compile(r"separation: every row with (.+) has outcome [01]; ", re.DOTALL)
+
+
+def without_separated(d: Design, sep: np.ndarray) -> tuple[Design, np.ndarray]:
+    """The design without the separated columns ``sep`` and without the rows of their
+    levels (where the separated terms' fitted probabilities are 1 or 0), and the bool
+    mask of the rows kept. Groups and clusters are coded again over the rows kept."""
+    rows = ~np.any(d.X[:, sep] == 1, axis=1)
+    gcodes, glevels = pd.factorize(np.asarray(d.group_levels, dtype=object)[d.groups[rows]],
+                                   sort=True)
+    ccodes = pd.factorize(d.cluster[rows])[0]
+    terms = [t for t, s in zip(d.terms, sep) if not s]
+    return replace(d, y=d.y[rows], trials=d.trials[rows], X=d.X[rows][:, ~sep], terms=terms,
+                   groups=gcodes.astype(np.int64), group_levels=[str(g) for g in glevels],
+                   cluster=np.asarray(ccodes, dtype=np.int64), data=d.data.loc[rows]), rows
 
 
 def separated_columns(d: Design, warnings: list[str]) -> np.ndarray:

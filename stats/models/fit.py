@@ -169,7 +169,8 @@ class Fit:
                 b, s = est.get(t, np.nan), ses.get(t, np.nan)
                 flag = d.dropped.get(t, "")
                 if t in sep:
-                    flag = "separation"
+                    flag = "separation"   # the ML log-odds ratio is infinite: +-inf, no SE
+                    b, s = np.copysign(np.inf, b), np.nan
                 elif not flag and not (np.isfinite(b) and np.isfinite(s)):
                     flag = "not_estimable"      # on the term it concerns, not on every term
                 rows.append(dict(estimand=t, model=m, estimate=b, std_error=s,

@@ -52,6 +52,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import expit
 
+from stats._linalg import (gram, matmul, matvec, pd_inverse, pd_solve, pd_solve_stack, rmatvec,
+                           standardize)
+
 
 #: Below this many clusters ``bias_reduced=None`` uses Mancl-DeRouen with a t reference.
 SMALL_SAMPLE_CLUSTERS = 20
@@ -133,14 +136,18 @@ def fit_gee(X, y, groups, *, bias_reduced: bool | None = False, beta0=None, maxi
     ni = np.bincount(g, minlength=G).astype(float)
     starts = np.concatenate([[0], np.cumsum(ni)[:-1]]).astype(np.int64)
     N, p = X.shape
-    beta = np.zeros(p) if beta0 is None else np.asarray(beta0, float).copy()
+    # fitted on the centred and scaled columns (stats._linalg.standardize): the step rule
+    # and the positive-definite rule are decided there, then mapped back
+    M, Minv = standardize(X)
+    X_orig, X = X, matmul(X, M)
+    beta = np.zeros(p) if beta0 is None else matvec(Minv, np.asarray(beta0, float))
     seg = lambda a: np.add.reduceat(a, starts, axis=0)  # noqa: E731
     converged = False
     warnings: list[str] = []
     alpha, phi = 0.0, 1.0
     first = True
     for it in range(maxiter):
-        mu = np.clip(expit(X @ beta), 1e-12, 1 - 1e-12)
+        mu = np.clip(expit(matvec(X, beta)), 1e-12, 1 - 1e-12)
         a = mu * (1 - mu)
         sa = np.sqrt(a)
         r = (y - mu) / sa
@@ -153,9 +160,11 @@ def fit_gee(X, y, groups, *, bias_reduced: bool | None = False, beta0=None, maxi
         c1 = 1.0 / (1.0 - alpha)
         c2 = alpha / (1.0 - alpha + ni * alpha)
         sx = seg(Xt)
-        B = c1 * (Xt.T @ Xt - np.einsum("g,gp,gq->pq", c2, sx, sx))
-        U = c1 * (Xt.T @ r - sx.T @ (c2 * s1))
-        step = np.linalg.lstsq(B, U, rcond=None)[0]
+        B = c1 * (gram(Xt) - np.einsum("g,gp,gq->pq", c2, sx, sx))
+        U = c1 * (rmatvec(Xt, r) - rmatvec(sx, c2 * s1))
+        step = pd_solve(B, U)
+        if step is None:   # a flat direction: the least-squares step
+            step = np.linalg.lstsq(B, U, rcond=None)[0]
         if not np.all(np.isfinite(step)):
             break
         beta = beta + step
@@ -166,7 +175,7 @@ def fit_gee(X, y, groups, *, bias_reduced: bool | None = False, beta0=None, maxi
             converged = True
             break
     # final quantities at beta
-    mu = np.clip(expit(X @ beta), 1e-12, 1 - 1e-12)
+    mu = np.clip(expit(matvec(X, beta)), 1e-12, 1 - 1e-12)
     a = mu * (1 - mu)
     sa = np.sqrt(a)
     r = (y - mu) / sa
@@ -174,24 +183,26 @@ def fit_gee(X, y, groups, *, bias_reduced: bool | None = False, beta0=None, maxi
     c1 = 1.0 / (1.0 - alpha)
     c2 = alpha / (1.0 - alpha + ni * alpha)
     sx, s1 = seg(Xt), seg(r)
-    B = c1 * (Xt.T @ Xt - np.einsum("g,gp,gq->pq", c2, sx, sx))
+    B = c1 * (gram(Xt) - np.einsum("g,gp,gq->pq", c2, sx, sx))
     Ui = c1 * (seg(Xt * r[:, None]) - c2[:, None] * sx * s1[:, None])   # (G, p)
     if bias_reduced:
         Bi = c1 * _cluster_grams(Xt, starts, c2)
-        try:
-            Ui = np.einsum("pq,gq->gp", B, np.linalg.solve(B[None] - Bi, Ui[:, :, None])[..., 0])
-        except np.linalg.LinAlgError:  # a cluster carries all the information on a term
+        # I - H_ii must be invertible for every cluster: B - B_i positive definite by the
+        # stated rule (stats._linalg), not by whether a factorisation happens to succeed
+        sol, ok = pd_solve_stack(B[None] - Bi, Ui)
+        if ok.all():
+            Ui = np.einsum("pq,gq->gp", B, sol)
+        else:  # a cluster carries all the information on a term
             Ui = np.full_like(Ui, np.nan)
             warnings.append("not_estimable: the bias-reduced SE needs every term informed by "
                             "more than one cluster")
-    Binv = np.linalg.pinv(B)
-    meat = Ui.T @ Ui
-    vcov = Binv @ meat @ Binv
+    Binv = pd_inverse(B)
+    vcov = matmul(matmul(Binv, gram(Ui)), Binv)
     if not converged:
         warnings.append(f"not_converged: GEE did not converge in {maxiter} iterations")
     df = np.inf
     if bias_reduced:
-        df = small_sample_df(X, g)
+        df = small_sample_df(X_orig, g)
         if np.isnan(df):
             warnings.append(f"not_estimable: {n_clusters} clusters leave no degrees of freedom "
                             "for the t reference of the Mancl-DeRouen tests (df = clusters - "
@@ -201,6 +212,7 @@ def fit_gee(X, y, groups, *, bias_reduced: bool | None = False, beta0=None, maxi
         warnings.append(f"few_clusters: robust (sandwich) SEs from {n_clusters} clusters are "
                         "biased down and their z tests reject too often; use "
                         "bias_reduced=None or True (Mancl-DeRouen with a t reference)")
+    beta, vcov = matvec(M, beta), matmul(matmul(M, vcov), M.T)
     return GEEResult(beta=beta, vcov=vcov, alpha=alpha, scale=phi, converged=converged,
                      n_iter=it + 1, warnings=warnings, n_clusters=n_clusters, df=df,
                      bias_reduced=bool(bias_reduced))

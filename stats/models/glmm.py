@@ -39,11 +39,13 @@ import numpy as np
 from scipy import optimize
 from scipy.special import expit, gammaln
 
-from stats._linalg import is_positive_definite, pd_inverse
+from stats._linalg import gram, matmul, matvec, pd_inverse, pd_solve, rmatvec, standardize
 
 _MAX_STEP = 3.0  # cap on a Newton step for a conditional mode (in SD units of u)
 #: a group SD below this is a boundary (singular) fit, reported as 0 (lme4's isSingular tol)
 SINGULAR_SD = 1e-4
+#: a deviance at SD 0 within this of the fit's is a boundary fit too (deviance units)
+SINGULAR_DEVIANCE = 1e-6
 
 
 @dataclass
@@ -137,7 +139,7 @@ class LaplaceObjective:
     def value_grad(self, params):
         theta, beta = params[0], params[1:]
         X, y, n, g = self.X, self.y, self.n, self.g
-        eta0 = X @ beta
+        eta0 = matvec(X, beta)
         u, p, S, R = self._modes(eta0, theta)
         self.u = u
         self.n_eval += 1
@@ -187,7 +189,7 @@ class LaplaceObjective:
         coef_dH = -0.5 * C2 / (H * sqH) - 0.5 / H          # multiplies dH/db
         coef_Xv = -(C1 + coef_dH * theta2 * theta * S1) * theta / H
         w = np.einsum("nk,nk->n", pi[g], rmat) + v * coef_Xv[g] + v1 * (coef_dH * theta2)[g]
-        grad_b = X.T @ w
+        grad_b = rmatvec(X, w)
         grad_t = np.sum(pi * dgt)
         loglik = float(L.sum()) + self.const
         dev = -2.0 * loglik
@@ -205,10 +207,10 @@ class LaplaceObjective:
         S1 = self._seg(v1)
         logH = np.log(H)
         ll = float(np.sum(y * eta - n * np.logaddexp(0.0, eta)))
-        loglik = ll - 0.5 * float(u @ u) - 0.5 * float(logH.sum()) + self.const
+        loglik = ll - 0.5 * float(np.sum(u * u)) - 0.5 * float(logH.sum()) + self.const
         th2 = theta * theta
         w = r - 0.5 * th2 * v1 / H[g] + 0.5 * th2 * th2 * v * (S1 / (H * H))[g]
-        grad_b = X.T @ w
+        grad_b = rmatvec(X, w)
         du_dt = (R - theta * u * S) / H
         dH_dt = 2.0 * theta * S + th2 * S1 * (u + theta * du_dt)
         grad_t = float(np.sum(R * u - 0.5 * dH_dt / H))
@@ -241,57 +243,40 @@ class LaplaceObjective:
         return 0.5 * (Hm + Hm.T)
 
 
-def _scaling(X) -> np.ndarray:
-    """``M`` with ``X @ M`` centred (when X has an intercept column) and unit-SD columns:
-    the optimiser works on ``beta' = M^-1 beta``, which is far better conditioned."""
-    p = X.shape[1]
-    M = np.eye(p)
-    sd = X.std(axis=0)
-    mean = X.mean(axis=0)
-    icpt = [j for j in range(p) if sd[j] == 0 and mean[j] == 1.0]
-    for j in range(p):
-        if sd[j] > 0:
-            M[j, j] = 1.0 / sd[j]
-            if icpt:
-                M[icpt[0], j] = -mean[j] / sd[j]
-    return M
-
-
 def fit_glmm(X, y, trials, groups, n_groups, *, nagq=1, beta0=None, theta0=None,
-             maxiter=500, separated=None, glm=None) -> GLMMResult:
+             maxiter=500, glm=None) -> GLMMResult:
     """Fit the random-intercept binomial GLMM (Laplace when ``nagq == 1``).
 
     The optimisation runs on centred and scaled columns (``X M``); L-BFGS to a moderate
     tolerance, then Newton steps on the finite-difference Hessian (quadratic convergence);
     estimates and covariance are mapped back (``beta = M beta'``, ``V = M V' M'``).
+    Products and solves avoid BLAS (:mod:`stats._linalg`), so one machine gives the same
+    bits whatever its BLAS kernel.
 
     Rules (each decided by data or a stated margin, never by whether a factorisation
     of a numerically flat matrix happens to succeed on this CPU):
 
-    * **Separated terms.** ``separated`` (bool per column of X) marks columns whose
-      log-odds ratio is infinite, found by exact counts (every row of a factor level has
-      one outcome: ``design.separation_warnings``). Their variances are always NaN, the
-      Newton polish leaves them where L-BFGS stopped, and the other parameters'
-      covariance is always the inverse of the Hessian without the separated rows and
-      columns, in the original parameterisation: as the separated coefficient runs off
-      to infinity its rows carry no information and its cross-information vanishes, so
-      this is the limit of the full inverse (what glmer's finite Hessian approximates).
+    * **Separated terms** are handled by the caller (``stats.models``): it fits the rows
+      outside the separated levels without the separated columns (the exact limit).
     * **Boundary (singular) fit.** When the group SD ends below :data:`SINGULAR_SD`
-      (lme4's ``isSingular`` tolerance), the fit is on the boundary: the SD is reported
-      as exactly 0 and the fixed effects, their covariance and the log-likelihood are the
-      binomial GLM's (``glm``: a :class:`stats.models.fixed.GLMResult` of the same X, y,
-      trials, computed here when not given), which is the model at SD 0. The SD's SE is
-      NaN.
-    * **Positive definiteness** of the (sub-)Hessian: :func:`stats._linalg.pd_inverse`
-      (smallest eigenvalue of the correlation-scaled matrix at least 1e-6); otherwise
-      the standard errors are NaN with the fit-level code ``not_estimable``.
+      (lme4's ``isSingular`` tolerance), or the deviance at SD 0 is within
+      :data:`SINGULAR_DEVIANCE` (1e-6) of the fit's, the fit is on the boundary: the SD
+      is reported as exactly 0 and the fixed effects, their covariance and the
+      log-likelihood are the binomial GLM's (``glm``: a
+      :class:`stats.models.fixed.GLMResult` of the same X, y, trials, computed here when
+      not given), which is the model at SD 0. The SD's SE is NaN.
+    * **Positive definiteness** of the Hessian, decided on the centred and scaled
+      parameterisation the optimiser works in (an intercept and an uncentred covariate,
+      a calendar year, are nearly collinear only before centring):
+      :func:`stats._linalg.pd_inverse` (smallest eigenvalue of the correlation-scaled
+      matrix at least 1e-6); otherwise the standard errors are NaN with the fit-level
+      code ``not_estimable``.
     """
-    M = _scaling(X)
-    Xs = X @ M
+    M, Minv = standardize(X)
+    Xs = matmul(X, M)
     obj = LaplaceObjective(Xs, y, trials, groups, n_groups, nagq=nagq)
     p = X.shape[1]
-    sep = np.zeros(p, bool) if separated is None else np.asarray(separated, bool)
-    b0 = np.zeros(p) if beta0 is None else np.linalg.solve(M, beta0)
+    b0 = np.zeros(p) if beta0 is None else matvec(Minv, np.asarray(beta0, float))
     x0 = np.concatenate([[1.0 if theta0 is None else theta0], b0])
     warnings: list[str] = []
     res = optimize.minimize(obj.value_grad, x0, jac=True, method="L-BFGS-B",
@@ -301,21 +286,15 @@ def fit_glmm(X, y, trials, groups, n_groups, *, nagq=1, beta0=None, theta0=None,
     dev, grad = obj.value_grad(x)
     Hess = obj.hessian(x)
     fresh = True
-    # The separated coefficients are left out of the Newton steps: the separated
-    # direction is flat, so its step is noise (the scaled X M mixes the intercept into
-    # the other columns, but not the separated columns into each other).
-    free = np.concatenate([[True], ~sep])
     for _ in range(8):
-        Hf = Hess[np.ix_(free, free)]
-        if not is_positive_definite(Hf):
+        step = pd_solve(Hess, grad)
+        if step is None:
             break
-        step = np.zeros_like(x)
-        step[free] = np.linalg.solve(Hf, grad[free])
         t, accepted = 1.0, False
         for _ in range(8):
             cand = x - t * step
             d2, g2 = obj.value_grad(cand)
-            if d2 <= dev + 1e-9:
+            if d2 <= dev + 1e-12 * max(1.0, abs(dev)):
                 x, dev, grad, accepted = cand, d2, g2, True
                 break
             t /= 2
@@ -326,7 +305,7 @@ def fit_glmm(X, y, trials, groups, n_groups, *, nagq=1, beta0=None, theta0=None,
             Hess, fresh = obj.hessian(x), True
         else:
             fresh = False
-        if moved < 1e-8 or np.max(np.abs(grad[free])) < 1e-8:
+        if moved < 1e-8 or np.max(np.abs(grad)) < 1e-8:
             break
     if x[0] < 0:  # the deviance is even in theta: report the positive root
         x = x.copy()
@@ -337,41 +316,35 @@ def fit_glmm(X, y, trials, groups, n_groups, *, nagq=1, beta0=None, theta0=None,
         Hess = obj.hessian(x)
     dev, grad = obj.value_grad(x)
     theta = float(x[0])
-    gnorm = float(np.max(np.abs(grad[free])))
+    gnorm = float(np.max(np.abs(grad)))
     converged = bool(gnorm < 1e-3 * max(1.0, abs(dev)) ** 0.5)
     if not converged:
         warnings.append(f"not_converged: largest deviance gradient {gnorm:.2g} at the end "
                         f"({res.message}); estimates may be off")
-    singular = theta < SINGULAR_SD
+    if glm is None and theta < 10 * SINGULAR_SD:
+        from .fixed import fit_glm
+        glm = fit_glm(X, y, trials)
+    singular = theta < SINGULAR_SD or (
+        glm is not None and -2.0 * glm.loglik - dev < SINGULAR_DEVIANCE)
+    A = np.eye(p + 1)
+    A[1:, 1:] = M
     if singular:
         warnings.append("singular: the group SD is estimated at (or near) 0; the random "
                         "intercept is not supported by the data (lme4: boundary (singular) fit)")
-        if glm is None:
-            from .fixed import fit_glm
-            glm = fit_glm(X, y, trials)
         beta = np.asarray(glm.beta, float)
+        info_s = _glm_information(Xs, trials, matvec(Minv, beta))   # scaled parameters
         vcov = np.full((p + 1, p + 1), np.nan)
-        info = _glm_information(X, trials, beta)
-        keep = ~sep
-        vcov[1:, 1:][np.ix_(keep, keep)] = pd_inverse(info[np.ix_(keep, keep)])
+        vcov[1:, 1:] = matmul(matmul(M, pd_inverse(info_s)), M.T)
         loglik = float(glm.loglik)
         u, H = np.zeros(int(n_groups)), np.ones(int(n_groups))
         theta = 0.0
     else:
-        # the Hessian in the original parameters: H_orig = A^-T H A^-1
-        A = np.eye(p + 1)
-        A[1:, 1:] = M
-        Ainv = np.linalg.inv(A)
-        Ho = Ainv.T @ Hess @ Ainv
-        vcov = np.full((p + 1, p + 1), np.nan)
-        vcov[np.ix_(free, free)] = pd_inverse(Ho[np.ix_(free, free)] / 2.0)
-        beta = M @ x[1:]
+        vcov = matmul(matmul(A, pd_inverse(Hess / 2.0)), A.T)
+        beta = matvec(M, x[1:])
         loglik = -dev / 2.0
         u, H = obj.last
-    if not np.all(np.isfinite(np.diag(vcov)[1:][~sep])):
-        vcov[1:, 1:] = np.nan
-        if not singular:
-            vcov[0, :] = vcov[:, 0] = np.nan
+    if not np.all(np.isfinite(np.diag(vcov)[1:])):
+        vcov[:, :] = np.nan
         warnings.append("not_estimable: the Hessian is not positive definite; standard errors "
                         "are unavailable (separation or an over-parameterised model)")
     return GLMMResult(beta=beta, theta=theta, vcov_full=vcov, loglik=loglik,
@@ -382,6 +355,5 @@ def fit_glmm(X, y, trials, groups, n_groups, *, nagq=1, beta0=None, theta0=None,
 def _glm_information(X, trials, beta) -> np.ndarray:
     """Fisher information ``X' W X`` of the binomial GLM at ``beta`` (the Hessian of half
     the deviance in beta at group SD 0)."""
-    p = expit(X @ beta)
-    w = trials * p * (1.0 - p)
-    return (X * w[:, None]).T @ X
+    p = expit(matvec(X, beta))
+    return gram(X, trials * p * (1.0 - p))
