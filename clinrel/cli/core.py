@@ -115,6 +115,8 @@ def register(app: typer.Typer) -> None:
 
         k = kind.value if kind is not Kind.auto else _guess_kind(file)
         df = stats.read_cases(file) if k == "cases" else stats.read_runs(file)
+        for line in stats.schema.merge_notes(df.attrs.get("text_merged", [])):
+            typer.echo(f"{file}: note: {line}", err=True)   # never merged silently
         if not quiet:
             if k == "cases":
                 sites = (f"1 site (no site column: a single-site study, site "

@@ -77,6 +77,9 @@ class Tables:
     probe_predictions: pd.DataFrame | None = None
     input_sha256: dict = field(default_factory=dict)
     input_rows: dict = field(default_factory=dict)
+    #: values the readers rewrote as Unicode NFC (``stats.schema.unify_text``): one dict
+    #: per spelling, recorded in the flow of cases
+    text_merged: list = field(default_factory=list)
 
 
 class Results:

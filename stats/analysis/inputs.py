@@ -131,6 +131,7 @@ def _load(plan: Plan) -> Tables:
         study.input_sha256[name] = sha256_file(path)
     if plan.cases is not None:
         cases = stats.read_cases(plan.cases)
+        study.text_merged += cases.attrs.get("text_merged", [])
         _check_identifiers(cases, plan.cases, plan)
         study.input_rows["cases"] = len(cases)
         if plan.privacy.pseudonymize_ids:
@@ -141,6 +142,7 @@ def _load(plan: Plan) -> Tables:
         study.cases = cases
     if plan.runs is not None:
         runs = stats.read_runs(plan.runs)
+        study.text_merged += runs.attrs.get("text_merged", [])
         _check_identifiers(runs, plan.runs, plan)
         study.input_rows["runs"] = len(runs)
         study.runs = runs
@@ -159,6 +161,7 @@ def _load(plan: Plan) -> Tables:
         study.label_error = stats.schema.read_table(opts.label_error, table="label_error")[0]
     if plan.probe_predictions is not None:
         pp = stats.schema.read_probe_predictions(plan.probe_predictions)
+        study.text_merged += pp.attrs.get("text_merged", [])
         _check_identifiers(pp, plan.probe_predictions, plan)
         study.probe_predictions = pp
     return study
