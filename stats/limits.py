@@ -22,12 +22,14 @@ The caps (this module is their one definition; the README's "Safety" section quo
 
 Each is raised (or lowered) by the plan, ``limits: {max_memory_gb: 64, max_rows: 1e8,
 max_hours: 48}``, or by the environment variables in ``ENV``; the plan wins over the
-environment, which wins over the default. The other caps are fixed (``FIXED``): plan and
-reference files larger than ``MAX_YAML_BYTES``, YAML aliases (``*name``: the "billion
-laughs" bomb), and the plan's counts and list lengths (``COUNT_CAPS``: replicate counts,
-weight draws, imputations, quadrature points, bin breaks, subgroup axes), set far above
-what any study needs and below what would exhaust a machine. :data:`CAP_TABLE` lists
-every cap (name, value, what it bounds, how to raise it); docs/plan.md prints it.
+environment, which wins over the default. The plan's counts that size an allocation
+(``ESTIMATED``: replicate counts, weight draws, imputations) are bounded by the estimates
+of their steps against ``max_memory_gb`` and ``max_hours``. The other caps are fixed:
+plan and reference files larger than ``MAX_YAML_BYTES``, YAML aliases (``*name``: the
+"billion laughs" bomb), and the plan's list lengths and its other counts
+(``COUNT_CAPS``: bin breaks, subgroup axes, quadrature points), set far above what any
+study needs. :func:`cap_table` lists every cap (name, value, what it bounds, how to
+raise it); docs/plan.md prints it.
 
 Estimates follow the code they guard (block sizes of :mod:`stats.bootstrap`, the arrays
 each step keeps), so they scale with the data the way the step does; they are meant to
@@ -71,17 +73,22 @@ ENV = {"max_memory_gb": "CLINREL_MAX_MEMORY_GB", "max_rows": "CLINREL_MAX_ROWS",
        "max_columns": "CLINREL_MAX_COLUMNS"}
 CAPS = tuple(ENV)
 
-#: fixed caps on the plan's counts and list lengths (and the commands' options that set
-#: them): key -> (cap, what it bounds). Each is far above what a study needs (the
-#: defaults: 2,000-10,000 replicates, 1,000 weight draws, 50 imputations, a few bins and
-#: axes) and below what would exhaust memory before any estimate could refuse it (a
-#: count of 10**12 asks for terabytes). ``<column>``: any bin; ``[i]``: any axis.
+#: the plan's counts that size an allocation, and the estimate that bounds each (against
+#: ``max_memory_gb`` and ``max_hours``: raised with the machine, so not fixed): checked
+#: when the plan is read with the smallest data (one cluster, encoder, row), and again
+#: with the data's real sizes before any statistic
+ESTIMATED: dict[str, str] = {
+    "detection.bootstrap.n_boot": "cluster_bootstrap_work",
+    "crs.bootstrap.n_boot": "crs_bootstrap_work",
+    "calibration.bootstrap.n_boot": "ece_bootstrap_work",
+    "crs.n_weights": "ranking_stability_work",
+    "metadata.n_imputations": "imputation_work",
+}
+#: fixed caps on the plan's other counts and its list lengths (and the commands' options
+#: that set them): key -> (cap, what it bounds). Each is far above what a study needs (a
+#: few bins and axes) and bounds work that no estimate covers (a list of 100,000 bin
+#: breaks gave no answer in 180 s). ``<column>``: any bin; ``[i]``: any axis.
 COUNT_CAPS: dict[str, tuple[int, str]] = {
-    "detection.bootstrap.n_boot": (10_000_000, "cluster-bootstrap replicates"),
-    "crs.bootstrap.n_boot": (10_000_000, "paired-seed bootstrap replicates"),
-    "calibration.bootstrap.n_boot": (10_000_000, "ECE bootstrap replicates"),
-    "crs.n_weights": (10_000_000, "Dirichlet weight draws of the ranking stability"),
-    "metadata.n_imputations": (10_000, "imputations of the true subgroup"),
     "detection.adjusted.nagq": (25, "adaptive Gauss-Hermite quadrature points"),
     "detection.bins": (100, "binned columns"),
     "detection.bins.<column>.breaks": (1_000, "cut points of one bin"),
@@ -92,7 +99,12 @@ COUNT_CAPS: dict[str, tuple[int, str]] = {
                                   "of subgroups, exploratory_subgroups or compare_by)"),
     "detection.adjusted.blocks.<block>": (100, "terms of one block of the adjusted model"),
     "metadata.prefer": (100, "extractor names"),
+    "simulate benchx --scale": (10_000_000, "simulated cases"),
+    "simulate benchx --models": (1_000, "simulated models"),
+    "simulate crs --scale": (1_000, "simulated encoders"),
 }
+#: message of a command option above its fixed cap
+MSG_OPTION_CAP = ("{option} {value:,}: above the cap of {cap:,} {what}; {hint}")
 
 #: throughput assumed by the time estimates (one core, conservative for 2026 hardware)
 SECONDS_PER_DRAW = 2e-8        # one random index drawn and counted (bootstrap)
@@ -426,6 +438,15 @@ def count_cap(key: str) -> tuple[int, str] | None:
     return COUNT_CAPS.get(pattern)
 
 
+def check_option(value: int, *, command: str, option: str, hint: str) -> int:
+    """Refuse a command option above its fixed cap (``COUNT_CAPS["<command> <option>"]``)."""
+    cap, what = COUNT_CAPS[f"{command} {option}"]
+    if int(value) > cap:
+        raise ContractError(MSG_OPTION_CAP.format(option=option, value=int(value), cap=cap,
+                                                  what=what, hint=hint))
+    return value
+
+
 def check_count(value: int, *, key: str, file: str, hint: str = "") -> int:
     """Refuse a count above its fixed cap (``COUNT_CAPS``), naming the key, the value and
     the cap; return ``value``."""
@@ -566,9 +587,9 @@ def load_yaml(text: str, *, source: str, kind: str = "file") -> Any:
 
 @dataclass(frozen=True)
 class Cap:
-    """One cap: its name (a ``limits`` key, a plan key or a fixed quantity), its value
-    (as text), what it bounds, and how to raise it (``"fixed"`` and why, where raising it
-    is not sensible)."""
+    """One cap: its name (a ``limits`` key, a plan key or a fixed quantity; plain text),
+    its value (as text), what it bounds, and how to raise it (``"fixed: "`` and why,
+    where raising it is not sensible)."""
 
     name: str
     value: str
@@ -595,11 +616,10 @@ def cap_table() -> tuple[Cap, ...]:
         Cap("max_rows", f"{DEFAULT_MAX_ROWS:,}", "rows of one input table: counted as lines "
             "(CSV) or read from the parquet metadata, before parsing", env("max_rows")),
         Cap("max_memory_gb", f"{DEFAULT_MEMORY_FRACTION:.0%} of physical memory",
-            "estimated peak memory of one step (a bootstrap, the CRS bootstrap, an ECE "
-            "bootstrap, the ranking stability, the label-error imputation)",
-            env("max_memory_gb")),
+            "estimated peak memory of one step, and so the counts that size it: "
+            + ", ".join(f"`{k}`" for k in ESTIMATED), env("max_memory_gb")),
         Cap("max_hours", f"{DEFAULT_MAX_HOURS:g} hours", "estimated single-core time of one "
-            "such step", env("max_hours")),
+            "such step (the same counts)", env("max_hours")),
         Cap("CSV header line", f"{MAX_HEADER_BYTES:,} bytes", "the first line of a CSV, read "
             "before the rest", _fixed("a header of max_columns long names is shorter")),
         Cap("plan and reference YAML", f"{MAX_YAML_BYTES:,} bytes, no aliases",
@@ -608,7 +628,7 @@ def cap_table() -> tuple[Cap, ...]:
     for key, (cap, what) in COUNT_CAPS.items():
         kind = "list length" if key in _LIST_KEYS else "count"
         why = _WHY.get(key, "far above any study's need; lower the value")
-        rows.append(Cap(f"`{key}`", f"{cap:,}", f"{what} ({kind})", _fixed(why)))
+        rows.append(Cap(key, f"{cap:,}", f"{what} ({kind})", _fixed(why)))
     return tuple(rows)
 
 

@@ -628,7 +628,7 @@ MSG_LOOKALIKE = ("{source}: column '{column}' has values that look the same but 
                  "text: {pairs} (rows {rows}); they differ in {what}; write each value one "
                  "way (remove invisible characters, and type letters in one script)")
 #: the sentence recording an NFC merge (the flow of cases, clinrel validate)
-MSG_NFC_MERGED = ("{table} column '{column}': {n} row(s) written {written} (accents stored "
+NOTE_NFC_MERGED = ("{table} column '{column}': {n} row(s) written {written} (accents stored "
                   "apart, Unicode NFD) are read as '{nfc}' (NFC), the same text by Unicode's "
                   "canonical equivalence")
 
@@ -746,8 +746,8 @@ def unify_text(df: pd.DataFrame, columns: Sequence[str], *, table: str) -> list[
 
 
 def merge_notes(merged: Iterable[dict]) -> list[str]:
-    """The sentences recording :func:`unify_text`'s rewrites (``MSG_NFC_MERGED``)."""
-    return [MSG_NFC_MERGED.format(table=m["table"], column=m["column"], n=m["rows"],
+    """The sentences recording :func:`unify_text`'s rewrites (``NOTE_NFC_MERGED``)."""
+    return [NOTE_NFC_MERGED.format(table=m["table"], column=m["column"], n=m["rows"],
                                   written=show_id(m["written"], quote=True), nfc=m["nfc"])
             for m in merged]
 

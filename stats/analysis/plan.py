@@ -718,8 +718,8 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
                       "calibration.bootstrap.n_boot", 2, "ECE bootstrap replicates",
                       "write e.g. n_boot: 1000"),
         seed=_seed(c, cal_boot.get("seed"), "calibration.bootstrap.seed"))
-    limits = _limits(c, raw.get("limits"), det, crs)
     md_options = _metadata_options(c, raw.get("metadata"), base, paths)
+    limits = _limits(c, raw.get("limits"), det, crs, calibration, md_options)
     pv = c.keys(raw.get("privacy") or {}, PRIVACY_KEYS, "privacy")
     privacy = Privacy(
         allow_identifiers=bool(c.typed(pv.get("allow_identifiers", False),
@@ -846,10 +846,14 @@ def _check_formula(c: _Checker, text: str, key: str) -> None:
     _from_stats(c, key, parse_formula, text)
 
 
-def _limits(c: _Checker, raw, det: Detection | None, crs: Crs | None) -> dict:
-    """The ``limits`` block, then a first, data-free check of the planned bootstraps: the
-    smallest data (one cluster, cell, model or encoder) already needs this much, so an
-    absurd replicate count is refused here before any input is read."""
+def _limits(c: _Checker, raw, det: Detection | None, crs: Crs | None,
+            calibration: Calibration | None = None,
+            md: MetadataOptions | None = None) -> dict:
+    """The ``limits`` block, then a first, data-free check of every planned count that
+    sizes an allocation (``stats.limits.ESTIMATED``: the bootstraps, the weight draws,
+    the imputations): the smallest data (one cluster, cell, model, encoder or row)
+    already needs this much, so an absurd count is refused here before any input is
+    read, naming the key, the estimate and the cap to raise."""
     from stats import limits
 
     caps = _from_stats(c, "limits", limits.parse_limits, raw, file=c.file)
@@ -862,6 +866,16 @@ def _limits(c: _Checker, raw, det: Detection | None, crs: Crs | None) -> dict:
         works.append(("crs.bootstrap.n_boot", limits.crs_bootstrap_work(
             crs.n_boot, [(1, [1], [1])], setting="crs.bootstrap.n_boot",
             what="the CRS bootstrap")))
+        if crs.n_weights:
+            works.append(("crs.n_weights", limits.ranking_stability_work(
+                crs.n_weights, 1, setting="crs.n_weights")))
+    if calibration is not None:
+        works.append(("calibration.bootstrap.n_boot", limits.ece_bootstrap_work(
+            calibration.n_boot, 1, 1, "uniform", setting="calibration.bootstrap.n_boot",
+            what="the ECE bootstrap")))
+    if md is not None and md.label_error is not None:
+        works.append(("metadata.n_imputations", limits.imputation_work(
+            md.n_imputations, 1, setting="metadata.n_imputations")))
     with limits.using(caps, c.file):
         for key, work in works:
             _from_stats(c, key, limits.check, replace(work, detail=floor))
