@@ -515,9 +515,15 @@ def read_yaml(path: str | os.PathLike, *, kind: str = "file") -> Any:
 
     Every failure is a :class:`ContractError` naming the file (``kind``: "plan",
     "reference", used in the messages)."""
+    import stat
+
     path = Path(path)
     source = str(path)
-    size = path.stat().st_size
+    st = path.stat()
+    if not stat.S_ISREG(st.st_mode):    # a FIFO or a device would block or read forever
+        raise ContractError(f"{source}: is not a regular file (a folder, a FIFO or a "
+                            f"device); give the path of the {kind} file", source=source)
+    size = st.st_size
     if size > MAX_YAML_BYTES:
         raise ContractError(MSG_YAML_SIZE.format(source=source, size=size, cap=MAX_YAML_BYTES,
                                                  kind=kind), source=source)

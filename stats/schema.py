@@ -435,14 +435,17 @@ def _check_header_width(path: Path, *, source: str, sep: str | None) -> None:
     end = head.find(b"\n")
     if end < 0 and len(head) > MAX_HEADER_BYTES:
         _fail(MSG_HEADER_LONG, source=source, cap=MAX_HEADER_BYTES, columns=current().max_columns)
-    line = (head if end < 0 else head[:end]).decode("utf-8-sig", errors="replace").rstrip("\r")
+    text = (head if end < 0 else head[:end]).decode("utf-8-sig", errors="replace")
+    line = (text.splitlines() or [""])[0]     # as _check_header and pandas split lines
     if sep is None:
-        sample = line[:65536]
         try:
-            sep = csv.Sniffer().sniff(sample, delimiters=",;\t|").delimiter
+            sep = csv.Sniffer().sniff(line[:65536], delimiters=",;\t|").delimiter
         except csv.Error:
             sep = ","
-    n = len(next(csv.reader(io.StringIO(line), delimiter=sep), []))
+    try:
+        n = len(next(csv.reader(io.StringIO(line), delimiter=sep), []))
+    except csv.Error:                         # a malformed line: an upper bound
+        n = line.count(sep) + 1
     check_columns(n, source=source, how="counted in the header line, before parsing")
 
 
