@@ -189,3 +189,21 @@ def test_plain_ascii_levels_are_left_as_they_are():
 def test_the_rule_is_stated_in_the_contracts():
     text = (Path(__file__).resolve().parents[2] / "docs" / "contracts.md").read_text()
     assert "## Text and files" in text and "NFC" in text and "look alike" in text
+
+
+def test_the_report_flow_section_notes_the_merge(tmp_path):
+    import warnings
+
+    from reports.render import render_report
+
+    with_sites(cohort(), NFC, NFD).to_csv(tmp_path / "cases.csv", index=False)
+    raw = {"inputs": {"cases": "cases.csv"},
+           "detection": {"threshold": {"value": 50}, "subgroups": ["site"]}}
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = render_report(tmp_path / "plan.yaml", tmp_path / "out", formats=(), draw=False,
+                            only=("methods", "flow"))
+    assert "flow" in {s.key for s in res.sections}, res.skipped
+    qmd = " ".join((tmp_path / "out" / "appendix.qmd").read_text(encoding="utf-8").split())
+    assert "Text normalised when read: cases column" in qmd and "Montréal" in qmd
