@@ -779,9 +779,11 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
         A copy with ``label`` (and ``pred`` when given) as int64 0/1, numeric columns as
         float64, ``patient_id`` filled from ``case_id`` when absent, ``split`` in lower
         case, and ``case_id``, ``model``, ``site``, ``patient_id`` as str; ``attrs`` holds
-        ``implicit_site`` (True when the table had no ``site`` column) and
+        ``implicit_site`` (True when the table had no ``site`` column),
         ``implicit_patient`` (True when it had no ``patient_id`` column: each case its own
-        patient).
+        patient) and ``text_merged`` (the values rewritten as Unicode NFC, one dict per
+        spelling: :func:`unify_text`; text columns are compared as NFC, and values that
+        only look alike are refused: :func:`check_lookalikes`).
 
     Raises
     ------

@@ -15,9 +15,13 @@ refused: no "billion laughs"). Values that would be reported on instead of refus
 refused here: a NaN or infinite threshold, replicate counts below 2, ``small_n`` or ``k``
 below 1, seeds outside ``stats._rng.check_seed``'s rule, a bin named after a column
 clinrel reads or writes, NaN breaks, repeated bin labels, formulas outside
-``stats.formula``'s grammar. The optional ``limits`` block (``max_memory_gb``,
-``max_rows``, ``max_hours``) raises or lowers the caps of :mod:`stats.limits`; a planned
-bootstrap whose smallest possible size is already above them is refused at load time.
+``stats.formula``'s grammar, a subgroup axis that does not group cases (``NOT_AXES``: the
+score, the label, an id), an intersection naming a column twice, lists longer than their
+fixed caps (``stats.limits.COUNT_CAPS``: bin breaks, axes). The optional ``limits`` block
+(``stats.limits.CAPS``: ``max_memory_gb``, ``max_rows``, ``max_hours``, ``max_file_gb``,
+``max_columns``) raises or lowers the caps of :mod:`stats.limits`; a planned count that
+sizes an allocation (``stats.limits.ESTIMATED``: replicates, weight draws, imputations)
+whose smallest possible work is already above them is refused at load time.
 """
 from __future__ import annotations
 
