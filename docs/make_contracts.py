@@ -19,6 +19,34 @@ sys.path.insert(0, str(ROOT))
 from inference_runner.metadata import EVIDENCE_COLUMNS, PHASES  # noqa: E402
 from stats import schema as S  # noqa: E402
 from stats.analysis.metadata import NEEDED as EVIDENCE_NEEDED  # noqa: E402
+from stats.analysis.plan import NOT_AXES  # noqa: E402
+
+#: how text is compared (ids and subgroup levels), and what a file must be
+TEXT_RULES = [
+    "Ids and text columns (subgroup levels) are compared as Unicode text. A value stored "
+    "decomposed (NFD, `'Montre\\u0301al'`: the accent stored apart) and its composed form "
+    "(NFC, `'Montréal'`) are the same text by Unicode's canonical equivalence, and print "
+    "the same: clinrel reads every value as NFC and records each rewrite, never silently "
+    "(a note of `clinrel validate` and of the commands, and a note under the report's "
+    "flow of cases: \"" + S.NOTE_NFC_MERGED.split(":")[0].replace("{table}", "cases")
+    .replace("{column}", "site") + ": ... are read as ...\").",
+    "Values that look alike but are different text are refused, naming both values as code "
+    "points and the characters that differ: values differing only in invisible characters "
+    "(zero-width space U+200B, byte-order mark U+FEFF, bidi marks, other format "
+    "characters), in white space, or in letters of another script drawn like Latin ones "
+    "(Cyrillic `а` U+0430 for `a`; NFKC compatibility forms such as fullwidth letters). "
+    "Checked for the ids and the contract's text columns when a table is read, and for "
+    "every column a plan names as an axis when the plan is run. They would print as one "
+    "level and count as two.",
+    "Column names that are not plain ASCII are shown as code points in messages (a second "
+    "byte-order mark makes `'\\ufeffcase_id'`, which looks like `case_id`).",
+    "An input must be a regular file (a folder, a FIFO or a device such as a link to "
+    "/dev/zero is refused before it is opened), at most `limits.max_file_gb`, with at most "
+    "`limits.max_columns` columns (a CSV's header line is read alone first) and "
+    "`limits.max_rows` rows: docs/plan.md#caps. Dates and times in a numeric column "
+    "(`score`, `label`, `age`, ... typed datetime in parquet) are refused, not read as "
+    "nanoseconds.",
+]
 
 
 def _one_of(values) -> str:
@@ -110,7 +138,11 @@ RULES = {
         "Paired design: every model has a row for every case; a mismatch names the missing "
         "case ids.",
         "`label` (and `split`) are the same in every model's row of a case.",
-        "Any other column can be named as a subgroup axis (`detection.subgroups`, `--by`).",
+        "Any other column can be named as a subgroup axis (`detection.subgroups`, `--by`), "
+        "except what does not group cases: "
+        + ", ".join(f"`{c}`" for c in NOT_AXES) + " (refused, with the fix: bin the score to "
+        "study ranges of it). An intersection crosses different columns (`phase:phase` is "
+        "refused).",
     ],
     "runs": [
         "One row per (regime, encoder, dataset, label_fraction, condition, severity, seed).",
@@ -151,6 +183,10 @@ def render() -> str:
         "R's `read.csv` counts them) and the fix; `clinrel validate FILE` checks a table "
         "alone (exit 2 when broken). Numbers are read as float64, 0/1 columns as integers, "
         "ids as text.",
+        "",
+        "## Text and files",
+        "",
+        *[f"- {r}" for r in TEXT_RULES],
         "",
     ]
     for title, anchor, what, columns, required, reader in TABLES:

@@ -131,7 +131,30 @@ def render() -> str:
             lines.append("| " + " | ".join(_cell(x) for x in (
                 f"`{k}`", d.type, d.default, d.allowed, example, d.meaning)) + " |")
         lines.append("")
+    lines += caps_section()
     return "\n".join(lines)
+
+
+def caps_section() -> list[str]:
+    """The ``Caps`` section: every cap of ``stats.limits.cap_table()``."""
+    from stats import limits
+
+    rows = limits.cap_table()
+    lines = [f"## Caps ({len(rows)})", "",
+             "Work is bounded for every input, and refused up front (exit 2) above these "
+             "caps, before the work starts: input files are checked before they are read "
+             "(size from the file system, the header line alone, the parquet metadata), the "
+             "plan's counts and lists when the plan is read, the estimated memory and time "
+             "of each step with the data's real sizes before any statistic. Every refusal "
+             "names the file or key, the value and the cap, and, where raising it is "
+             "sensible, how. The limits keys are raised in the plan (above) or the "
+             "environment; the plan wins. The fixed caps sit far above what a study needs.",
+             "", "| cap | value | bounds | how to raise it |", "|---|---|---|---|"]
+    for cap in rows:
+        lines.append("| " + " | ".join(_cell(x) for x in (
+            cap.name, cap.value, cap.bounds, cap.raise_by)) + " |")
+    lines.append("")
+    return lines
 
 
 def write(name: str, text: str) -> None:

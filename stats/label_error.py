@@ -732,6 +732,9 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
     patient = cm.patient if cluster is not None else None
     if declared is not None:
         _check_declared(cases, cm, d, patient, declared, cluster)
+    from stats.limits import check, imputation_work
+
+    check(imputation_work(n_imputations, len(d.combo), n_states=d.n_states))  # before drawing
     T = impute_states(d, int(n_imputations), rng, patient=patient, per_patient=declared)
     pmask = patient_fields(d, patient, declared)
     per_patient = [f for f, p in zip(d.fields, pmask) if p] if pmask is not None else []

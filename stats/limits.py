@@ -12,12 +12,24 @@ The caps (this module is their one definition; the README's "Safety" section quo
     lines) before the table is loaded. Default ``DEFAULT_MAX_ROWS``.
 ``max_hours``
     Estimated single-core compute time of one step. Default ``DEFAULT_MAX_HOURS``.
+``max_file_gb``
+    Size of one input table file, read from the file system (``stat``) before a byte of
+    it is read. Default ``DEFAULT_MAX_FILE_GB``.
+``max_columns``
+    Columns of one input table: a CSV's header line (read alone, at most
+    ``MAX_HEADER_BYTES``) or a parquet file's schema, before the table is parsed.
+    Default ``DEFAULT_MAX_COLUMNS``.
 
 Each is raised (or lowered) by the plan, ``limits: {max_memory_gb: 64, max_rows: 1e8,
 max_hours: 48}``, or by the environment variables in ``ENV``; the plan wins over the
-environment, which wins over the default. Two caps are fixed: plan and reference files
-larger than ``MAX_YAML_BYTES``, and YAML aliases (``*name``: the "billion laughs" bomb),
-are refused.
+environment, which wins over the default. The plan's counts that size an allocation
+(``ESTIMATED``: replicate counts, weight draws, imputations) are bounded by the estimates
+of their steps against ``max_memory_gb`` and ``max_hours``. The other caps are fixed:
+plan and reference files larger than ``MAX_YAML_BYTES``, YAML aliases (``*name``: the
+"billion laughs" bomb), and the plan's list lengths and its other counts
+(``COUNT_CAPS``: bin breaks, subgroup axes, quadrature points), set far above what any
+study needs. :func:`cap_table` lists every cap (name, value, what it bounds, how to
+raise it); docs/plan.md prints it.
 
 Estimates follow the code they guard (block sizes of :mod:`stats.bootstrap`, the arrays
 each step keeps), so they scale with the data the way the step does; they are meant to
@@ -46,12 +58,53 @@ FALLBACK_MEMORY_GB = 16.0
 DEFAULT_MAX_ROWS = 50_000_000
 #: estimated single-core hours of one step
 DEFAULT_MAX_HOURS = 24.0
+#: size of one input table file, in GB (10**9 bytes): 20 times a BenchX-scale CSV
+#: (850,000 rows x 20 columns is about 100 MB)
+DEFAULT_MAX_FILE_GB = 2.0
+#: columns of one input table (a study's tables have tens)
+DEFAULT_MAX_COLUMNS = 10_000
+#: the longest CSV header line read (10,000 columns of 400-byte names)
+MAX_HEADER_BYTES = 4 << 20
 #: largest plan or reference YAML file read (a plan is a few kilobytes)
 MAX_YAML_BYTES = 1 << 20
 #: environment variables that set the caps (the plan's ``limits`` block wins over them)
 ENV = {"max_memory_gb": "CLINREL_MAX_MEMORY_GB", "max_rows": "CLINREL_MAX_ROWS",
-       "max_hours": "CLINREL_MAX_HOURS"}
+       "max_hours": "CLINREL_MAX_HOURS", "max_file_gb": "CLINREL_MAX_FILE_GB",
+       "max_columns": "CLINREL_MAX_COLUMNS"}
 CAPS = tuple(ENV)
+
+#: the plan's counts that size an allocation, and the estimate that bounds each (against
+#: ``max_memory_gb`` and ``max_hours``: raised with the machine, so not fixed): checked
+#: when the plan is read with the smallest data (one cluster, encoder, row), and again
+#: with the data's real sizes before any statistic
+ESTIMATED: dict[str, str] = {
+    "detection.bootstrap.n_boot": "cluster_bootstrap_work",
+    "crs.bootstrap.n_boot": "crs_bootstrap_work",
+    "calibration.bootstrap.n_boot": "ece_bootstrap_work",
+    "crs.n_weights": "ranking_stability_work",
+    "metadata.n_imputations": "imputation_work",
+}
+#: fixed caps on the plan's other counts and its list lengths (and the commands' options
+#: that set them): key -> (cap, what it bounds). Each is far above what a study needs (a
+#: few bins and axes) and bounds work that no estimate covers (a list of 100,000 bin
+#: breaks gave no answer in 180 s). ``<column>``: any bin; ``[i]``: any axis.
+COUNT_CAPS: dict[str, tuple[int, str]] = {
+    "detection.adjusted.nagq": (25, "adaptive Gauss-Hermite quadrature points"),
+    "detection.bins": (100, "binned columns"),
+    "detection.bins.<column>.breaks": (1_000, "cut points of one bin"),
+    "detection.subgroups": (100, "subgroup axes"),
+    "detection.exploratory_subgroups": (100, "exploratory subgroup axes"),
+    "detection.compare_by": (100, "axes of the model comparisons"),
+    "detection.subgroups[i]": (5, "columns of one intersection axis (a:b:c:d:e; any axis "
+                                  "of subgroups, exploratory_subgroups or compare_by)"),
+    "detection.adjusted.blocks.<block>": (100, "terms of one block of the adjusted model"),
+    "metadata.prefer": (100, "extractor names"),
+    "simulate benchx --scale": (10_000_000, "simulated cases"),
+    "simulate benchx --models": (1_000, "simulated models"),
+    "simulate crs --scale": (1_000, "simulated encoders"),
+}
+#: message of a command option above its fixed cap
+MSG_OPTION_CAP = ("{option} {value:,}: above the cap of {cap:,} {what}; {hint}")
 
 #: throughput assumed by the time estimates (one core, conservative for 2026 hardware)
 SECONDS_PER_DRAW = 2e-8        # one random index drawn and counted (bootstrap)
@@ -68,6 +121,22 @@ MSG_TIME = ("{what}: the estimated compute time is {need} ({detail}), above the 
 MSG_ROWS = ("{source}: the table has {rows:,} rows ({how}), above the cap of {cap:,} rows "
             "({origin}); filter or split the table, or raise the cap: limits: {{max_rows: "
             "{rows}}} in the plan, or the environment variable CLINREL_MAX_ROWS={rows}")
+MSG_FILE_SIZE = ("{source}: the file is {size} ({bytes:,} bytes), above the cap of {cap} "
+                 "({origin}) for one input table; check that this is the right file, or "
+                 "raise the cap: limits: {{max_file_gb: {suggest}}} in the plan, or the "
+                 "environment variable CLINREL_MAX_FILE_GB={suggest}")
+MSG_COLUMNS = ("{source}: the table has {n:,} columns ({how}), above the cap of {cap:,} "
+               "({origin}); keep the columns the analysis uses, or raise the cap: limits: "
+               "{{max_columns: {n}}} in the plan, or the environment variable "
+               "CLINREL_MAX_COLUMNS={n}")
+MSG_HEADER_LONG = ("{source}: the first line (the header) is longer than {cap:,} bytes, so "
+                   "this is not a table's header row (or it has far more than {columns:,} "
+                   "columns); check the file: a CSV starts with one line of column names")
+MSG_COUNT_CAP = ("{file}: key '{key}' is {value:,}, above the cap of {cap:,} {what}; a study "
+                 "needs far fewer ({hint}), and more would exhaust memory or time before "
+                 "any result: lower it")
+MSG_LIST_CAP = ("{file}: key '{key}' lists {n:,} {what}, above the cap of {cap:,}; a study "
+                "has far fewer: shorten the list")
 MSG_ENV = ("environment variable {name}={value!r}: must be a positive number; unset it or "
            "write e.g. {name}=32")
 MSG_LIMIT_VALUE = ("{file}: key 'limits.{key}' must be a positive {kind}; got {value!r}; write "
@@ -90,7 +159,9 @@ MSG_YAML_ENCODING = ("{source}: not valid UTF-8 text (byte {pos}); re-save the f
 
 _EXAMPLES = {"max_memory_gb": (float, "a number of gigabytes", 64),
              "max_rows": (int, "whole number of rows", 100_000_000),
-             "max_hours": (float, "number of hours", 48)}
+             "max_hours": (float, "number of hours", 48),
+             "max_file_gb": (float, "number of gigabytes", 8),
+             "max_columns": (int, "whole number of columns", 20_000)}
 
 
 # --------------------------------------------------------------------------- caps
@@ -104,6 +175,8 @@ class Caps:
     max_rows: int
     max_hours: float
     origin: Mapping[str, str]
+    max_file_gb: float = DEFAULT_MAX_FILE_GB
+    max_columns: int = DEFAULT_MAX_COLUMNS
 
 
 _OVERRIDES: contextvars.ContextVar[tuple[Mapping[str, float], str] | None] = \
@@ -146,7 +219,9 @@ def current() -> Caps:
     origin: dict[str, str] = {}
     mem, mem_origin = _default_memory_gb()
     defaults = {"max_memory_gb": (mem, mem_origin), "max_rows": (DEFAULT_MAX_ROWS, "default"),
-                "max_hours": (DEFAULT_MAX_HOURS, "default")}
+                "max_hours": (DEFAULT_MAX_HOURS, "default"),
+                "max_file_gb": (DEFAULT_MAX_FILE_GB, "default"),
+                "max_columns": (DEFAULT_MAX_COLUMNS, "default")}
     active = _OVERRIDES.get()
     for cap in CAPS:
         if active is not None and cap in active[0]:
@@ -158,7 +233,9 @@ def current() -> Caps:
         else:
             values[cap], origin[cap] = defaults[cap]
     return Caps(max_memory_gb=float(values["max_memory_gb"]), max_rows=int(values["max_rows"]),
-                max_hours=float(values["max_hours"]), origin=origin)
+                max_hours=float(values["max_hours"]), origin=origin,
+                max_file_gb=float(values["max_file_gb"]),
+                max_columns=int(values["max_columns"]))
 
 
 @contextlib.contextmanager
@@ -172,7 +249,8 @@ def using(overrides: Mapping[str, float] | None, source: str = "the plan") -> It
 
 
 def parse_limits(raw: Any, *, file: str) -> dict[str, float]:
-    """Validate a plan's ``limits`` block (``{max_memory_gb, max_rows, max_hours}``)."""
+    """Validate a plan's ``limits`` block (keys ``CAPS``: ``max_memory_gb``, ``max_rows``,
+    ``max_hours``, ``max_file_gb``, ``max_columns``)."""
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -313,6 +391,82 @@ def ece_bootstrap_work(n_boot: int, n: int, n_bins: int, strategy: str, *,
                 seconds=secs, detail=f"{B:,} replicates x {n:,} cases")
 
 
+def ranking_stability_work(n_weights: int, n_encoders: int, *, setting: str = "n_weights",
+                           what: str = "the ranking stability") -> Work:
+    """Peak memory and time of the Dirichlet-weights part of
+    :func:`stats.ranking.ranking_stability`, per regime: the weights (n_weights x 3) and
+    the re-weighted scores (n_weights x encoders) in float64, and Kendall's tau of every
+    draw at once: the pair signs (n_weights x E(E-1)/2 float64) and three temporaries of
+    their size."""
+    W, E = max(int(n_weights), 1), max(int(n_encoders), 1)
+    pairs = E * (E - 1) / 2
+    mem = 8.0 * W * (3 + 2 * E) + 4 * 8.0 * W * max(pairs, 1)
+    secs = SECONDS_PER_ELEMENT * W * (3 * E + 6 * max(pairs, 1))
+    return Work(what=what, setting=f"{setting} ({W:,} draws)", memory_bytes=mem,
+                seconds=secs, detail=f"{W:,} weight draws x {E} encoders")
+
+
+def imputation_work(n_imputations: int, n_rows: int, *, n_states: int = 2,
+                    setting: str = "n_imputations",
+                    what: str = "the label-error imputation") -> Work:
+    """Peak memory and time of :func:`stats.label_error.impute_states` and the pooling
+    after it: the imputed states (imputations x rows int64), the per-imputation counts
+    and indicator temporaries of the same size (about three such arrays in all), and one
+    block of posterior draws (``stats.label_error._BLOCK_ELEMENTS`` elements)."""
+    M, n, S = max(int(n_imputations), 1), max(int(n_rows), 1), max(int(n_states), 1)
+    mem = 3 * 8.0 * M * n + 8.0 * 4 * (1 << 24)
+    secs = SECONDS_PER_ELEMENT * M * n * S * 20     # ~20 EM steps and draws per row
+    return Work(what=what, setting=f"{setting} ({M:,} imputations)", memory_bytes=mem,
+                seconds=secs, detail=f"{M:,} imputations x {n:,} rows")
+
+
+# --------------------------------------------------------------------------- counts
+
+
+def count_cap(key: str) -> tuple[int, str] | None:
+    """The fixed cap of a plan key (``COUNT_CAPS``), a bin's or axis's key matched by its
+    pattern (``detection.bins.age.breaks`` by ``detection.bins.<column>.breaks``)."""
+    import re
+
+    if key in COUNT_CAPS:
+        return COUNT_CAPS[key]
+    pattern = re.sub(r"^detection\.bins\.[^.]+\.breaks$", "detection.bins.<column>.breaks", key)
+    pattern = re.sub(r"^detection\.adjusted\.blocks\.[^.\[]+$",
+                     "detection.adjusted.blocks.<block>", pattern)
+    pattern = re.sub(r"^detection\.(subgroups|exploratory_subgroups|compare_by)\[\d+\]$",
+                     "detection.subgroups[i]", pattern)
+    return COUNT_CAPS.get(pattern)
+
+
+def check_option(value: int, *, command: str, option: str, hint: str) -> int:
+    """Refuse a command option above its fixed cap (``COUNT_CAPS["<command> <option>"]``)."""
+    cap, what = COUNT_CAPS[f"{command} {option}"]
+    if int(value) > cap:
+        raise ContractError(MSG_OPTION_CAP.format(option=option, value=int(value), cap=cap,
+                                                  what=what, hint=hint))
+    return value
+
+
+def check_count(value: int, *, key: str, file: str, hint: str = "") -> int:
+    """Refuse a count above its fixed cap (``COUNT_CAPS``), naming the key, the value and
+    the cap; return ``value``."""
+    cap = count_cap(key)
+    if cap is not None and int(value) > cap[0]:
+        raise ContractError(MSG_COUNT_CAP.format(file=file, key=key, value=int(value),
+                                                 cap=cap[0], what=cap[1],
+                                                 hint=hint or "see docs/plan.md#caps"))
+    return value
+
+
+def check_length(items, *, key: str, file: str, what: str | None = None):
+    """Refuse a list longer than its fixed cap (``COUNT_CAPS``); return ``items``."""
+    cap = count_cap(key)
+    if cap is not None and len(items) > cap[0]:
+        raise ContractError(MSG_LIST_CAP.format(file=file, key=key, n=len(items), cap=cap[0],
+                                                what=what or cap[1]))
+    return items
+
+
 # --------------------------------------------------------------------------- input size
 
 
@@ -322,6 +476,27 @@ def check_rows(n_rows: int, *, source: str, how: str) -> None:
     if n_rows > caps.max_rows:
         raise ContractError(MSG_ROWS.format(source=source, rows=int(n_rows), how=how,
                                             cap=caps.max_rows, origin=caps.origin["max_rows"]),
+                            source=source)
+
+
+def check_file_size(size: int, *, source: str) -> None:
+    """Refuse an input table file of more than ``max_file_gb`` (its size from ``stat``,
+    before it is opened)."""
+    caps = current()
+    if size > caps.max_file_gb * 1e9:
+        raise ContractError(MSG_FILE_SIZE.format(
+            source=source, size=_gb(size), bytes=int(size), cap=f"{caps.max_file_gb:g} GB",
+            origin=caps.origin["max_file_gb"], suggest=_suggest(size / 1e9)), source=source)
+
+
+def check_columns(n_columns: int, *, source: str, how: str) -> None:
+    """Refuse a table of more than ``max_columns`` columns (``how``: how they were
+    counted, before the table was parsed)."""
+    caps = current()
+    if n_columns > caps.max_columns:
+        raise ContractError(MSG_COLUMNS.format(source=source, n=int(n_columns), how=how,
+                                               cap=caps.max_columns,
+                                               origin=caps.origin["max_columns"]),
                             source=source)
 
 
@@ -340,9 +515,15 @@ def read_yaml(path: str | os.PathLike, *, kind: str = "file") -> Any:
 
     Every failure is a :class:`ContractError` naming the file (``kind``: "plan",
     "reference", used in the messages)."""
+    import stat
+
     path = Path(path)
     source = str(path)
-    size = path.stat().st_size
+    st = path.stat()
+    if not stat.S_ISREG(st.st_mode):    # a FIFO or a device would block or read forever
+        raise ContractError(f"{source}: is not a regular file (a folder, a FIFO or a "
+                            f"device); give the path of the {kind} file", source=source)
+    size = st.st_size
     if size > MAX_YAML_BYTES:
         raise ContractError(MSG_YAML_SIZE.format(source=source, size=size, cap=MAX_YAML_BYTES,
                                                  kind=kind), source=source)
@@ -405,3 +586,61 @@ def load_yaml(text: str, *, source: str, kind: str = "file") -> Any:
         detail = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise ContractError(MSG_YAML_SYNTAX.format(source=source, detail=detail),
                             source=source) from None
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class Cap:
+    """One cap: its name (a ``limits`` key, a plan key or a fixed quantity; plain text),
+    its value (as text), what it bounds, and how to raise it (``"fixed: "`` and why,
+    where raising it is not sensible)."""
+
+    name: str
+    value: str
+    bounds: str
+    raise_by: str
+
+
+def _fixed(why: str) -> str:
+    return f"fixed: {why}"
+
+
+def cap_table() -> tuple[Cap, ...]:
+    """Every cap clinrel applies to its inputs, in one table (docs/plan.md#caps prints it;
+    the checks read the same constants)."""
+    def env(cap: str) -> str:
+        return f"`limits.{cap}` in the plan, or the environment variable `{ENV[cap]}`"
+
+    rows = [
+        Cap("max_file_gb", f"{DEFAULT_MAX_FILE_GB:g} GB", "size of one input table file "
+            "(CSV, TSV, parquet), from the file system before it is opened", env("max_file_gb")),
+        Cap("max_columns", f"{DEFAULT_MAX_COLUMNS:,}", "columns of one input table: the CSV "
+            "header line (read alone) or the parquet schema, before parsing",
+            env("max_columns")),
+        Cap("max_rows", f"{DEFAULT_MAX_ROWS:,}", "rows of one input table: counted as lines "
+            "(CSV) or read from the parquet metadata, before parsing", env("max_rows")),
+        Cap("max_memory_gb", f"{DEFAULT_MEMORY_FRACTION:.0%} of physical memory",
+            "estimated peak memory of one step, and so the counts that size it: "
+            + ", ".join(f"`{k}`" for k in ESTIMATED), env("max_memory_gb")),
+        Cap("max_hours", f"{DEFAULT_MAX_HOURS:g} hours", "estimated single-core time of one "
+            "such step (the same counts)", env("max_hours")),
+        Cap("CSV header line", f"{MAX_HEADER_BYTES:,} bytes", "the first line of a CSV, read "
+            "before the rest", _fixed("a header of max_columns long names is shorter")),
+        Cap("plan and reference YAML", f"{MAX_YAML_BYTES:,} bytes, no aliases",
+            "a plan or reference file", _fixed("a plan is a few kilobytes")),
+    ]
+    for key, (cap, what) in COUNT_CAPS.items():
+        kind = "list length" if key in _LIST_KEYS else "count"
+        why = _WHY.get(key, "far above any study's need; lower the value")
+        rows.append(Cap(key, f"{cap:,}", f"{what} ({kind})", _fixed(why)))
+    return tuple(rows)
+
+
+#: why a fixed count cap is where it is, where the general reason does not fit
+_WHY = {"detection.adjusted.nagq": "lme4's own limit for nAGQ"}
+#: the keys of ``COUNT_CAPS`` that cap a list's length (the rest cap a number)
+_LIST_KEYS = ("detection.bins", "detection.bins.<column>.breaks", "detection.subgroups",
+              "detection.exploratory_subgroups", "detection.compare_by",
+              "detection.subgroups[i]", "detection.adjusted.blocks.<block>", "metadata.prefer")

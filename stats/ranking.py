@@ -201,8 +201,11 @@ def ranking_stability(runs, reference, *, n_weights: int = 1000, seed=None, k: i
     With weights w, CRS = w_D D + w_S S + w_W W; D, S, W do not depend on w, so every
     Dirichlet draw is one matrix product and tau-b is computed for all draws at once.
     """
+    from .limits import check, ranking_stability_work
+
     wide = axes_wide(runs)
     ref = read_reference(reference, encoders=pd.unique(wide["encoder"]))
+    check(ranking_stability_work(n_weights, wide["encoder"].nunique()))  # before any draw
     base = crs_from_axes(wide, ref)
     rng = as_generator(seed)
     frames = []

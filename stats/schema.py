@@ -36,6 +36,9 @@ class ContractError(ValueError):
 
 MSG_MISSING_FILE = "{source}: file not found; check the path (relative paths are read from {cwd})"
 MSG_ZERO_BYTE = "{source}: the file is empty (0 bytes); export the table again"
+MSG_NOT_REGULAR = ("{source}: is {kind}, not a file; give the path of a table file (.csv, "
+                   ".tsv or .parquet)")
+MSG_UNREADABLE_FILE = "{source}: cannot be read ({detail}); check the path and its permissions"
 MSG_NOT_TABULAR = ("{source}: cannot be read as a {kind} table ({detail}); "
                    "save it as CSV (UTF-8, comma-separated, header row) or parquet")
 MSG_BAD_SUFFIX = ("{source}: unknown file type '{suffix}'; "
@@ -47,6 +50,9 @@ MSG_MISSING_COLUMNS = ("{source}: required column(s) {columns} missing from the 
                        "(columns present: {present}); add or rename them")
 MSG_NOT_NUMERIC = ("{source}: column '{column}' must be numeric; rows {rows} have {values}; "
                    "recode them as numbers or drop the rows")
+MSG_TEMPORAL = ("{source}: column '{column}' must be numeric; it holds dates or times "
+                "({dtype}; rows {rows} have {values}), which would be read as nanoseconds "
+                "since 1970; give the number itself (a score, a 0/1 label, an age in years)")
 MSG_NAN = ("{source}: column '{column}' has missing values; rows {rows} are empty; "
            "fill them in or drop the rows")
 MSG_BINARY = ("{source}: column '{column}' must be 0/1; rows {rows} have {values}; "
@@ -96,6 +102,10 @@ CASES_OPTIONAL = ("site", "patient_id", "pred", "split", "age", "sex", "race", "
 #: it and marks the table with ``attrs["implicit_site"] = True`` so outputs can state it
 IMPLICIT_SITE = "single_site"
 CASES_NUMERIC = ("label", "score", "pred", "age", "tumor_size_mm")
+#: the cases columns whose look-alike values are refused when read (the ids and the
+#: contract's subgroup columns; every axis a plan names is checked when the plan is run)
+CASES_LOOKALIKE = ("case_id", "model", "site", "patient_id", "split", "sex", "race", "phase",
+                   "scanner", "tumor_location")
 SPLITS = ("validation", "test")
 
 RUNS_REQUIRED = ("encoder", "dataset", "label_fraction", "condition", "severity", "seed",
@@ -244,6 +254,14 @@ def ids_text(ids: Sequence, limit: int = 5, *, hint: bool = True) -> str:
     return text + (" " + INVISIBLE_HINT if hint and invisible(ids[:limit]) else "")
 
 
+def names_text(names: Sequence, *, hint: bool = True) -> str:
+    """Column names for a message, each quoted, as code points where they are not plain
+    printable ASCII (:func:`show_id`), with ``INVISIBLE_HINT`` when one is."""
+    names = [str(n) for n in names]
+    text = ", ".join(show_id(n, quote=True) for n in names)
+    return text + (" " + INVISIBLE_HINT if hint and invisible(names) else "")
+
+
 def invisible(ids: Iterable) -> bool:
     """Whether any of ``ids`` is shown as code points by :func:`show_id`."""
     return any(show_id(i) != str(i) for i in ids)
@@ -304,30 +322,32 @@ def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
         raise TypeError(f"expected a path or a DataFrame, got {type(path_or_df).__name__}")
     path = Path(path_or_df)
     source = str(path)
-    if not path.exists() or not path.is_file():
-        _fail(MSG_MISSING_FILE, source=source, cwd=os.getcwd())
-    if path.stat().st_size == 0:
+    size = check_input_file(path, source=source)
+    if size == 0:
         _fail(MSG_ZERO_BYTE, source=source)
     suffix = path.suffix.lower()
     if suffix == ".parquet" or suffix == ".pq":
-        from stats.limits import check_rows, parquet_rows
+        from stats.limits import check_columns, check_rows
 
         try:
-            n_rows = parquet_rows(path)
+            meta = _parquet_metadata(path)
         except Exception as exc:  # pyarrow raises several types for a truncated/garbage file
             _fail(MSG_NOT_TABULAR, source=source, kind="parquet",
                   detail=str(exc).splitlines()[0][:160])
-        check_rows(n_rows, source=source, how="from the parquet metadata, before loading")
+        check_columns(meta.num_columns, source=source,
+                      how="from the parquet schema, before loading")
+        check_rows(meta.num_rows, source=source, how="from the parquet metadata, before loading")
         try:
             df = pd.read_parquet(path)
         except Exception as exc:
             _fail(MSG_NOT_TABULAR, source=source, kind="parquet",
                   detail=str(exc).splitlines()[0][:160])
     elif suffix in (".csv", ".tsv", ".txt"):
+        _check_header_width(path, source=source, sep="\t" if suffix == ".tsv" else None)
         raw = path.read_bytes()
-        if b"\x00" in raw[:4096]:
+        if b"\x00" in raw:
             _fail(MSG_NOT_TABULAR, source=source, kind="CSV",
-                  detail="it contains binary (NUL) bytes")
+                  detail=f"it contains binary (NUL) bytes, the first at byte {raw.index(0)}")
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -359,6 +379,76 @@ def read_table(path_or_df, *, table: str = "table") -> tuple[pd.DataFrame, str]:
     return _checked_columns(df, source), source
 
 
+def check_input_file(path: str | os.PathLike, *, source: str | None = None) -> int:
+    """Refuse, before opening it, a path that is not a regular file (a folder, a FIFO, a
+    device such as a link to /dev/zero: reading one could block or never end) or a file
+    above the size cap (``stats.limits`` ``max_file_gb``); return its size in bytes.
+    Symbolic links are followed: what counts is the file they name."""
+    import stat
+
+    from stats.limits import check_file_size
+
+    source = str(path) if source is None else source
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        _fail(MSG_MISSING_FILE, source=source, cwd=os.getcwd())
+    except OSError as exc:
+        _fail(MSG_UNREADABLE_FILE, source=source, detail=exc.strerror or type(exc).__name__)
+    if not stat.S_ISREG(st.st_mode):
+        _fail(MSG_NOT_REGULAR, source=source, kind=_file_kind(st.st_mode))
+    check_file_size(st.st_size, source=source)
+    return int(st.st_size)
+
+
+def _file_kind(mode: int) -> str:
+    import stat
+
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _parquet_metadata(path):
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata
+
+
+def _check_header_width(path: Path, *, source: str, sep: str | None) -> None:
+    """Read the header line alone (at most ``stats.limits.MAX_HEADER_BYTES``) and refuse a
+    table wider than the ``max_columns`` cap before the rest is read: a CSV with 100,000
+    extra header columns took 75 s to parse."""
+    import csv
+    import io
+
+    from stats.limits import MAX_HEADER_BYTES, check_columns, current
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(MAX_HEADER_BYTES + 1)
+    except OSError as exc:
+        _fail(MSG_UNREADABLE_FILE, source=source, detail=exc.strerror or type(exc).__name__)
+    end = head.find(b"\n")
+    if end < 0 and len(head) > MAX_HEADER_BYTES:
+        _fail(MSG_HEADER_LONG, source=source, cap=MAX_HEADER_BYTES, columns=current().max_columns)
+    text = (head if end < 0 else head[:end]).decode("utf-8-sig", errors="replace")
+    line = (text.splitlines() or [""])[0]     # as _check_header and pandas split lines
+    if sep is None:
+        try:
+            sep = csv.Sniffer().sniff(line[:65536], delimiters=",;\t|").delimiter
+        except csv.Error:
+            sep = ","
+    try:
+        n = len(next(csv.reader(io.StringIO(line), delimiter=sep), []))
+    except csv.Error:                         # a malformed line: an upper bound
+        n = line.count(sep) + 1
+    check_columns(n, source=source, how="counted in the header line, before parsing")
+
+
 def _check_header(raw: bytes, source: str, sep: str | None) -> None:
     """pandas silently renames a repeated CSV header ('site', 'site.1'); refuse it instead."""
     import csv
@@ -379,23 +469,25 @@ def _check_header(raw: bytes, source: str, sep: str | None) -> None:
             dup.append(name)
         seen.add(name)
     if dup:
-        _fail(MSG_DUP_COLUMNS, source=source, column=dup[0], columns=", ".join(f"'{c}'" for c in dup))
+        _fail(MSG_DUP_COLUMNS, source=source, column=dup[0], columns=names_text(dup))
 
 
 def _checked_columns(df: pd.DataFrame, source: str) -> pd.DataFrame:
     df.columns = [str(c).strip() for c in df.columns]
     dup = pd.Index(df.columns)[pd.Index(df.columns).duplicated()].unique()
     if len(dup):
-        _fail(MSG_DUP_COLUMNS, source=source, column=str(dup[0]),
-              columns=", ".join(f"'{c}'" for c in dup))
+        _fail(MSG_DUP_COLUMNS, source=source, column=str(dup[0]), columns=names_text(dup))
     return df
 
 
 def _require_columns(df, required, *, source, table):
     missing = [c for c in required if c not in df.columns]
     if missing:
-        _fail(MSG_MISSING_COLUMNS, source=source, columns=", ".join(f"'{c}'" for c in missing),
-              table=table, present=", ".join(f"'{c}'" for c in df.columns[:12]) or "none",
+        present = list(df.columns[:12])
+        # a name shown as code points ('\ufeffcase_id': a second byte-order mark) says why
+        # a column that looks present is missing
+        _fail(MSG_MISSING_COLUMNS, source=source, columns=names_text(missing, hint=False),
+              table=table, present=names_text(present, hint=True) or "none",
               column=missing[0])
 
 
@@ -403,6 +495,10 @@ def _require_numeric(df, column, *, source):
     if column not in df.columns:
         return
     col = df[column]
+    if _is_temporal(col):   # pd.to_numeric would turn a date into nanoseconds since 1970
+        bad = np.flatnonzero(col.notna().to_numpy())
+        _fail(MSG_TEMPORAL, source=source, column=column, rows=bad, dtype=str(col.dtype),
+              values=_values_text([str(v) for v in col.iloc[bad[:5]]]))
     if pd.api.types.is_bool_dtype(col):
         df[column] = col.astype("float64")
         return
@@ -415,6 +511,22 @@ def _require_numeric(df, column, *, source):
         _fail(MSG_NOT_NUMERIC, source=source, column=column, rows=bad,
               values=_values_text(col.iloc[bad]))
     df[column] = coerced.astype("float64")
+
+
+def _is_temporal(col: pd.Series) -> bool:
+    """Dates, times and durations (numpy, pandas tz-aware, period, or Python objects)."""
+    import datetime
+
+    dtype = col.dtype
+    if (pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype)
+            or isinstance(dtype, pd.PeriodDtype)):
+        return True
+    if dtype == object and len(col):
+        first = col.dropna().head(50)
+        return len(first) > 0 and all(isinstance(v, (datetime.date, datetime.time,
+                                                     datetime.timedelta, pd.Period))
+                                      for v in first)
+    return False
 
 
 def _require_complete(df, column, *, source):
@@ -488,6 +600,165 @@ def _require_nonempty(df, *, source, table, unit):
         _fail(MSG_EMPTY, source=source, table=table, unit=unit)
 
 
+# --------------------------------------------------------------------------- Unicode
+
+#: characters that print as nothing: format characters (Unicode category Cf: zero-width
+#: space and joiners, byte-order mark, bidi marks and overrides, soft hyphen, ...), plus
+#: the combining grapheme joiner, variation selectors and the Hangul fillers
+_INVISIBLE_EXTRA = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0"
+                             + "".join(map(chr, range(0xFE00, 0xFE10))))
+#: letters of other scripts that look like Latin ones (a subset of Unicode TR39's
+#: confusables: the Cyrillic and Greek letters drawn like Latin letters); NFKC maps the
+#: compatibility look-alikes (fullwidth letters, ligatures, superscripts) itself
+_CONFUSABLE = str.maketrans({
+    # Cyrillic
+    "\u0430": "a", "\u0432": "B", "\u0435": "e", "\u043a": "k", "\u043c": "M",
+    "\u043d": "H", "\u043e": "o", "\u0440": "p", "\u0441": "c", "\u0442": "T",
+    "\u0443": "y", "\u0445": "x", "\u0455": "s", "\u0456": "i", "\u0458": "j",
+    "\u04bb": "h", "\u0501": "d", "\u051b": "q", "\u051d": "w", "\u0410": "A",
+    "\u0412": "B", "\u0415": "E", "\u041a": "K", "\u041c": "M", "\u041d": "H",
+    "\u041e": "O", "\u0420": "P", "\u0421": "C", "\u0422": "T", "\u0425": "X",
+    "\u0405": "S", "\u0406": "I", "\u0408": "J", "\u04ae": "Y", "\u0417": "3",
+    # Greek
+    "\u03bf": "o", "\u03b1": "a", "\u03bd": "v", "\u03b9": "i", "\u03ba": "k",
+    "\u03c1": "p", "\u03c5": "u", "\u0391": "A", "\u0392": "B", "\u0395": "E",
+    "\u0396": "Z", "\u0397": "H", "\u0399": "I", "\u039a": "K", "\u039c": "M",
+    "\u039d": "N", "\u039f": "O", "\u03a1": "P", "\u03a4": "T", "\u03a5": "Y",
+    "\u03a7": "X",
+})
+
+MSG_LOOKALIKE = ("{source}: column '{column}' has values that look the same but are different "
+                 "text: {pairs} (rows {rows}); they differ in {what}; write each value one "
+                 "way (remove invisible characters, and type letters in one script)")
+#: the sentence recording an NFC merge (the flow of cases, clinrel validate)
+NOTE_NFC_MERGED = ("{table} column '{column}': {n} row(s) written {written} (accents stored "
+                  "apart, Unicode NFD) are read as '{nfc}' (NFC), the same text by Unicode's "
+                  "canonical equivalence")
+
+
+def _invisible_char(ch: str) -> bool:
+    import unicodedata
+
+    return ch in _INVISIBLE_EXTRA or unicodedata.category(ch) == "Cf"
+
+
+def lookalike_key(text: str) -> str:
+    """What ``text`` looks like when printed: NFKC, invisible characters dropped, runs of
+    white space as one space and trimmed, Cyrillic and Greek look-alikes of Latin letters
+    as those letters. Two different texts with one key print (nearly) the same."""
+    import unicodedata
+
+    if text.isascii():
+        return " ".join(text.split())
+    t = unicodedata.normalize("NFKC", text)
+    t = "".join(ch for ch in t if not _invisible_char(ch))
+    return " ".join(t.translate(_CONFUSABLE).split())
+
+
+def _code_points(a: str, b: str) -> str:
+    """The code points in one of ``a``, ``b`` and not the other, named."""
+    import unicodedata
+
+    diff = sorted((set(a) ^ set(b)), key=ord)
+    named = [f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in diff if not
+             (c.isascii() and c.isprintable() and not c.isspace())]
+    return ", ".join(named) or "white space"
+
+
+def _text_values(col: pd.Series):
+    """``(codes, uniques)`` of a text-like column (None for another dtype)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(), list(col.cat.categories)
+    if col.dtype == object or pd.api.types.is_string_dtype(col.dtype):
+        codes, uniq = pd.factorize(col, use_na_sentinel=True)
+        return codes, list(uniq)
+    return None
+
+
+def check_lookalikes(df: pd.DataFrame, columns: Sequence[str], *, source: str) -> None:
+    """Refuse values of ``columns`` that look alike but are different text: they differ
+    only in invisible characters (zero-width space, byte-order mark, bidi marks), in
+    white space, or in look-alike letters of another script (Cyrillic 'а' for Latin 'a'):
+    they would print as one subgroup level, or one id, and count as two. The
+    :class:`ContractError` names the column, both values as code points, the characters
+    that differ and rows (``lookalike_key``; run after :func:`unify_text`, so NFC and
+    NFD spellings are already one)."""
+    for column in columns:
+        if column not in df.columns:
+            continue
+        got = _text_values(df[column])
+        if got is None:
+            continue
+        texts = [u for u in got[1] if isinstance(u, str)]
+        seen: dict[str, str] = {}
+        for value in texts:
+            other = seen.setdefault(lookalike_key(value), value)
+            if other != value:
+                rows = np.flatnonzero(df[column].isin([other, value]).to_numpy())
+                _fail(MSG_LOOKALIKE, source=source, column=column, rows=rows,
+                      pairs=f"{show_id(other, quote=True)} and {show_id(value, quote=True)}",
+                      what=_code_points(other, value))
+
+
+def unify_text(df: pd.DataFrame, columns: Sequence[str], *, table: str) -> list[dict]:
+    """Rewrite the text of ``columns`` as Unicode NFC (in place); return the rewrites.
+
+    A value stored decomposed (NFD: ``'Montre\\u0301al'``) and its composed form
+    (NFC: ``'Montréal'``) are the same text by Unicode's canonical equivalence, and
+    print the same: as written they would be two subgroup levels (or two ids) that look
+    like one. Every value is rewritten as NFC, and each rewrite is returned, to be
+    recorded (the flow of cases, ``clinrel validate``: :func:`merge_notes`), as
+    ``{"table", "column", "written", "nfc", "rows"}``. Look-alikes that are different
+    text are :func:`check_lookalikes`'s."""
+    import unicodedata
+
+    merged: list[dict] = []
+    for column in columns:
+        if column not in df.columns:
+            continue
+        col = df[column]
+        is_cat = isinstance(col.dtype, pd.CategoricalDtype)
+        got = _text_values(col)
+        if got is None:
+            continue
+        codes, uniq = got
+        texts = [u for u in uniq if isinstance(u, str)]
+        if not texts:
+            continue
+        nfc = {u: (u if u.isascii() else unicodedata.normalize("NFC", u)) for u in texts}
+        changed = [u for u in texts if nfc[u] != u]
+        if not changed:
+            continue
+        counts = np.bincount(codes[codes >= 0], minlength=len(uniq))
+        where = {u: i for i, u in enumerate(uniq) if isinstance(u, str)}
+        for u in changed:
+            merged.append({"table": table, "column": column, "written": u, "nfc": nfc[u],
+                           "rows": int(counts[where[u]])})
+        values = np.asarray([nfc.get(u, u) if isinstance(u, str) else u for u in uniq],
+                            dtype=object)
+        if is_cat:
+            new = pd.Categorical(np.where(codes >= 0, values[np.maximum(codes, 0)], None),
+                                 categories=list(dict.fromkeys(values)),
+                                 ordered=col.cat.ordered)
+            df[column] = pd.Series(new, index=col.index, name=column)
+        else:
+            out = values[np.maximum(codes, 0)]
+            out[codes < 0] = col.to_numpy(dtype=object)[codes < 0]
+            df[column] = pd.Series(out, index=col.index, name=column, dtype=object)
+    return merged
+
+
+def merge_notes(merged: Iterable[dict]) -> list[str]:
+    """The sentences recording :func:`unify_text`'s rewrites (``NOTE_NFC_MERGED``)."""
+    return [NOTE_NFC_MERGED.format(table=m["table"], column=m["column"], n=m["rows"],
+                                  written=show_id(m["written"], quote=True), nfc=m["nfc"])
+            for m in merged]
+
+
+def _text_columns(df: pd.DataFrame, numeric: Sequence[str]) -> list[str]:
+    return [c for c in df.columns if c not in numeric]
+
+
 # --------------------------------------------------------------------------- readers
 
 def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame:
@@ -508,9 +779,11 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
         A copy with ``label`` (and ``pred`` when given) as int64 0/1, numeric columns as
         float64, ``patient_id`` filled from ``case_id`` when absent, ``split`` in lower
         case, and ``case_id``, ``model``, ``site``, ``patient_id`` as str; ``attrs`` holds
-        ``implicit_site`` (True when the table had no ``site`` column) and
+        ``implicit_site`` (True when the table had no ``site`` column),
         ``implicit_patient`` (True when it had no ``patient_id`` column: each case its own
-        patient).
+        patient) and ``text_merged`` (the values rewritten as Unicode NFC, one dict per
+        spelling: :func:`unify_text`; text columns are compared as NFC, and values that
+        only look alike are refused: :func:`check_lookalikes`).
 
     Raises
     ------
@@ -569,6 +842,10 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
         _require_complete(df, "pred", source=source)
         _require_binary(df, "pred", source=source, one="called positive", zero="called negative")
     _require_in(df, "split", SPLITS, MSG_SPLIT, source=source)
+    # ids and subgroup levels are compared as Unicode text: NFC and NFD spellings are one
+    # (recorded), look-alikes that are different text are refused
+    merged = unify_text(df, _text_columns(df, (*CASES_NUMERIC, *extra_numeric)), table="cases")
+    check_lookalikes(df, CASES_LOOKALIKE, source=source)
     _require_range(df, "age", 0, 130, source=source)
     _require_range(df, "tumor_size_mm", 0, 1000, source=source)
     _require_unique(df, ("model", "case_id"), source=source)
@@ -585,6 +862,7 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
     df = df.reset_index(drop=True)
     df.attrs["implicit_site"] = implicit_site
     df.attrs["implicit_patient"] = implicit_patient
+    df.attrs["text_merged"] = merged
     return df
 
 
@@ -653,6 +931,8 @@ def read_runs(path_or_df) -> pd.DataFrame:
     for col in ("encoder", "dataset", "condition"):
         _require_ids(df, col, source=source)
     df["condition"] = df["condition"].str.lower()
+    merged = unify_text(df, ("encoder", "dataset", "condition"), table="runs")
+    check_lookalikes(df, ("encoder", "dataset", "condition"), source=source)
     for col in RUNS_NUMERIC:
         _require_numeric(df, col, source=source)
     for col in ("auroc", "ece"):
@@ -673,7 +953,9 @@ def read_runs(path_or_df) -> pd.DataFrame:
     if missing:
         shown = ", ".join(missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
         _fail(MSG_NO_CLEAN, source=source, column="condition", pairs=shown)
-    return df.reset_index(drop=True)
+    df = df.reset_index(drop=True)
+    df.attrs["text_merged"] = merged
+    return df
 
 
 def _check_run_keys(df, *, source):
@@ -719,6 +1001,9 @@ def read_probe_predictions(path_or_df) -> pd.DataFrame:
     for col in ("encoder", "dataset", "condition", "case_id"):
         _require_ids(df, col, source=source)
     df["condition"] = df["condition"].str.lower()
+    merged = unify_text(df, ("encoder", "dataset", "condition", "case_id"),
+                        table="probe_predictions")
+    check_lookalikes(df, ("encoder", "dataset", "condition", "case_id"), source=source)
     for col in ("label_fraction", "severity", "seed", "label", "prob"):
         _require_numeric(df, col, source=source)
     _check_run_keys(df, source=source)
@@ -734,4 +1019,6 @@ def read_probe_predictions(path_or_df) -> pd.DataFrame:
     else:
         df["regime"] = "frozen"
     _require_unique(df, ("regime", *RUNS_KEY, "case_id"), source=source)
-    return df.reset_index(drop=True)
+    df = df.reset_index(drop=True)
+    df.attrs["text_merged"] = merged
+    return df

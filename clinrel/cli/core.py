@@ -32,11 +32,19 @@ class Design(str, Enum):
     crs = "crs"
 
 
+#: a report-text table given to ``clinrel validate`` (exit 2)
+MSG_REPORT_TEXT = ("{path}: this is a table of report texts (columns case_id, text), not a "
+                   "cases table (case_id, model, label, score) or a runs table; extract its "
+                   "metadata with: clinrel metadata extract {path} --out evidence.csv")
+
+
 def _guess_kind(path: Path) -> str:
     import stats
 
     df, _ = stats.schema.read_table(path, table="input")
     cols = set(df.columns)
+    if {"case_id", "text"} <= cols and not {"label", "score"} & cols:
+        raise InputError(MSG_REPORT_TEXT.format(path=path))
     if {"encoder", "auroc"} & cols and not {"case_id", "score"} <= cols:
         return "runs"
     if {"case_id", "score"} & cols:
@@ -91,8 +99,20 @@ def register(app: typer.Typer) -> None:
         """Simulate a ground-truth study table (BenchX-like cases or CRS-like runs)."""
         from stats import simulate as sim
 
+        from stats.limits import check_option
+
         if scale < 1:
             raise InputError(f"--scale must be >= 1; got {scale}")
+        if models < 1:
+            raise InputError(f"--models must be >= 1; got {models}")
+        if design is Design.benchx:
+            check_option(scale, command="simulate benchx", option="--scale",
+                         hint="BenchX has 85,000 cases: simulate that many, or a few times it")
+            check_option(models, command="simulate benchx", option="--models",
+                         hint="a study compares a few models")
+        else:
+            check_option(scale, command="simulate crs", option="--scale",
+                         hint="CRS-Bench has tens of encoders")
         check_seed(seed)
         check_out_files([("--out", out)], force=force)
         if design is Design.benchx:
@@ -115,6 +135,8 @@ def register(app: typer.Typer) -> None:
 
         k = kind.value if kind is not Kind.auto else _guess_kind(file)
         df = stats.read_cases(file) if k == "cases" else stats.read_runs(file)
+        for line in stats.schema.merge_notes(df.attrs.get("text_merged", [])):
+            typer.echo(f"{file}: note: {line}", err=True)   # never merged silently
         if not quiet:
             if k == "cases":
                 sites = (f"1 site (no site column: a single-site study, site "

@@ -132,6 +132,10 @@ def run_command(label: str, *, inputs: dict, detection: dict | None = None,
         raise InputError(message if message.startswith(first) else f"{first}: {message}") \
             from None
     check_cluster_column(tables, (detection or {}).get("cluster"), inputs.get("cases"))
+    from stats.schema import merge_notes
+
+    for line in merge_notes(tables.text_merged):   # a file output has no flow section
+        typer.echo(f"note: {line}", err=True)
     with progress(label, total=1, quiet=quiet) as advance, plan_limits(plan):
         results = run(plan, tables, only=only, errors="raise")
         advance()

@@ -53,9 +53,12 @@ def register(app: typer.Typer) -> None:
                       in zip(outs, (table, agree, disagreements(table)))],
                      force=force, inputs=inputs)
         if not quiet:
+            skipped = len(info.get("skipped", []))
             typer.echo(f"{len(table)} evidence rows -> {out}; agreement -> {stem}_agreement.csv; "
                        f"review -> {review}" + (f"; {info['llm_rejected']} LLM answers rejected"
-                                                 if llm_url else ""))
+                                                 if llm_url else "")
+                       + (f"; {skipped} file(s) in the folders skipped (not readable DICOM)"
+                          if skipped else ""))
             for r in agree.itertuples():
                 typer.echo(f"  {r.field}: {r.extractor_a} vs {r.extractor_b}: n={r.n_both} "
                            f"agreement={r.agreement:.3f} kappa={r.kappa:.3f}")

@@ -240,14 +240,31 @@ def _parse_date(s: str | None) -> date | None:
         return None
 
 
+#: elements of which an image's header has at least one (a DICOMDIR or garbage has none)
+IMAGE_KEYWORDS = ("SOPClassUID", "SOPInstanceUID", "Modality", "SeriesInstanceUID",
+                  "StudyInstanceUID")
+
+
 def read_header(path):
-    """pydicom dataset without pixels, or None when the file is not DICOM."""
+    """pydicom dataset without pixels, or None when the file is not DICOM (or a DICOM
+    header so damaged that pydicom cannot read it: a truncated or garbage file raises
+    many kinds of error inside pydicom). Only regular files are opened: a FIFO or a
+    device (a link to /dev/zero) would block or read forever."""
+    import os
+    import stat
+
     import pydicom
-    from pydicom.errors import InvalidDicomError
 
     try:
-        return pydicom.dcmread(str(path), stop_before_pixels=True)
-    except (InvalidDicomError, OSError, ValueError, TypeError, AttributeError, KeyError):
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        ds = pydicom.dcmread(str(path), stop_before_pixels=True)
+        # an image's header names its instance, series, study or modality; garbage after
+        # a 'DICM' prefix is read as a few meaningless elements, and gives none of them
+        if not any(k in ds for k in IMAGE_KEYWORDS):
+            return None
+        return ds
+    except Exception:  # noqa: BLE001 - any failure inside pydicom means "not readable DICOM"
         return None
 
 
@@ -331,9 +348,10 @@ def _header_phase(ds, case, src, evidence) -> list[dict]:
     return [_row(case, "phase", value, "dicom_header", *evidence("ContrastBolusStartTime"))]
 
 
-def extract_dicom(paths, advance=None, *, dates: DateMode = "refuse", salt: str | None = None) -> list[dict]:
-    """Evidence rows for every DICOM series under ``paths`` (non-DICOM files skipped);
-    ``dates``: see the module docstring."""
+def extract_dicom(paths, advance=None, *, dates: DateMode = "refuse", salt: str | None = None,
+                  unreadable: list | None = None) -> list[dict]:
+    """Evidence rows for every DICOM series under ``paths`` (non-DICOM files skipped, and
+    appended to ``unreadable`` when it is given); ``dates``: see the module docstring."""
     check_dates(dates, salt)
     rows, seen = [], set()
     for f in find_dicom_files(paths):
@@ -341,6 +359,8 @@ def extract_dicom(paths, advance=None, *, dates: DateMode = "refuse", salt: str 
         if advance:
             advance(1)
         if ds is None:
+            if unreadable is not None:
+                unreadable.append(f)
             continue
         case = case_id_of(ds, f)
         if case in seen:

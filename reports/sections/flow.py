@@ -24,6 +24,16 @@ def accountability(study) -> pd.DataFrame:
     return study.results["row_flow"]
 
 
+def normalised(study) -> tuple[str, ...]:
+    """The readers' Unicode NFC rewrites of the cases table (``cases.unicode_nfc``, from
+    ``stats.schema.unify_text``): one sentence each, so no merge of two spellings is
+    silent."""
+    from stats.schema import merge_notes
+
+    merged = study.results.decisions.get("cases.unicode_nfc") or []
+    return tuple(f"Text normalised when read: {line}." for line in merge_notes(merged))
+
+
 def build(study) -> Section:
     acc = accountability(study)
     counts = D.counts(study)
@@ -44,7 +54,7 @@ def build(study) -> Section:
                 "negatives": "Reference negative"},
         spanners=(("Unique cases", ["positives", "negatives"]),),
         notes=(f"Rows are model \u00d7 case pairs ({n_models} models, one row per model and "
-               "case); cases and patients are unique identifiers.",))
+               "case); cases and patients are unique identifiers.", *normalised(study)))
     inc = acc[acc["disposition"] == "included"]
     exc = acc[acc["disposition"] == "excluded"]
     total = acc.iloc[-1]

@@ -77,6 +77,9 @@ class Tables:
     probe_predictions: pd.DataFrame | None = None
     input_sha256: dict = field(default_factory=dict)
     input_rows: dict = field(default_factory=dict)
+    #: values the readers rewrote as Unicode NFC (``stats.schema.unify_text``): one dict
+    #: per spelling, recorded in the flow of cases
+    text_merged: list = field(default_factory=list)
 
 
 class Results:
@@ -171,7 +174,8 @@ def run(plan, tables: Tables, *, scheduler=None, only: Iterable[str] | None = No
     (results are identical either way; overrides the plan's). ``errors``: ``"record"``
     keeps going when an analysis fails (the failure is re-raised when its table is
     read), ``"raise"`` stops at the first failure. Bad input (``ContractError``) always
-    raises.
+    raises, and so does an analysis out of memory (as a ``ContractError``,
+    ``MSG_OUT_OF_MEMORY``): no report leaves a section out because of an allocation.
 
     The main lane's analyses are computed first, then each other lane's (registration
     order within a lane), then the ``AFTER`` lane (joins of the others' results). ``jobs > 1`` (and no scheduler, on a system that can fork)
@@ -204,6 +208,13 @@ def run(plan, tables: Tables, *, scheduler=None, only: Iterable[str] | None = No
     return results
 
 
+#: an analysis that ran out of memory: never a section silently left out (exit 2)
+MSG_OUT_OF_MEMORY = ("the analysis '{name}' ran out of memory ({detail}); the estimate of "
+                     "stats.limits did not foresee it: lower the plan setting that sizes it "
+                     "(replicates, weight draws, imputations, subgroup axes), or run it on a "
+                     "machine with more memory")
+
+
 def _compute(results: Results, names: Iterable[str], errors: str) -> None:
     from ..schema import ContractError
 
@@ -212,6 +223,9 @@ def _compute(results: Results, names: Iterable[str], errors: str) -> None:
             results[name]
         except ContractError:
             raise
+        except MemoryError as exc:   # whatever ``errors``: a report never goes on without it
+            detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise ContractError(MSG_OUT_OF_MEMORY.format(name=name, detail=detail)) from None
         except Exception:
             if errors == "raise":
                 raise

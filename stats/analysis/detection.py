@@ -119,6 +119,13 @@ def row_flow(results) -> pd.DataFrame:
     for c in ("rows", "cases", "patients", "positives", "negatives"):
         tab[c] = tab[c].astype("int64")
     results.decide("detection.rows", {r: int(n) for r, n in zip(tab["reason"], tab["rows"])})
+    merged = [m for m in results.tables.text_merged if m["table"] == "cases"]
+    if merged:   # NFC and NFD spellings read as one (stats.schema.unify_text): recorded
+        from ..schema import merge_notes
+
+        results.decide("cases.unicode_nfc", [dict(m) for m in merged])
+        for line in merge_notes(merged):
+            results.note(f"Text normalised when read: {line}.")
     return tab
 
 

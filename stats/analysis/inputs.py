@@ -41,6 +41,9 @@ MSG_BIN_EXISTS = ("{plan}: key 'detection.bins.{column}.name' is {name!r}, a col
 MSG_NO_TEST = ("{cases}: column 'split' has no 'test' rows ({counts}), and the report analyses "
                "the test split (plan {plan}, key 'detection'); mark the held-out cases "
                "split: test, or drop the split column to analyse every row")
+MSG_K_ENCODERS = ("{plan}: key 'crs.k' is {k}, but the runs table ({runs}) has {n} encoder(s) "
+                  "in a regime; P(rank <= k) and the top-k overlap need k at most the number "
+                  "of encoders (and below it to say anything): lower k")
 MSG_PLAN_COLUMN = ("{plan}: key '{key}' names column {column!r}, which the cases table ({cases}) "
                    "lacks (columns: {columns}); {fix}")
 
@@ -131,6 +134,7 @@ def _load(plan: Plan) -> Tables:
         study.input_sha256[name] = sha256_file(path)
     if plan.cases is not None:
         cases = stats.read_cases(plan.cases)
+        study.text_merged += cases.attrs.get("text_merged", [])
         _check_identifiers(cases, plan.cases, plan)
         study.input_rows["cases"] = len(cases)
         if plan.privacy.pseudonymize_ids:
@@ -141,6 +145,7 @@ def _load(plan: Plan) -> Tables:
         study.cases = cases
     if plan.runs is not None:
         runs = stats.read_runs(plan.runs)
+        study.text_merged += runs.attrs.get("text_merged", [])
         _check_identifiers(runs, plan.runs, plan)
         study.input_rows["runs"] = len(runs)
         study.runs = runs
@@ -159,6 +164,7 @@ def _load(plan: Plan) -> Tables:
         study.label_error = stats.schema.read_table(opts.label_error, table="label_error")[0]
     if plan.probe_predictions is not None:
         pp = stats.schema.read_probe_predictions(plan.probe_predictions)
+        study.text_merged += pp.attrs.get("text_merged", [])
         _check_identifiers(pp, plan.probe_predictions, plan)
         study.probe_predictions = pp
     return study
@@ -171,12 +177,18 @@ def _check_axes(cases: pd.DataFrame, plan: Plan) -> None:
     needed = {c for axes in det.subgroups for c in axes}
     if det.failure_map:
         needed |= set(det.failure_map)
+    needed |= {c for axes in (*det.exploratory_subgroups, *det.compare_by) for c in axes}
     missing = sorted(c for c in needed if c not in cases.columns)
     if missing:
         raise PlanError(f"{plan.path}: key 'detection' names column(s) {', '.join(missing)} "
                         f"that the cases table ({plan.cases}) lacks (columns: "
                         f"{', '.join(map(str, cases.columns[:20]))}); fix the names or add "
                         "a bin that creates them")
+    # every axis's levels compared as Unicode text (read_cases checked the contract's
+    # columns; an axis may be any column)
+    from stats.schema import check_lookalikes
+
+    check_lookalikes(cases, sorted(needed), source=str(plan.cases))
     named = []
     if det.n_boot and det.strata is not None:
         named.append(("detection.bootstrap.strata", det.strata,
@@ -226,6 +238,13 @@ def _check_plan_against_data(plan: Plan, study: Tables) -> None:
             setting="detection.bootstrap.n_boot", what="the bootstrap")
         _from_stats(c, "detection.bootstrap.n_boot", limits.check, work)
     if crs is not None and study.runs is not None:
+        n_enc = int(study.runs.groupby("regime")["encoder"].nunique().max())
+        if crs.k > n_enc:
+            raise PlanError(MSG_K_ENCODERS.format(plan=plan.path, k=crs.k, n=n_enc,
+                                                  runs=plan.runs))
+        if crs.n_weights:
+            work = limits.ranking_stability_work(crs.n_weights, n_enc, setting="crs.n_weights")
+            _from_stats(c, "crs.n_weights", limits.check, work)
         regimes = []
         for _, part in study.runs.groupby("regime", sort=True):
             by_ds = part.groupby("dataset", sort=True)
@@ -235,6 +254,12 @@ def _check_plan_against_data(plan: Plan, study: Tables) -> None:
         work = limits.crs_bootstrap_work(crs.n_boot, regimes, setting="crs.bootstrap.n_boot",
                                          what="the CRS bootstrap")
         _from_stats(c, "crs.bootstrap.n_boot", limits.check, work)
+    opts = plan.metadata_options
+    if (opts is not None and opts.label_error is not None and det is not None
+            and study.cases is not None):
+        work = limits.imputation_work(opts.n_imputations, len(study.cases),
+                                      setting="metadata.n_imputations")
+        _from_stats(c, "metadata.n_imputations", limits.check, work)
     if plan.scheduler is not None:
         from stats._parallel import connect
 

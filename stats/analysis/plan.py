@@ -15,9 +15,13 @@ refused: no "billion laughs"). Values that would be reported on instead of refus
 refused here: a NaN or infinite threshold, replicate counts below 2, ``small_n`` or ``k``
 below 1, seeds outside ``stats._rng.check_seed``'s rule, a bin named after a column
 clinrel reads or writes, NaN breaks, repeated bin labels, formulas outside
-``stats.formula``'s grammar. The optional ``limits`` block (``max_memory_gb``,
-``max_rows``, ``max_hours``) raises or lowers the caps of :mod:`stats.limits`; a planned
-bootstrap whose smallest possible size is already above them is refused at load time.
+``stats.formula``'s grammar, a subgroup axis that does not group cases (``NOT_AXES``: the
+score, the label, an id), an intersection naming a column twice, lists longer than their
+fixed caps (``stats.limits.COUNT_CAPS``: bin breaks, axes). The optional ``limits`` block
+(``stats.limits.CAPS``: ``max_memory_gb``, ``max_rows``, ``max_hours``, ``max_file_gb``,
+``max_columns``) raises or lowers the caps of :mod:`stats.limits`; a planned count that
+sizes an allocation (``stats.limits.ESTIMATED``: replicates, weight draws, imputations)
+whose smallest possible work is already above them is refused at load time.
 """
 from __future__ import annotations
 
@@ -54,6 +58,27 @@ MSG_BIN_LABELS_DUP = ("{file}: key '{key}' repeats the label(s) {labels}; each i
                       "own label")
 MSG_COUNT = ("{file}: key '{key}' must be a whole number >= {low} ({what}); got {got!r}; {hint}")
 
+MSG_AXIS_TWICE = ("{file}: key '{key}' is the intersection {axis!r}, which names column "
+                  "{column!r} twice; an intersection crosses different columns, e.g. "
+                  "[age_group, phase]")
+MSG_AXIS_REPEATED = ("{file}: key '{key}' lists the axis {axis!r} twice; list each axis once")
+MSG_NOT_AXIS = ("{file}: key '{key}' names {column!r} as a subgroup axis, but it is {why}; "
+                "name a column that groups cases (site, phase, sex, a bin, ...)")
+#: columns that are not subgroups of cases, and why (refused as axes, with the fix)
+NOT_AXES = {
+    "score": "the model's score (every distinct score would be a subgroup); to study ranges "
+             "of it, bin it (detection.bins.score, or --bin score=0,50,100) and name the bin",
+    "label": "the reference standard: sensitivity and specificity are already computed "
+             "within label 1 and label 0",
+    "pred": "the model's call, which the metrics compare with the label",
+    "case_id": "an identifier (every case would be its own subgroup)",
+    "patient_id": "an identifier (every patient would be its own subgroup)",
+    "model": "the model: every metric is already computed per model",
+    "threshold": "a column clinrel adds (the threshold applied)",
+    "threshold_source": "a column clinrel adds (where the threshold came from)",
+    "detected": "a column clinrel adds (the call at the threshold)",
+    "correct": "a column clinrel adds (whether the call is right)",
+}
 #: columns a bin must not be named after: the cases contract and the columns clinrel adds
 RESERVED_COLUMNS = ("case_id", "model", "label", "score", "site", "patient_id", "pred", "split",
                     "threshold", "threshold_source", "detected", "correct")
@@ -341,11 +366,33 @@ def _from_stats(c: _Checker, where: str, fn, *args, **kwargs):
 
 def _count(c: _Checker, value, key: str, low: int, what: str, hint: str) -> int:
     """A whole number >= ``low`` (replicates, small_n, k): bools, floats, NaN and smaller
-    numbers are refused."""
+    numbers are refused, and so is a count above its fixed cap
+    (``stats.limits.COUNT_CAPS``: a count that sizes an allocation)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise PlanError(MSG_COUNT.format(file=c.file, key=key, low=low, what=what, got=value,
                                          hint=hint))
-    return int(value)
+    return _capped(c, int(value), key, hint)
+
+
+def _capped(c: _Checker, value: int, key: str, hint: str = "") -> int:
+    """``value``, refused above its fixed cap (``stats.limits.check_count``)."""
+    from stats import limits
+
+    try:
+        return limits.check_count(value, key=key, file=c.file, hint=hint.replace("write ", ""))
+    except ContractError as exc:
+        raise PlanError(str(exc)) from None
+
+
+def _short(c: _Checker, items, key: str):
+    """``items``, refused when longer than the fixed cap of ``key``
+    (``stats.limits.check_length``): a list that sets how much work is done."""
+    from stats import limits
+
+    try:
+        return limits.check_length(items, key=key, file=c.file)
+    except ContractError as exc:
+        raise PlanError(str(exc)) from None
 
 
 def _finite(c: _Checker, value, key: str, expected: str, hint: str) -> float:
@@ -371,18 +418,38 @@ def _path(c: _Checker, base: Path, value, key: str) -> Path | None:
 
 
 def _axes(c: _Checker, value, key: str) -> list[tuple[str, ...]]:
-    """Subgroup axes: column names, or lists of 2+ names for intersections."""
+    """Subgroup axes: column names, or lists of 2+ names for intersections. Refused: more
+    axes, or an intersection of more columns, than the caps of ``stats.limits``; an
+    intersection naming a column twice (``phase:phase``); an axis given twice; a column
+    that is not a grouping of cases (``NOT_AXES``: the score, the label, an id)."""
     out = []
-    for i, s in enumerate(c.typed(value, key, list, "a list of column names or [a, b] pairs")):
+    value = _short(c, c.typed(value, key, list, "a list of column names or [a, b] pairs"), key)
+    for i, s in enumerate(value):
         if isinstance(s, str):
-            out.append((s,))
+            axis = (s,)
         elif isinstance(s, list) and len(s) >= 2 and all(isinstance(x, str) for x in s):
-            out.append(tuple(s))
+            axis = tuple(_short(c, s, f"{key}[{i}]"))
         else:
             raise PlanError(MSG_TYPE.format(file=c.file, key=f"{key}[{i}]",
                                             expected="a column name or a list of 2+ names",
                                             got=s, hint="write e.g. phase or [age_group, phase]"))
+        twice = sorted({x for x in axis if axis.count(x) > 1})
+        if twice:
+            raise PlanError(MSG_AXIS_TWICE.format(file=c.file, key=f"{key}[{i}]",
+                                                  axis=":".join(axis), column=twice[0]))
+        for col in axis:
+            _not_an_axis(c, col, f"{key}[{i}]")
+        if axis in out:
+            raise PlanError(MSG_AXIS_REPEATED.format(file=c.file, key=key, axis=":".join(axis)))
+        out.append(axis)
     return out
+
+
+def _not_an_axis(c: _Checker, column: str, key: str) -> None:
+    """Refuse a column of ``NOT_AXES`` named as a subgroup axis."""
+    if column in NOT_AXES:
+        raise PlanError(MSG_NOT_AXIS.format(file=c.file, key=key, column=column,
+                                            why=NOT_AXES[column]))
 
 
 def _conf_level(c: _Checker, value, key: str) -> float:
@@ -444,13 +511,14 @@ def _detection(c: _Checker, d: dict) -> Detection:
                         f"{', '.join(':'.join(a) for a in twice)} from 'detection.subgroups'; an "
                         "axis is either prespecified (subgroups) or exploratory, not both")
     bins = []
-    raw_bins = c.typed(d.get("bins") or {}, "detection.bins", dict,
-                       "a mapping column -> {name, breaks, labels}")
+    raw_bins = _short(c, c.typed(d.get("bins") or {}, "detection.bins", dict,
+                                 "a mapping column -> {name, breaks, labels}"), "detection.bins")
     for col, spec in raw_bins.items():
         spec = c.keys(spec, BIN_KEYS, f"detection.bins.{col}")
         key = f"detection.bins.{col}"
         breaks = c.typed(c.required(spec, "breaks", key, "give the cut points, e.g. [0, 40, 60]"),
                          f"{key}.breaks", list, "a list of increasing numbers (.inf allowed)")
+        _short(c, breaks, f"{key}.breaks")
         try:
             breaks = tuple(float(b) for b in breaks)
         except (TypeError, ValueError):
@@ -488,7 +556,7 @@ def _detection(c: _Checker, d: dict) -> Detection:
     bn = 0
     if "n_boot" in boot:
         bn = _count(c, boot["n_boot"], "detection.bootstrap.n_boot", 2, "bootstrap replicates",
-                    "write e.g. n: 2000, or leave the bootstrap block out for no bootstrap")
+                    "write e.g. n_boot: 2000, or leave the bootstrap block out for no bootstrap")
     interval = c.choice(boot.get("boot_ci", "percentile"), "detection.bootstrap.boot_ci",
                         BOOT_INTERVALS)
     strata = boot.get("strata")
@@ -512,6 +580,7 @@ def _detection(c: _Checker, d: dict) -> Detection:
         blocks = c.keys(a.get("blocks") or {}, {b: "" for b in BLOCKS}, "detection.adjusted.blocks")
         for b, terms in blocks.items():
             c.typed(terms, f"detection.adjusted.blocks.{b}", list, "a list of model terms")
+            _short(c, terms, f"detection.adjusted.blocks.{b}")
             for i, term in enumerate(terms):
                 key = f"detection.adjusted.blocks.{b}[{i}]"
                 c.typed(term, key, str, "a model term, e.g. np.log(tumor_size_mm)")
@@ -575,6 +644,11 @@ def _detection(c: _Checker, d: dict) -> Detection:
                         "detection.failure_map.rows", str, "a column name"),
                 c.typed(c.required(f, "cols", "detection.failure_map", "name a column, e.g. phase"),
                         "detection.failure_map.cols", str, "a column name"))
+        for part, col in zip(("rows", "cols"), fmap):
+            _not_an_axis(c, col, f"detection.failure_map.{part}")
+        if fmap[0] == fmap[1]:
+            raise PlanError(MSG_AXIS_TWICE.format(file=c.file, key="detection.failure_map",
+                                                  axis=":".join(fmap), column=fmap[0]))
     return Detection(threshold_value=value, criterion=None if given else criterion,
                      target=target, ci=ci, auc_scale=auc_scale, boot_ci=interval,
                      conf_level=conf, subgroups=tuple(subgroups), bins=tuple(bins),
@@ -648,8 +722,8 @@ def plan_from_dict(raw: dict, *, path: Path, sha256: str = "") -> Plan:
                       "calibration.bootstrap.n_boot", 2, "ECE bootstrap replicates",
                       "write e.g. n_boot: 1000"),
         seed=_seed(c, cal_boot.get("seed"), "calibration.bootstrap.seed"))
-    limits = _limits(c, raw.get("limits"), det, crs)
     md_options = _metadata_options(c, raw.get("metadata"), base, paths)
+    limits = _limits(c, raw.get("limits"), det, crs, calibration, md_options)
     pv = c.keys(raw.get("privacy") or {}, PRIVACY_KEYS, "privacy")
     privacy = Privacy(
         allow_identifiers=bool(c.typed(pv.get("allow_identifiers", False),
@@ -698,6 +772,7 @@ def _metadata_options(c: _Checker, raw, base: Path, paths: dict) -> MetadataOpti
     prefer = m.get("prefer") or []
     c.typed(prefer, "metadata.prefer", list, "a list of extractor names",
             "write e.g. prefer: [dicom_rules, text_rules]")
+    _short(c, prefer, "metadata.prefer")
     per_patient = m.get("per_patient", "auto")
     if per_patient != "auto":
         c.typed(per_patient, "metadata.per_patient", list, "auto or a list of field names",
@@ -775,10 +850,14 @@ def _check_formula(c: _Checker, text: str, key: str) -> None:
     _from_stats(c, key, parse_formula, text)
 
 
-def _limits(c: _Checker, raw, det: Detection | None, crs: Crs | None) -> dict:
-    """The ``limits`` block, then a first, data-free check of the planned bootstraps: the
-    smallest data (one cluster, cell, model or encoder) already needs this much, so an
-    absurd replicate count is refused here before any input is read."""
+def _limits(c: _Checker, raw, det: Detection | None, crs: Crs | None,
+            calibration: Calibration | None = None,
+            md: MetadataOptions | None = None) -> dict:
+    """The ``limits`` block, then a first, data-free check of every planned count that
+    sizes an allocation (``stats.limits.ESTIMATED``: the bootstraps, the weight draws,
+    the imputations): the smallest data (one cluster, cell, model, encoder or row)
+    already needs this much, so an absurd count is refused here before any input is
+    read, naming the key, the estimate and the cap to raise."""
     from stats import limits
 
     caps = _from_stats(c, "limits", limits.parse_limits, raw, file=c.file)
@@ -791,6 +870,16 @@ def _limits(c: _Checker, raw, det: Detection | None, crs: Crs | None) -> dict:
         works.append(("crs.bootstrap.n_boot", limits.crs_bootstrap_work(
             crs.n_boot, [(1, [1], [1])], setting="crs.bootstrap.n_boot",
             what="the CRS bootstrap")))
+        if crs.n_weights:
+            works.append(("crs.n_weights", limits.ranking_stability_work(
+                crs.n_weights, 1, setting="crs.n_weights")))
+    if calibration is not None:
+        works.append(("calibration.bootstrap.n_boot", limits.ece_bootstrap_work(
+            calibration.n_boot, 1, 1, "uniform", setting="calibration.bootstrap.n_boot",
+            what="the ECE bootstrap")))
+    if md is not None and md.label_error is not None:
+        works.append(("metadata.n_imputations", limits.imputation_work(
+            md.n_imputations, 1, setting="metadata.n_imputations")))
     with limits.using(caps, c.file):
         for key, work in works:
             _from_stats(c, key, limits.check, replace(work, detail=floor))

@@ -362,4 +362,12 @@ KEYS: dict[str, Key] = {
     "limits.max_hours": Key("positive number", f"`{limits.DEFAULT_MAX_HOURS:g}` "
                             f"(env {limits.ENV['max_hours']})",
                             "Estimated single-core hours of one step.", "48"),
+    "limits.max_file_gb": Key("positive number", f"`{limits.DEFAULT_MAX_FILE_GB:g}` "
+                              f"(env {limits.ENV['max_file_gb']})",
+                              "Size in GB of one input table file, checked before it is "
+                              "opened.", "8"),
+    "limits.max_columns": Key("positive whole number", f"`{limits.DEFAULT_MAX_COLUMNS:,}` "
+                              f"(env {limits.ENV['max_columns']})",
+                              "Columns of one input table, counted on the CSV header line "
+                              "or the parquet schema before the table is parsed.", "20000"),
 }
