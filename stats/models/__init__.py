@@ -176,7 +176,9 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: st
           sd__(Intercept)      0.53       0.26
     """
     func = "fit_adjusted"
-    _v.table(cases, func=func)
+    _v.table(cases, func=func, columns=["label"] if population is not None else [],
+             fix="add the reference standard 'label' (stats.read_cases), or pass "
+                 "population=None for a table with its own outcome")
     _v.threshold(threshold, func=func)
     conf_level = _v.level(conf_level, func=func)
     nagq = _v.whole(nagq, func=func, arg="nagq", fix="e.g. nagq=1 (Laplace) or 10")
