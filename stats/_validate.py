@@ -111,20 +111,24 @@ def _at(bad: np.ndarray, *columns: tuple[str | None, np.ndarray]) -> str:
 # --------------------------------------------------------------------------- arrays
 
 
-def _floats(value, *, func: str, arg: str, fix: str) -> np.ndarray:
-    """``value`` as a float64 array; booleans, text and objects that are not numbers are
-    refused (:data:`MSG_NOT_NUMBER`)."""
-    raw = np.asarray(value, dtype=object) if not isinstance(value, np.ndarray) else value
-    if raw.dtype == bool or any(isinstance(v, (bool, np.bool_, str, bytes))
-                                for v in raw.ravel()[:1000] if raw.dtype == object):
-        shown = ", ".join(_show(v) for v in raw.ravel()[:SHOWN])
-        raise ContractError(MSG_NOT_NUMBER.format(func=func, arg=arg, value=shown, fix=fix))
+def _floats(value, *, func: str, arg: str, fix: str, booleans: bool = False) -> np.ndarray:
+    """``value`` as a float64 array; text, objects that are not numbers and (unless
+    ``booleans``, e.g. for 0/1 labels) booleans are refused (:data:`MSG_NOT_NUMBER`).
+    Numeric arrays and Series are converted without a pass over their elements."""
+    arr = np.asarray(value)
+    if arr.dtype.kind in "iuf" or (booleans and arr.dtype.kind == "b"):
+        return arr.astype("float64", copy=False)
+    odd = arr.dtype.kind == "b" or arr.dtype.kind in "USVMm" or (
+        arr.dtype == object and any(isinstance(v, (bool, np.bool_, str, bytes))
+                                    for v in arr.ravel()[:1000]))
     try:
-        return np.asarray(value, dtype="float64")
+        if not odd:
+            return np.asarray(arr, dtype="float64")
     except (TypeError, ValueError):
-        shown = ", ".join(_show(v) for v in raw.ravel()[:SHOWN])
-        raise ContractError(MSG_NOT_NUMBER.format(func=func, arg=arg, value=shown,
-                                                  fix=fix)) from None
+        pass
+    shown = ", ".join(_show(v) for v in arr.ravel()[:SHOWN])
+    raise ContractError(MSG_NOT_NUMBER.format(func=func, arg=arg, value=shown or "[]",
+                                              fix=fix))
 
 
 def counts(value, *, func: str, arg: str, whole: bool = True) -> np.ndarray:

@@ -285,8 +285,8 @@ def _labels(label, *scores, func: str, names: tuple[str, ...] = ("score",),
             cluster=None) -> tuple[np.ndarray, list[np.ndarray]]:
     """The label and score arguments, checked (:mod:`stats._validate`): equal lengths, at
     least one observation, labels 0/1, finite scores."""
-    y = _v._floats(label, func=func, arg="label", fix="recode them (1 = case, 0 = control)"
-                   ).ravel()
+    y = _v._floats(label, func=func, arg="label", fix="recode them (1 = case, 0 = control)",
+                   booleans=True).ravel()
     out = [_v._floats(s, func=func, arg=k, fix="pass numbers").ravel()
            for k, s in zip(names, scores)]
     _v.same_length(func=func, unit="observation", label=y, **dict(zip(names, out)),

@@ -660,6 +660,8 @@ def failure_map(cases: pd.DataFrame, rows: str = "age_group", cols: str = "phase
     for arg, col in (("rows", rows), ("cols", cols)):
         if not isinstance(col, str):
             raise ContractError(f"{func}: {arg} must be one column name; got {_v._show(col)}")
+    conf_level = _v.level(conf_level, func=func)
+    small_n = _v.whole(small_n, func=func, arg="small_n", minimum=0, fix="e.g. small_n=10")
     out = subgroup_metrics(cases, by=[(rows, cols)], metrics=(metric,), ci=ci,
                            conf_level=conf_level, small_n=small_n, cluster=cluster,
                            not_applicable=not_applicable)
