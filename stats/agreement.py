@@ -15,6 +15,8 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
+from stats import _validate as _v
+
 AGREEMENT_COLUMNS = ("field", "extractor_a", "extractor_b", "n_a", "n_b", "n_both", "n_agree",
                      "agreement", "conf_low", "conf_high", "kappa", "n_disagree")
 
@@ -33,10 +35,24 @@ def extractor_pairs(evidence: pd.DataFrame):
 
 
 def extractor_agreement(evidence: pd.DataFrame, *, conf_level: float = 0.95) -> pd.DataFrame:
-    """Agreement (Wilson CI) and Cohen's kappa per field x extractor pair."""
+    """Agreement (Wilson CI) and Cohen's kappa per field x extractor pair.
+
+    ``evidence``: the metadata evidence table (``case_id, field, value, extractor``).
+    Returns one row per field x pair of extractors (``AGREEMENT_COLUMNS``); an evidence
+    table without rows, like one from a single extractor, has no pair: the table without
+    rows, with its columns. Not a DataFrame, a missing column or ``conf_level`` outside
+    (0, 1) raise :class:`~stats.schema.ContractError`.
+    """
     from sklearn.metrics import cohen_kappa_score
 
-    from .intervals import proportion_ci
+    func = "extractor_agreement"
+    _v.table(evidence, func=func, arg="evidence", empty=True,
+             columns=("case_id", "field", "value", "extractor"),
+             fix="give the evidence table clinrel metadata extract writes",
+             hint=" (the evidence table clinrel metadata extract writes)")
+    conf_level = _v.level(conf_level, func=func)
+
+    from .intervals import proportion_limits
 
     rows = []
     for field, a, b, wa, wb in extractor_pairs(evidence):
@@ -53,7 +69,7 @@ def extractor_agreement(evidence: pd.DataFrame, *, conf_level: float = 0.95) -> 
                      "n_disagree": len(both) - agree})
     out = pd.DataFrame(rows, columns=[c for c in AGREEMENT_COLUMNS
                                       if c not in ("conf_low", "conf_high")])
-    lo, hi = proportion_ci(out["n_agree"].to_numpy(float), out["n_both"].to_numpy(float),
+    lo, hi = proportion_limits(out["n_agree"].to_numpy(float), out["n_both"].to_numpy(float),
                            conf_level=conf_level)
     out["conf_low"], out["conf_high"] = lo, hi
     return out[list(AGREEMENT_COLUMNS)]

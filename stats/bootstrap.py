@@ -33,13 +33,14 @@ import pandas as pd
 from scipy import sparse
 from scipy import stats as sps
 
+from stats import _validate as _v
 from stats._parallel import map_blocks
 from stats._quantile import column_quantiles, percentile_interval
 from stats._rng import spawn
 from stats.detection import (GROUP_COLS, METRICS, PROPORTIONS, CaseMatrix, case_matrix,
                              metric_fractions, ratio)
 from stats._linalg import clean_variance
-from stats.intervals import proportion_ci
+from stats.intervals import proportion_limits
 from stats.limits import check, cluster_bootstrap_work
 from stats.schema import ContractError, tidy
 
@@ -333,7 +334,7 @@ def wilson_deff_interval(estimate: np.ndarray, denominator: np.ndarray, se: np.n
         deff = var * correction / binomial
     deff = np.where(np.isfinite(deff) & (deff > 0), deff, 1.0)
     n_eff = denominator / deff
-    return proportion_ci(estimate * n_eff, n_eff, method="wilson", conf_level=conf_level)
+    return proportion_limits(estimate * n_eff, n_eff, method="wilson", conf_level=conf_level)
 
 
 def bootstrap_table(cm: CaseMatrix, bc: BootCounts, R: np.ndarray, *,
@@ -428,7 +429,18 @@ def cluster_bootstrap(cases: pd.DataFrame, *, by=None,
     Efron B (1987) JASA 82:171-185.
     Kish L (1965) Survey Sampling, sec. 8.2. Korn EL, Graubard BI (1998) Survey
     Methodology 24:193-201.
+
+    Raises
+    ------
+    ContractError
+        An empty ``cases`` table (no metric exists: the overall row always would),
+        ``n_boot`` not a whole number >= 1, ``conf_level`` outside (0, 1)
+        (:mod:`stats._validate`).
     """
+    func = "cluster_bootstrap"
+    _v.table(cases, func=func)
+    n_boot = _v.whole(n_boot, func=func, arg="n_boot", fix="e.g. n_boot=2000")
+    conf_level = _v.level(conf_level, func=func)
     bad = [k for k in metrics if k not in BOOT_METRICS]
     if bad:
         raise ValueError(f"metrics: {bad} cannot be bootstrapped from counts; choose from {BOOT_METRICS}")

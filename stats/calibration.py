@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, sparse, special
 
+from . import _validate as _v
 from ._quantile import percentile_interval
 from ._rng import as_generator
 from .limits import check, ece_bootstrap_work
@@ -62,27 +63,35 @@ def _rows(bad: np.ndarray) -> str:
         f" (and {len(bad) - 5} more)" if len(bad) > 5 else "")
 
 
-def _check(label, prob) -> tuple[np.ndarray, np.ndarray]:
+def _check(label, prob, func: str) -> tuple[np.ndarray, np.ndarray]:
+    """``label`` and ``prob`` checked: matching shapes, at least one case (an empty input
+    has no calibration error: :mod:`stats._validate`), probabilities in [0, 1], labels
+    0/1 (binary) or 0..k-1 (multiclass). Messages start with ``func``."""
     y = np.asarray(label)
-    p = np.asarray(prob, dtype=float)
+    p = _v._floats(prob, func=func, arg="prob", fix="pass probabilities")
     if y.ndim != 1 or p.ndim not in (1, 2) or p.shape[0] != y.shape[0]:
-        raise ContractError(MSG_SHAPE.format(n=y.shape[0] if y.ndim else 1, shape=p.shape))
+        raise ContractError(f"{func}: " + MSG_SHAPE.format(n=y.shape[0] if y.ndim else 1,
+                                                            shape=p.shape))
+    _v.nonempty(y, func=func, arg="label", unit="case")
     bad = np.flatnonzero(~(np.isfinite(p) & (p >= 0) & (p <= 1)).reshape(len(p), -1).all(1))
     if len(bad):
-        raise ContractError(MSG_PROB.format(rows=_rows(bad), values=p[bad[:5]].tolist()), rows=bad[:5] + 1)
+        raise ContractError(f"{func}: " + MSG_PROB.format(rows=_rows(bad),
+                                                           values=p[bad[:5]].tolist()),
+                            rows=bad[:5] + 1)
     k = 2 if p.ndim == 1 else p.shape[1]
     yf = y.astype(float) if y.dtype.kind in "biuf" else np.full(y.shape, np.nan)
     bad = np.flatnonzero(~np.isin(yf, np.arange(k)))
     if len(bad):
         what = "0/1" if p.ndim == 1 else f"an integer class in 0..{k - 1}"
-        raise ContractError(MSG_LABEL.format(what=what, rows=_rows(bad), values=y[bad[:5]].tolist()),
+        raise ContractError(f"{func}: " + MSG_LABEL.format(what=what, rows=_rows(bad),
+                                                            values=y[bad[:5]].tolist()),
                             column="label", rows=bad[:5] + 1)
     return yf.astype(np.int64), p
 
 
-def _confidence(label, prob) -> tuple[np.ndarray, np.ndarray]:
+def _confidence(label, prob, func: str = "ece") -> tuple[np.ndarray, np.ndarray]:
     """(confidence, outcome): binary -> (prob, label); multiclass -> top-label."""
-    y, p = _check(label, prob)
+    y, p = _check(label, prob, func)
     if p.ndim == 1:
         return p, y.astype(float)
     top = p.argmax(1)
@@ -135,17 +144,24 @@ def ece(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform") -> flo
 
     Examples
     --------
+    An empty input raises :class:`~stats.schema.ContractError` (no ECE exists), as do
+    mismatched lengths, probabilities outside [0, 1] and an ``n_bins`` that is not a
+    whole number >= 1.
+
     >>> round(ece([0, 1, 1, 0, 1], [0.2, 0.9, 0.6, 0.4, 0.8], n_bins=5), 4)
     0.26
     """
-    conf, out = _confidence(label, prob)
+    n_bins = _v.whole(n_bins, func="ece", arg="n_bins", fix="e.g. n_bins=15")
+    conf, out = _confidence(label, prob, "ece")
     n, s_conf, s_out, _ = _bin_sums(conf, out, n_bins, strategy)
     return float(np.abs(s_out - s_conf).sum() / len(conf))
 
 
 def mce(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform") -> float:
-    """Maximum calibration error: ``max_b |acc_b - conf_b|`` over non-empty bins."""
-    conf, out = _confidence(label, prob)
+    """Maximum calibration error: ``max_b |acc_b - conf_b|`` over non-empty bins (input
+    checks as :func:`ece`; an empty input is refused)."""
+    n_bins = _v.whole(n_bins, func="mce", arg="n_bins", fix="e.g. n_bins=15")
+    conf, out = _confidence(label, prob, "mce")
     n, s_conf, s_out, _ = _bin_sums(conf, out, n_bins, strategy)
     keep = n > 0
     return float(np.max(np.abs(s_out[keep] - s_conf[keep]) / n[keep]))
@@ -153,8 +169,9 @@ def mce(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform") -> flo
 
 def brier(label, prob) -> float:
     """Brier score: binary ``mean (p_i - y_i)^2``; multiclass ``mean_i sum_c (p_ic - [y_i = c])^2``
-    (Brier's original, which is twice the binary score for k = 2)."""
-    y, p = _check(label, prob)
+    (Brier's original, which is twice the binary score for k = 2). Input checks as
+    :func:`ece` (an empty input is refused)."""
+    y, p = _check(label, prob, "brier")
     if p.ndim == 1:
         return float(np.mean((p - y) ** 2))
     onehot = np.zeros_like(p)
@@ -164,8 +181,10 @@ def brier(label, prob) -> float:
 
 def nll(label, prob, *, eps: float = EPS) -> float:
     """Negative log-likelihood (mean log loss), probabilities clipped to [eps, 1 - eps]:
-    binary ``-mean(y log p + (1 - y) log(1 - p))``; multiclass ``-mean log p_{i, y_i}``."""
-    y, p = _check(label, prob)
+    binary ``-mean(y log p + (1 - y) log(1 - p))``; multiclass ``-mean log p_{i, y_i}``.
+    Input checks as :func:`ece` (an empty input is refused); ``eps`` in (0, 0.5)."""
+    eps = _v.number(eps, func="nll", arg="eps", lo=0.0, hi=0.5, fix="e.g. eps=1e-15")
+    y, p = _check(label, prob, "nll")
     p = np.clip(p, eps, 1.0 - eps)
     if p.ndim == 1:
         return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
@@ -196,14 +215,19 @@ def reliability_table(label, prob, *, n_bins: int = 15, strategy: Strategy = "un
         (mean predicted probability / confidence in the bin), ``gap``
         (``estimate - mean_confidence``), ``n_bins``, ``strategy``.
     """
-    from .intervals import proportion_ci
+    from .intervals import proportion_limits
 
-    conf, out = _confidence(label, prob)
+    n_bins = _v.whole(n_bins, func="reliability_table", arg="n_bins", fix="e.g. n_bins=15")
+    conf_level = _v.level(conf_level, func="reliability_table")
+    conf, out = _confidence(label, prob, "reliability_table")
+    if cluster is not None:
+        _v.same_length(func="reliability_table", label=conf,
+                       cluster=np.asarray(cluster, dtype=object).ravel())
     n, s_conf, s_out, edges = _bin_sums(conf, out, n_bins, strategy)
     with np.errstate(invalid="ignore", divide="ignore"):
         freq = np.where(n > 0, s_out / n, np.nan)
         mean_conf = np.where(n > 0, s_conf / n, np.nan)
-    lo, hi = proportion_ci(s_out, n, method="wilson", conf_level=conf_level)
+    lo, hi = proportion_limits(s_out, n, method="wilson", conf_level=conf_level)
     method, flag, extra = "wilson", np.where(n > 0, "", "empty"), {}
     if cluster is not None:
         from .clustered import FLAG_DEFF, clustered_proportions
@@ -371,7 +395,18 @@ def ece_ci(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform", n_b
         multiclass: correct / wrong top-label calls), ``method`` "bootstrap-basic" (or
         "bootstrap-percentile");
         extras ``n_bins``, ``strategy``, ``n_boot``.
+
+    Input checks as :func:`ece` (an empty input is refused); ``n_boot`` a whole number
+    >= 2, ``conf_level`` in (0, 1), ``cluster`` one id per case.
     """
+    func = "ece_ci"
+    n_boot = _v.whole(n_boot, func=func, arg="n_boot", minimum=2, fix="e.g. n_boot=2000")
+    n_bins = _v.whole(n_bins, func=func, arg="n_bins", fix="e.g. n_bins=15")
+    conf_level = _v.level(conf_level, func=func)
+    _confidence(label, prob, func)
+    if cluster is not None:
+        _v.same_length(func=func, label=np.asarray(label).ravel(),
+                       cluster=np.asarray(cluster, dtype=object).ravel())
     return ece_ci_many([(label, prob) if cluster is None else (label, prob, cluster)],
                        n_bins=n_bins, strategy=strategy, n_boot=n_boot, seed=seed,
                        conf_level=conf_level, interval=interval)
@@ -395,7 +430,7 @@ def ece_ci_many(items, *, n_bins: int = 15, strategy: Strategy = "uniform", n_bo
 
     clusters = [None if len(it) == 2 else _cluster_codes(it[2], len(np.asarray(it[1])))
                 for it in items]
-    items = [_confidence(it[0], it[1]) for it in items]
+    items = [_confidence(it[0], it[1], "ece_ci") for it in items]
     for conf, _ in items[:1]:
         _edges(conf, n_bins, strategy)  # validates n_bins and strategy
     if int(n_boot) < 2:
@@ -579,9 +614,14 @@ def temperature_scale(scores_cal, label_cal, *, kind: Literal["auto", "logits", 
     and a bounded search on the NLL value to 1e-7 relative (tests/test_calibration.py).
     T is a monotone rescaling, so AUROC and top-label predictions are unchanged (tested).
     """
-    fit_kind = _resolve_kind(np.asarray(scores_cal, dtype=float), kind)
+    func = "temperature_scale"
+    s = _v._floats(scores_cal, func=func, arg="scores_cal", fix="pass logits or probabilities")
+    _v.same_length(func=func, scores_cal=np.atleast_1d(s),
+                   label_cal=np.atleast_1d(np.asarray(label_cal)))
+    _v.nonempty(np.atleast_1d(s), func=func, arg="scores_cal", unit="case")
+    fit_kind = _resolve_kind(s, kind)
     z = _as_logits(scores_cal, fit_kind)
-    y, _ = _check(label_cal, np.full(z.shape, 1.0 / (2 if z.ndim == 1 else z.shape[1])))
+    y, _ = _check(label_cal, np.full(z.shape, 1.0 / (2 if z.ndim == 1 else z.shape[1])), func)
 
     t, ok = _fit_log_beta(z, y)
     return TemperatureFit(temperature=float(np.exp(-t)), kind=fit_kind,

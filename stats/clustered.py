@@ -61,7 +61,7 @@ from scipy import sparse
 from scipy import stats as sps
 
 from stats._linalg import clean_variance
-from stats.intervals import group_sum as _group_sum, proportion_ci
+from stats.intervals import group_sum as _group_sum, proportion_limits
 
 #: the flag of a cell whose design effect could not be estimated (module docstring)
 FLAG_DEFF = "deff_not_estimable"
@@ -349,7 +349,7 @@ def effective_interval(x: np.ndarray, n: np.ndarray, n_eff: np.ndarray, *,
                        method: str = "wilson", conf_level: float = 0.95
                        ) -> tuple[np.ndarray, np.ndarray]:
     """The binomial interval ``method`` at the effective counts (:func:`effective_counts`)."""
-    return proportion_ci(*effective_counts(x, n, n_eff), method=method, conf_level=conf_level)
+    return proportion_limits(*effective_counts(x, n, n_eff), method=method, conf_level=conf_level)
 
 
 def clustered_proportions(member: sparse.spmatrix, cluster: np.ndarray,

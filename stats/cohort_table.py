@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from stats import _validate as _v
 from stats.detection import MISSING as MISSING  # re-exported: the level of a missing value
 from stats.detection import _levels, axis_levels, not_applicable_columns
 from stats.schema import ContractError, tidy
@@ -57,8 +58,13 @@ def describe(cases: pd.DataFrame, *, by: str | None = "site",
     (100 x count / n), ``median``, ``q1``, ``q3`` (of the non-missing values; ``n`` = the
     values considered, missing included) and ``missing`` (count of missing values).
     Variable ``cases`` gives the group's size; variable ``label`` level "1" the reference
-    positives. Method "descriptive".
+    positives. Method "descriptive". An empty ``cases`` table raises
+    :class:`~stats.schema.ContractError` (no cohort to describe), as does a
+    ``max_levels`` that is not a whole number >= 1.
     """
+    _v.table(cases, func="describe", columns=["label"],
+             fix="describe needs the reference standard 'label'")
+    max_levels = _v.whole(max_levels, func="describe", arg="max_levels", fix="e.g. max_levels=12")
     if by is not None and by not in cases.columns:
         raise ContractError(f"cases: no column '{by}' to describe by; name an existing column "
                             f"(e.g. site) or pass by=None")

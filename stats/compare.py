@@ -7,10 +7,11 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
+from stats import _validate as _v
 from stats.clustered import AUTO, FLAG_DEFF, paired_difference, pair_codes, cluster_cases
 from stats.detection import GROUP_COLS, case_matrix
 from stats.intervals import (_paired_auc_frame, clustered_auc_variance, delong_difference_variance,
-                             mcnemar_exact, newcombe_diff_ci)
+                             mcnemar_exact, newcombe_limits)
 from stats.schema import ContractError, tidy
 from stats.subgroups import _add_flag, adjust_p, grouped_auc
 
@@ -92,7 +93,15 @@ def compare_models(cases: pd.DataFrame, *, by=None,
     sensitivity_difference model_A model_B     0.222    0.000
     specificity_difference model_A model_B     0.046    0.027
             auc_difference model_A model_B     0.092    0.000
+
+    An empty ``cases`` table, or one with a single model (no pair exists), raises
+    :class:`~stats.schema.ContractError`, as do ``conf_level`` outside (0, 1) and a
+    ``small_n`` that is not a whole number >= 0.
     """
+    func = "compare_models"
+    _v.table(cases, func=func)
+    conf_level = _v.level(conf_level, func=func)
+    small_n = _v.whole(small_n, func=func, arg="small_n", minimum=0, fix="e.g. small_n=10")
     bad = [k for k in metrics if k not in COMPARE_METRICS]
     if bad:
         raise ValueError(f"metrics: unknown {bad}; choose from {COMPARE_METRICS}")
@@ -130,7 +139,7 @@ def compare_models(cases: pd.DataFrame, *, by=None,
         c = A @ (~ra & rb).astype("float64")
         n = (counts["n_pos"] if metric == "sensitivity" else counts["n_neg"])[:, None]
         d = n - a - b - c
-        est, lo, hi = newcombe_diff_ci(None, None, None, None, paired_counts=(a, b, c, d),
+        est, lo, hi = newcombe_limits(None, None, None, None, paired_counts=(a, b, c, d),
                                        conf_level=conf_level)
         p = np.where(n > 0, mcnemar_exact(b, c), np.nan)
         method = np.full(b.shape, "newcombe-paired/mcnemar-exact", dtype=object)
@@ -141,7 +150,7 @@ def compare_models(cases: pd.DataFrame, *, by=None,
             pdiff = paired_difference(A, cm.patient, ra, rb, mask[:, None], conf_level)
             rep = pdiff["repeats"]
             k = np.where(rep, pdiff["n_effective"] / np.where(n > 0, n, 1), 1.0)
-            _, lo_c, hi_c = newcombe_diff_ci(None, None, None, None, conf_level=conf_level,
+            _, lo_c, hi_c = newcombe_limits(None, None, None, None, conf_level=conf_level,
                                              paired_counts=(a * k, b * k, c * k, d * k))
             lo, hi = np.where(rep, lo_c, lo), np.where(rep, hi_c, hi)
             # clustering never makes the test more liberal than the exact McNemar test on

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import _validate as _v
 from ._parallel import map_blocks
 from ._quantile import percentile_interval
 from ._rng import spawn
@@ -570,12 +571,13 @@ def crs_bootstrap(runs, reference, *, n_boot: int = 10_000, seed=None, conf_leve
      enc_02     0.298     0.277      0.311
      enc_03     0.297     0.295      0.323
      enc_04     0.280     0.273      0.286
+
+    ``n_boot`` must be a whole number >= 2 and ``conf_level`` lie in (0, 1)
+    (:class:`~stats.schema.ContractError`); the runs are read by :func:`stats.read_runs`.
     """
-    n_boot = int(n_boot)
-    if n_boot < 2:
-        raise ValueError(f"n_boot must be >= 2; got {n_boot}")
-    if not 0.0 < conf_level < 1.0:
-        raise ValueError(f"conf_level must lie in (0, 1); got {conf_level}")
+    n_boot = _v.whole(n_boot, func="crs_bootstrap", arg="n_boot", minimum=2,
+                      fix="e.g. n_boot=10000")
+    conf_level = _v.level(conf_level, func="crs_bootstrap")
     df = prepare_runs(runs)
     ref = read_reference(reference, encoders=pd.unique(df["encoder"]))
     point = crs_from_axes(_mean_over_datasets(_dataset_axes(df)), ref, weights=weights)

@@ -33,9 +33,10 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
+from stats import _validate as _v
 from stats.clustered import (AUTO, FLAG_DEFF, SUFFIX, clustered_proportions, metric_indicators,
                              cluster_cases)
-from stats.intervals import proportion_ci
+from stats.intervals import proportion_limits
 from stats.ranking import kendall_tau_b  # the one tau-b (rows of X against r, vectorized)
 from stats.schema import INVISIBLE_HINT, ContractError, invisible, show_id, tidy
 
@@ -362,6 +363,9 @@ def scan_level(cases: pd.DataFrame, *, threshold: float | Mapping[str, float] | 
     ``{"values": {model: t}, "source": ..., "prespecified": bool, "criterion": ...,
     "target_specificity": ..., "n_validation": ...}`` (exploratory when chosen on data).
 
+    An empty ``cases`` table gives an empty copy with the three columns added (a
+    row-wise transform: zero cases in, zero out), when the threshold is prespecified.
+
     Notes
     -----
     Candidate thresholds are the observed validation scores (``pred = score >= t``
@@ -381,6 +385,7 @@ def scan_level(cases: pd.DataFrame, *, threshold: float | Mapping[str, float] | 
          c3    0.0     0     prespecified
          c4   55.0     1     prespecified
     """
+    _v.table(cases, func="scan_level", empty=True)
     need = [c for c in ("model", "score") if c not in cases.columns]
     if need:
         raise ContractError(MSG_COLUMNS.format(cols=", ".join(map(repr, need)),
@@ -490,8 +495,10 @@ def confusion_counts(cases: pd.DataFrame, by=None, *, not_applicable="auto") -> 
     fn`` (int64), overall first, every level of every axis (and the full product of levels
     for intersections) kept, empty cells with zeros; missing values are the levels
     "Missing" and "not applicable" (module docstring; ``not_applicable`` the rule), so
-    every axis adds up to the overall.
+    every axis adds up to the overall. An empty ``cases`` table is refused
+    (:class:`~stats.schema.ContractError`: the overall row always exists).
     """
+    _v.table(cases, func="confusion_counts")
     cm = case_matrix(cases, by, not_applicable=not_applicable)
     c = cm.cell_counts()
     G, M = cm.n_cells, len(cm.models)
@@ -616,7 +623,24 @@ def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
     ``estimand`` "kendall_tau", ``model`` "all", ``estimate`` Kendall's tau-b between the
     models' values of ``ranked_by`` at ``threshold`` and at the chosen threshold(s),
     ``n`` the number of models, ``method`` "kendall-tau-b".
+
+    Raises
+    ------
+    ContractError
+        An empty ``cases`` table or ``thresholds``, a threshold (or ``chosen``) that is
+        not a finite number, ``conf_level`` outside (0, 1) (:mod:`stats._validate`).
     """
+    func = "threshold_sweep"
+    _v.table(cases, func=func)
+    if isinstance(thresholds, (str, bytes)) or np.ndim(thresholds) > 1:
+        raise ContractError(_v.MSG_NOT_NUMBER.format(func=func, arg="thresholds",
+                                                     value=_v._show(thresholds),
+                                                     fix="pass a list of numbers"))
+    thresholds = _v.finite(np.atleast_1d(thresholds), func=func, arg="thresholds",
+                           fix="give finite thresholds (pred = score >= t), e.g. [10, 50, 100]")
+    _v.nonempty(thresholds, func=func, arg="thresholds", unit="threshold")
+    _v.threshold(chosen, func=func, arg="chosen")
+    conf_level = _v.level(conf_level, func=func)
     cases, cluster = cluster_cases(cases, cluster)
     cm = case_matrix(cases, None, need_pred=False, cluster=cluster)
     thr = np.asarray(sorted(set(float(t) for t in thresholds)), dtype="float64")
@@ -626,6 +650,10 @@ def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
             chosen = {m: float(per[m]) for m in cm.models}
         else:
             chosen = float(thr[len(thr) // 2])
+    if isinstance(chosen, Mapping) and any(m not in chosen for m in cm.models):
+        lacking = [str(m) for m in cm.models if m not in chosen]
+        raise ContractError(f"{func}: " + MSG_THRESHOLD_MODELS.replace("threshold:", "chosen:")
+                            .format(models=", ".join(lacking)))
     ref_thr = (np.array([[chosen[m] for m in cm.models]]) if isinstance(chosen, Mapping)
                else np.array([float(chosen)]))
     P, N = float(cm.label.sum()), float((~cm.label).sum())
@@ -657,7 +685,7 @@ def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
                                              c["design_effect"], c["n_effective"], c["n_clusters"])
             flag = np.where(c["not_estimable"] & (flag == ""), FLAG_DEFF, flag)
         elif is_prop:
-            lo, hi = proportion_ci(num, den, method=ci, conf_level=conf_level)
+            lo, hi = proportion_limits(num, den, method=ci, conf_level=conf_level)
         else:
             lo, hi = nan, nan
         frames.append(pd.DataFrame({

@@ -53,6 +53,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from stats import _validate as _v
 from stats.clustered import AUTO, cluster_cases
 from stats.detection import case_matrix, missing_levels
 from stats._linalg import gram, matmul, pd_solve, pd_solve_stack
@@ -99,7 +100,8 @@ def heterogeneity_test(cases: pd.DataFrame, by, estimand: Estimand = "sensitivit
     ``n_levels`` (tested), ``levels_excluded`` (``;``-joined names), ``pearson_statistic``,
     ``design_effect`` (mean eigenvalue of Delta; 1 for Pearson), ``df_denominator`` (the
     F's ``nu (K - 1)``; NaN for Pearson), ``n_clusters`` (clusters among the scans tested;
-    NaN for Pearson), ``min_expected``.
+    NaN for Pearson), ``min_expected``. An empty ``cases`` table raises
+    :class:`~stats.schema.ContractError` (no level exists to compare).
 
     Notes
     -----
@@ -127,6 +129,7 @@ def heterogeneity_test(cases: pd.DataFrame, by, estimand: Estimand = "sensitivit
     group_var  statistic  df        method
         phase     26.783 3.0 pearson-chisq
     """
+    _v.table(cases, func="heterogeneity_test")
     if estimand not in ESTIMANDS:
         raise ValueError(MSG_ESTIMAND.format(allowed=ESTIMANDS, estimand=estimand))
     cases, cluster = cluster_cases(cases, cluster)

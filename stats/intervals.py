@@ -25,45 +25,52 @@ import pandas as pd
 from scipy import sparse, special
 from scipy import stats as sps
 
+from stats import _validate as _v
 from stats._linalg import clean_variance
 from stats.schema import ContractError, tidy
 
 ProportionMethod = Literal["wilson", "clopper-pearson", "jeffreys"]
 PROPORTION_METHODS = ("wilson", "clopper-pearson", "jeffreys")
 
-MSG_COUNTS = ("{what}: successes must lie in [0, n] and n must be >= 0; "
-              "positions {rows} have successes={x}, n={n}; check the counts")
 MSG_LEVEL = "conf_level must lie strictly between 0 and 1; got {level}"
 MSG_METHOD = "method must be one of {allowed}; got {method!r}"
+MSG_PAIRED = ("{func}: paired_counts must be a tuple (a, b, c, d) of four counts (or arrays "
+              "of counts); got {got}; pass (both, first only, second only, neither)")
 MSG_LABEL = ("label must be 0/1 with the same length as the score(s); "
              "positions {rows} have {values}; recode them (1 = case, 0 = control)")
 
 
 def _z(conf_level: float) -> float:
     if not 0 < conf_level < 1:
-        raise ValueError(MSG_LEVEL.format(level=conf_level))
+        raise ContractError(MSG_LEVEL.format(level=conf_level))
     return float(sps.norm.ppf(0.5 + conf_level / 2))
 
 
-def _counts(successes, n, what="proportion_ci") -> tuple[np.ndarray, np.ndarray]:
-    x, n = np.broadcast_arrays(np.asarray(successes, dtype="float64"),
-                               np.asarray(n, dtype="float64"))
-    bad = ~((x >= 0) & (x <= n) & (n >= 0)) & ~np.isnan(x) & ~np.isnan(n)
-    if bad.any():
-        rows = np.flatnonzero(bad.ravel())[:5]
-        raise ContractError(MSG_COUNTS.format(what=what, rows=", ".join(map(str, rows)),
-                                              x=x.ravel()[rows].tolist(), n=n.ravel()[rows].tolist()))
+def _counts(successes, n, func: str, *, effective: bool = False,
+            names: tuple[str, str] = ("successes", "n")) -> tuple[np.ndarray, np.ndarray]:
+    """The public count arguments, checked (:mod:`stats._validate`): counts (whole unless
+    ``effective``), broadcast together, successes <= trials."""
+    x = _v.counts(successes, func=func, arg=names[0], whole=not effective)
+    n = _v.counts(n, func=func, arg=names[1], whole=not effective)
+    x, n = _v.broadcast(func=func, **{names[0]: x, names[1]: n})
+    _v.at_most(x, n, func=func, arg=names[0], other=names[1])
     return x, n
 
 
 def proportion_ci(successes, n, *, method: ProportionMethod = "wilson",
-                  conf_level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+                  conf_level: float = 0.95, effective: bool = False
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Two-sided confidence interval for a binomial proportion, vectorized.
 
     Parameters
     ----------
     successes, n : array-like (broadcast together)
-        Number of successes and of trials.
+        Number of successes and of trials: whole numbers >= 0 with successes <= n.
+        Empty arrays give empty limits (zero cells in, zero out).
+    effective : bool
+        True: ``successes`` and ``n`` are effective counts (e.g. ``p n_eff`` of
+        ``n_eff`` at Korn & Graubard's effective sample size), which may be fractional;
+        still finite and >= 0.
     method : {"wilson", "clopper-pearson", "jeffreys"}
         Wilson score interval (default), Clopper-Pearson exact interval, or Jeffreys
         equal-tailed Beta(1/2, 1/2) posterior interval.
@@ -75,6 +82,14 @@ def proportion_ci(successes, n, *, method: ProportionMethod = "wilson",
     (low, high) : tuple of float64 arrays with the broadcast shape.
         ``n == 0`` gives NaN for both limits. At ``successes == 0`` the lower limit is
         exactly 0 and at ``successes == n`` the upper limit is exactly 1 for every method.
+
+    Raises
+    ------
+    ContractError
+        A count that is negative, not a whole number (without ``effective``), NaN or
+        infinite, successes above n, shapes that do not broadcast, an unknown ``method``
+        or ``conf_level`` outside (0, 1); the message names the argument, the index and
+        the value (:mod:`stats._validate`).
 
     Notes
     -----
@@ -101,10 +116,25 @@ def proportion_ci(successes, n, *, method: ProportionMethod = "wilson",
     >>> round(float(low), 4), round(float(high), 4)
     (0.7819, 0.9667)
     """
+    func = "proportion_ci"
+    if method not in PROPORTION_METHODS:
+        raise ContractError(f"{func}: " + MSG_METHOD.format(allowed=PROPORTION_METHODS,
+                                                             method=method))
+    conf_level = _v.level(conf_level, func=func)
+    x, n = _counts(successes, n, func, effective=effective)
+    return proportion_limits(x, n, method=method, conf_level=conf_level)
+
+
+def proportion_limits(successes, n, *, method: ProportionMethod = "wilson",
+                      conf_level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`proportion_ci` without its argument checks, for clinrel's own callers:
+    counts may be fractional (effective counts) and NaN (a cell that is not estimable:
+    NaN limits); ``n == 0`` gives NaN limits."""
     if method not in PROPORTION_METHODS:
         raise ValueError(MSG_METHOD.format(allowed=PROPORTION_METHODS, method=method))
     z = _z(conf_level)
-    x, n = _counts(successes, n)
+    x, n = np.broadcast_arrays(np.asarray(successes, dtype="float64"),
+                               np.asarray(n, dtype="float64"))
     alpha = 1 - conf_level
     with np.errstate(divide="ignore", invalid="ignore"):
         if method == "wilson":
@@ -126,8 +156,8 @@ def proportion_ci(successes, n, *, method: ProportionMethod = "wilson",
     return low, high
 
 
-def newcombe_diff_ci(x1, n1, x2, n2, *, paired_counts=None, conf_level: float = 0.95
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def newcombe_diff_ci(x1, n1, x2, n2, *, paired_counts=None, conf_level: float = 0.95,
+                     effective: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Newcombe's hybrid score interval for a difference of two proportions, vectorized.
 
     Parameters
@@ -141,10 +171,21 @@ def newcombe_diff_ci(x1, n1, x2, n2, *, paired_counts=None, conf_level: float = 
         ``x1, n1, x2, n2`` are ignored (pass ``None``) and the difference is
         ``(a + b)/n - (a + c)/n = (b - c)/n``.
     conf_level : float
+    effective : bool
+        True: the counts are effective counts (fractional allowed; finite, >= 0), as
+        :func:`proportion_ci`.
 
     Returns
     -------
-    (estimate, low, high) float64 arrays; NaN where a denominator is 0.
+    (estimate, low, high) float64 arrays; NaN where a denominator is 0. Empty arrays in,
+    empty arrays out.
+
+    Raises
+    ------
+    ContractError
+        Counts that are negative, NaN, infinite or (without ``effective``) not whole,
+        successes above trials, shapes that do not broadcast, ``conf_level`` outside
+        (0, 1) (:mod:`stats._validate`).
 
     Notes
     -----
@@ -168,17 +209,35 @@ def newcombe_diff_ci(x1, n1, x2, n2, *, paired_counts=None, conf_level: float = 
     contingencytables) for the paired Cavo et al. table (59, 6, 16, 80): -0.0621
     [-0.1186, -0.0046].
     """
+    func = "newcombe_diff_ci"
+    conf_level = _v.level(conf_level, func=func)
+    whole = not effective
+    if paired_counts is not None:
+        if not isinstance(paired_counts, (tuple, list)) or len(paired_counts) != 4:
+            raise ContractError(MSG_PAIRED.format(func=func, got=_v._show(paired_counts)))
+        abcd = {k: _v.counts(v, func=func, arg=f"paired_counts[{i}] ({k})", whole=whole)
+                for i, (k, v) in enumerate(zip("abcd", paired_counts))}
+        paired_counts = _v.broadcast(func=func, **abcd)
+    else:
+        x1, n1 = _counts(x1, n1, func, effective=effective, names=("x1", "n1"))
+        x2, n2 = _counts(x2, n2, func, effective=effective, names=("x2", "n2"))
+        _v.broadcast(func=func, x1=x1, x2=x2)
+    return newcombe_limits(x1, n1, x2, n2, paired_counts=paired_counts, conf_level=conf_level)
+
+
+def newcombe_limits(x1, n1, x2, n2, *, paired_counts=None, conf_level: float = 0.95
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`newcombe_diff_ci` without its argument checks, for clinrel's own callers
+    (effective counts; NaN where not estimable)."""
     if paired_counts is not None:
         a, b, c, d = np.broadcast_arrays(*(np.asarray(v, dtype="float64") for v in paired_counts))
         n = a + b + c + d
         x1, n1, x2, n2 = a + b, n, a + c, n
         phi = paired_phi(a, b, c, d)
     else:
-        x1, n1 = _counts(x1, n1, "newcombe_diff_ci")
-        x2, n2 = _counts(x2, n2, "newcombe_diff_ci")
         phi = 0.0
-    l1, u1 = proportion_ci(x1, n1, method="wilson", conf_level=conf_level)
-    l2, u2 = proportion_ci(x2, n2, method="wilson", conf_level=conf_level)
+    l1, u1 = proportion_limits(x1, n1, method="wilson", conf_level=conf_level)
+    l2, u2 = proportion_limits(x2, n2, method="wilson", conf_level=conf_level)
     with np.errstate(divide="ignore", invalid="ignore"):
         p1, p2 = x1 / n1, x2 / n2
     est = p1 - p2
@@ -207,10 +266,15 @@ def mcnemar_exact(b, c) -> np.ndarray:
     ``b`` successes in ``b + c`` discordant pairs with probability 1/2.
 
     Returns ``min(1, 2 * P(X <= min(b, c)))`` for ``X ~ Bin(b + c, 1/2)``; 1 when there
-    are no discordant pairs. Validated against R's ``binom.test(b, b + c)$p.value``
+    are no discordant pairs; an array of the broadcast shape (empty arrays in, empty
+    out). ``b`` and ``c`` are counts: a negative, fractional, NaN or infinite value, or
+    shapes that do not broadcast, raise :class:`~stats.schema.ContractError` naming the
+    index and value. Validated against R's ``binom.test(b, b + c)$p.value``
     (identical to ``exact2x2::mcnemar.exact``) to 1e-12.
     """
-    b, c = np.broadcast_arrays(np.asarray(b, dtype="float64"), np.asarray(c, dtype="float64"))
+    func = "mcnemar_exact"
+    b, c = _v.broadcast(func=func, b=_v.counts(b, func=func, arg="b"),
+                        c=_v.counts(c, func=func, arg="c"))
     m = b + c
     p = 2 * sps.binom.cdf(np.minimum(b, c), m, 0.5)
     return np.where(m == 0, 1.0, np.minimum(p, 1.0))
@@ -218,18 +282,23 @@ def mcnemar_exact(b, c) -> np.ndarray:
 
 # --------------------------------------------------------------------------- DeLong
 
-def _labels(label, *scores) -> tuple[np.ndarray, list[np.ndarray]]:
-    y = np.asarray(label, dtype="float64").ravel()
-    out = [np.asarray(s, dtype="float64").ravel() for s in scores]
+def _labels(label, *scores, func: str, names: tuple[str, ...] = ("score",),
+            cluster=None) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The label and score arguments, checked (:mod:`stats._validate`): equal lengths, at
+    least one observation, labels 0/1, finite scores."""
+    y = _v._floats(label, func=func, arg="label", fix="recode them (1 = case, 0 = control)",
+                   booleans=True).ravel()
+    out = [_v._floats(s, func=func, arg=k, fix="pass numbers").ravel()
+           for k, s in zip(names, scores)]
+    _v.same_length(func=func, unit="observation", label=y, **dict(zip(names, out)),
+                   cluster=None if cluster is None else np.asarray(cluster, dtype=object).ravel())
+    _v.nonempty(y, func=func, arg="label", unit="observation")
     bad = np.flatnonzero(~np.isin(y, (0.0, 1.0)))
-    if len(bad) or any(len(s) != len(y) for s in out):
-        raise ContractError(MSG_LABEL.format(rows=", ".join(map(str, bad[:5])) or "(length)",
-                                             values=y[bad[:5]].tolist()))
-    for s in out:
-        bad = np.flatnonzero(~np.isfinite(s))
-        if len(bad):
-            raise ContractError(f"score must be finite; positions {', '.join(map(str, bad[:5]))} "
-                                f"are not; drop or impute them")
+    if len(bad):
+        raise ContractError(f"{func}: " + MSG_LABEL.format(rows=", ".join(map(str, bad[:5])),
+                                                           values=y[bad[:5]].tolist()))
+    for k, s in zip(names, out):
+        _v.finite(s, func=func, arg=k, fix="drop or impute them")
     return y.astype(bool), out
 
 
@@ -567,7 +636,8 @@ def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auto",
     estimand  estimate  conf_low  conf_high  n_pos method
          auc     0.875    0.5921        1.0    4.0 delong
     """
-    y, (s,) = _labels(label, score)
+    y, (s,) = _labels(label, score, func="auc_ci", cluster=cluster)
+    conf_level = _v.level(conf_level, func="auc_ci")
     zero = np.zeros(len(y), dtype=np.int64)
     d = delong_placements(zero, y, s, 1, placements=cluster is not None)
     var, extra, clustered = d["var"], {}, False
@@ -639,7 +709,9 @@ def delong_test(label, score_a, score_b, *, conf_level: float = 0.95, cluster=No
           estimand  estimate  p_value  auc_a  auc_b
     auc_difference     0.125   0.6171  0.875   0.75
     """
-    y, (a, b) = _labels(label, score_a, score_b)
+    y, (a, b) = _labels(label, score_a, score_b, func="delong_test",
+                        names=("score_a", "score_b"), cluster=cluster)
+    conf_level = _v.level(conf_level, func="delong_test")
     g = np.zeros(len(y), dtype=np.int64)
     da = delong_placements(g, y, a, 1)
     db = delong_placements(g, y, b, 1)

@@ -46,7 +46,8 @@ from stats.detection import (
 )
 from stats.clustered import (FLAG_DEFF, SUFFIX, cluster_moments, design_effect,
                              metric_indicators, cluster_cases)
-from stats.intervals import PROPORTION_METHODS, proportion_ci
+from stats import _validate as _v
+from stats.intervals import PROPORTION_METHODS, proportion_limits
 from stats.schema import ContractError, _rows_text, _values_text, tidy
 
 __all__ = ["LABEL_ERROR_COLUMNS", "check_label_error", "compare_naive", "error_aware_metrics",
@@ -570,7 +571,7 @@ def rubin_proportion(num: np.ndarray, den: np.ndarray, *, ci: str = "wilson",
         z = sps.norm.ppf(0.5 + conf_level / 2)
         t = np.where(np.isfinite(nu), sps.t.ppf(0.5 + conf_level / 2, np.where(np.isfinite(nu), nu, 1)), z)
         n_eff = nbar / (1 + r) * (z / t) ** 2
-        lo, hi = proportion_ci(np.where(m > 0, pbar * n_eff, 0), np.where(m > 0, n_eff, 0),
+        lo, hi = proportion_limits(np.where(m > 0, pbar * n_eff, 0), np.where(m > 0, n_eff, 0),
                                method=ci, conf_level=conf_level)
     return {"estimate": pbar, "std_error": np.sqrt(ubar + extra), "conf_low": lo,
             "conf_high": hi, "df": nu, "fraction_missing_info": np.where(m > 0, fmi, np.nan),
@@ -923,8 +924,12 @@ def compare_naive(cases: pd.DataFrame, by, label_error: pd.DataFrame, *,
     with a ``kind`` column, ordered model, axis, level, metric, kind, so a report can put
     the two intervals side by side. ``kwargs`` go to both (``ci``, ``conf_level``,
     ``small_n``, ``cluster``) or to the error-aware call only (``n_imputations``, ``seed``).
+    An empty ``cases`` table raises :class:`~stats.schema.ContractError`, as in
+    :func:`stats.subgroup_metrics`.
     """
     from stats import subgroups as sg
+
+    _v.table(cases, func="compare_naive")
 
     table = check_label_error(label_error)
     specs = normalize_by(by)
@@ -973,7 +978,15 @@ def misclassification_from_review(evidence: pd.DataFrame, *, fields: Sequence[st
     DataFrame ``field, recorded_value, true_value, probability`` (the label-error table;
     every true value a recorded value can have, including probability 0 rows), plus
     ``n_recorded`` (scans analysed with that recorded value) and ``n_reviewed`` (of
-    them, those settled by review).
+    them, those settled by review). An evidence table without rows gives this table
+    without rows (no recorded value, no row), with its columns.
+
+    Raises
+    ------
+    ContractError
+        ``evidence`` not a DataFrame or without its columns; ``prior`` not a number
+        >= 0, ``tol`` not > 0, ``max_iter`` not a whole number >= 1; ``prefer`` naming
+        an extractor the table lacks.
 
     Notes
     -----
@@ -990,6 +1003,12 @@ def misclassification_from_review(evidence: pd.DataFrame, *, fields: Sequence[st
     ----------
     Dawid AP, Skene AM (1979) Applied Statistics 28:20-28.
     """
+    func = "misclassification_from_review"
+    _v.table(evidence, func=func, arg="evidence", empty=True,
+             hint=" (the evidence table clinrel metadata extract writes)")
+    prior = _v.number(prior, func=func, arg="prior", lo=0.0, closed="left", fix="e.g. prior=0.5")
+    tol = _v.number(tol, func=func, arg="tol", lo=0.0, fix="e.g. tol=1e-10")
+    max_iter = _v.whole(max_iter, func=func, arg="max_iter", fix="e.g. max_iter=1000")
     need = ("case_id", "field", "value", "extractor")
     missing = [c for c in need if c not in evidence.columns]
     if missing:

@@ -81,6 +81,7 @@ import pandas as pd
 from scipy import stats as sps
 from scipy.special import expit
 
+from stats import _validate as _v
 from stats._linalg import matvec, pd_inverse, pd_logdet, pd_solve_stack
 from stats._threads import one_blas_thread
 from stats.clustered import AUTO, clusters_per_cell, cluster_cases
@@ -160,7 +161,8 @@ def pooled_subgroup_metrics(cases: pd.DataFrame, by, estimand: Estimand = "sensi
     ``n_clusters`` (clusters with a scan among the cell's positives (negatives): the
     ``cluster`` column, else ``patient_id``, else every case its own, as
     :func:`stats.subgroup_metrics`).
-    Empty cells keep NaN estimates.
+    Empty cells keep NaN estimates; an empty ``cases`` table, a threshold that is not a
+    finite number or ``conf_level`` outside (0, 1) raise :class:`~stats.schema.ContractError`.
 
     Notes
     -----
@@ -169,6 +171,11 @@ def pooled_subgroup_metrics(cases: pd.DataFrame, by, estimand: Estimand = "sensi
     ``predict(glmer(...), type = "response")``: 6.3e-7 (converged lme4), 9.3e-6 (lme4
     defaults); tested to 1e-5 and 1e-3 (tests/r/pooled_lme4.R).
     """
+    func = "pooled_subgroup_metrics"
+    _v.table(cases, func=func)
+    _v.threshold(threshold, func=func)
+    conf_level = _v.level(conf_level, func=func)
+    small_n = _v.whole(small_n, func=func, arg="small_n", minimum=0, fix="e.g. small_n=10")
     if estimand not in ESTIMANDS:
         raise ValueError(MSG_ESTIMAND.format(estimand=estimand))
     if ci not in CI_METHODS:

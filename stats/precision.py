@@ -48,7 +48,8 @@ from stats.detection import (
     confusion_counts,
     scan_level,
 )
-from stats.intervals import _z, proportion_ci
+from stats import _validate as _v
+from stats.intervals import _z, proportion_limits
 from stats.schema import ContractError, tidy
 
 PlanMethod = Literal["wilson", "clopper-pearson"]
@@ -176,7 +177,7 @@ def half_width(p, n, *, method: PlanMethod = "wilson", conf_level: float = 0.95)
     """Planning half-width ``(high - low) / 2`` at proportion ``p`` of ``n`` trials
     (``x = p n``; ``n`` may be fractional, e.g. an effective sample size). NaN at n = 0."""
     p, n = np.broadcast_arrays(np.asarray(p, dtype=float), np.asarray(n, dtype=float))
-    lo, hi = proportion_ci(p * n, n, method=method, conf_level=conf_level)
+    lo, hi = proportion_limits(p * n, n, method=method, conf_level=conf_level)
     return (hi - lo) / 2.0
 
 
@@ -318,7 +319,16 @@ def precision_table(cases: pd.DataFrame | None = None, *, by=None,
     ...     methods=["wilson"])
     >>> t.loc[t.group_level == "arterial", ["estimand", "n_required", "scans_required"]].values.tolist()
     [['sensitivity', 141.0, 470.0], ['specificity', 83.0, 119.0]]
+
+    An empty ``cases`` table raises :class:`~stats.schema.ContractError` (no count
+    exists; an empty ``subgroups`` table plans the overall row alone), as do a
+    ``threshold`` that is not a finite number and ``conf_level`` outside (0, 1).
     """
+    func = "precision_table"
+    if cases is not None:
+        _v.table(cases, func=func)
+    _v.threshold(threshold, func=func)
+    conf_level = _v.level(conf_level, func=func)
     methods = list(methods)
     if not methods or any(m not in PLAN_METHODS for m in methods):
         raise ValueError(MSG_METHODS.format(allowed=PLAN_METHODS, methods=methods))
@@ -456,7 +466,7 @@ def _expand(rows: pd.DataFrame, methods: list[str], conf_level: float) -> pd.Dat
         target = r["target_half_width"].to_numpy(float)
         for meth in methods:
             eff = dens / deff
-            lo, hi = proportion_ci(np.where(basis == "none", np.nan, at * eff),
+            lo, hi = proportion_limits(np.where(basis == "none", np.nan, at * eff),
                                    np.where(basis == "none", np.nan, eff), method=meth,
                                    conf_level=conf_level)
             hw = (hi - lo) / 2.0

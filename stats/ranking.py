@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from . import _validate as _v
 from ._quantile import percentile_interval
 from ._rng import as_generator
 from .crs import COMPOSITES, TIE_TOL, axes_wide, crs_from_axes, read_reference
@@ -55,7 +56,8 @@ def kendall_tau_b(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _as_series(x, name: str) -> pd.Series:
     s = x if isinstance(x, pd.Series) else pd.Series(dict(x) if isinstance(x, Mapping) else x)
-    return s.astype(float).rename(s.name if s.name is not None else name)
+    values = _v._floats(s.to_numpy(), func="rank_agreement", arg=name, fix="pass scores")
+    return pd.Series(values, index=s.index, name=s.name if s.name is not None else name)
 
 
 def _top_k(s: pd.Series, k: int) -> set:
@@ -98,8 +100,13 @@ def rank_agreement(score_a, score_b, *, k: int = 3) -> pd.DataFrame:
               kendall_tau    0.6667        NaN
     mean_abs_displacement    0.5000        NaN
             top_k_overlap    1.0000     2.0000
+
+    No encoders (empty scores) raise :class:`~stats.schema.ContractError` (no ranking
+    exists), as does a ``k`` that is not a whole number >= 1.
     """
+    k = _v.whole(k, func="rank_agreement", arg="k", fix="e.g. k=3")
     a, b = _as_series(score_a, "score_a"), _as_series(score_b, "score_b")
+    _v.nonempty(a, func="rank_agreement", arg="score_a", unit="encoder")
     only_a, only_b = a.index.difference(b.index), b.index.difference(a.index)
     if len(only_a) or len(only_b) or a.index.has_duplicates or b.index.has_duplicates:
         detail = "; ".join(x for x in (
@@ -200,9 +207,15 @@ def ranking_stability(runs, reference, *, n_weights: int = 1000, seed=None, k: i
     -----
     With weights w, CRS = w_D D + w_S S + w_W W; D, S, W do not depend on w, so every
     Dirichlet draw is one matrix product and tau-b is computed for all draws at once.
+    ``n_weights`` and ``k`` must be whole numbers >= 1 and ``conf_level`` in (0, 1)
+    (:class:`~stats.schema.ContractError`); the runs are read by :func:`stats.read_runs`.
     """
     from .limits import check, ranking_stability_work
 
+    func = "ranking_stability"
+    n_weights = _v.whole(n_weights, func=func, arg="n_weights", fix="e.g. n_weights=1000")
+    k = _v.whole(k, func=func, arg="k", fix="e.g. k=3")
+    conf_level = _v.level(conf_level, func=func)
     wide = axes_wide(runs)
     ref = read_reference(reference, encoders=pd.unique(wide["encoder"]))
     check(ranking_stability_work(n_weights, wide["encoder"].nunique()))  # before any draw

@@ -24,6 +24,7 @@ import pandas as pd
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
+from stats import _validate as _v
 from stats import bootstrap as bs
 from stats.clustered import (AUTO, FLAG_DEFF, SUFFIX, clustered_proportions, complement_moments,
                              design_effect, effective_counts, metric_indicators, pair_codes,
@@ -32,7 +33,7 @@ from stats.detection import (BIN_SOURCES, GROUP_COLS, METRICS, OVERALL, PROPORTI
                              case_matrix, metric_fractions, ratio)
 from stats.intervals import (AUC_SCALES, PROPORTION_METHODS, AucScale, _auc_ci_from,
                              auc_boundary, auc_method, clustered_auc_variance,
-                             delong_placements, newcombe_diff_ci, proportion_ci)
+                             delong_placements, newcombe_limits, proportion_limits)
 from stats.schema import ContractError, tidy
 
 ALL_METRICS = (*METRICS, "auc")
@@ -167,8 +168,8 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     conf_level : float
     n_boot : int, optional
         Replicates of the paired cluster bootstrap (``patient_id`` clusters) used for F1
-        (and for every count metric when ``ci="bootstrap"``). None: F1 gets no interval
-        (method "none").
+        (and for every count metric when ``ci="bootstrap"``). None (or 0): F1 gets no
+        interval (method "none").
     seed, scheduler, strata, boot_ci : passed to the bootstrap engine
         (:mod:`stats.bootstrap`): seed int/Generator, Dask scheduler, strata column,
         "percentile", "bca" or "wilson" (Wilson at the bootstrap's effective sample size,
@@ -225,6 +226,13 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     ``cluster``, ``std_error`` of a proportion is the cluster-robust (ratio-estimator) SE
     (NaN with a single cluster).
 
+    Raises
+    ------
+    ContractError
+        An empty ``cases`` table (no metric exists: every table has its overall row),
+        ``conf_level`` outside (0, 1), ``small_n`` or ``n_boot`` not a whole number >= 0
+        (:mod:`stats._validate`), and the cases contract's violations.
+
     Notes
     -----
     Every row passed is analysed: after a threshold chosen on the validation split, pass
@@ -264,6 +272,12 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     sensitivity     phase      venous      1.00     0.342      1.000    2.0 small_n
     specificity     phase      venous      1.00     0.342      1.000    2.0 small_n
     """
+    func = "subgroup_metrics"
+    _v.table(cases, func=func)
+    conf_level = _v.level(conf_level, func=func)
+    small_n = _v.whole(small_n, func=func, arg="small_n", minimum=0, fix="e.g. small_n=10")
+    n_boot = _v.whole(n_boot, func=func, arg="n_boot", minimum=0, optional=True,
+                      fix="e.g. n_boot=2000, or None for no bootstrap")
     bad = [k for k in metrics if k not in ALL_METRICS]
     if bad:
         raise ValueError(MSG_METRIC.format(bad=bad, allowed=ALL_METRICS))
@@ -303,7 +317,7 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
             deff, n_eff, method = c["design_effect"], c["n_effective"], ci + SUFFIX
             flag = _add_flag(flag, c["not_estimable"], FLAG_DEFF)
         else:
-            lo, hi = proportion_ci(num, den, method=ci, conf_level=conf_level)
+            lo, hi = proportion_limits(num, den, method=ci, conf_level=conf_level)
             method = ci
         frames.append(_frame(cm, k, {
             "estimate": ratio(num, den), "std_error": se, "conf_low": lo, "conf_high": hi,
@@ -400,14 +414,26 @@ def add_bins(cases: pd.DataFrame, bins: Mapping[str, Mapping], *,
         With ``strict``, when a recorded value is not a number, or falls outside the
         breaks: it would otherwise be read as missing, and a recorded age of 25 with
         breaks from 30 is not a missing age. The message names the column, the rows and
-        values, and the fix.
+        values, and the fix. Breaks that are NaN are refused.
+
+    An empty ``cases`` table gives an empty copy with the binned columns (a row-wise
+    transform: zero cases in, zero out).
     """
+    _v.table(cases, func="add_bins", empty=True)
+    if not isinstance(bins, Mapping):
+        raise ContractError(MSG_BINS.format(col="...", problem=f"bins must be a mapping "
+                                            f"of columns; got {type(bins).__name__}"))
     df = cases.copy()
     df.attrs[BIN_SOURCES] = dict(df.attrs.get(BIN_SOURCES, {}))
     for col, spec in bins.items():
         if col not in df.columns:
             raise ContractError(MSG_BINS.format(col=col, problem=f"column '{col}' is not in cases"))
-        breaks = list(spec.get("breaks", []))
+        if not isinstance(spec, Mapping):
+            raise ContractError(MSG_BINS.format(col=col, problem=f"got {_v._show(spec)}"))
+        breaks = list(_v.finite(np.atleast_1d(spec.get("breaks", [])), func="add_bins",
+                                arg=f"bins[{col!r}]['breaks']",
+                                fix="give increasing numbers (inf for an open end)",
+                                infinite=True))
         if len(breaks) < 2 or any(b <= a for a, b in zip(breaks, breaks[1:])):
             raise ContractError(MSG_BINS.format(col=col, problem="'breaks' must be >= 2 increasing numbers"))
         right = bool(spec.get("right", False))
@@ -486,7 +512,7 @@ def _effective_counts_vs_rest(cm: CaseMatrix, conf_level: float
 def _two_proportions(x1, n1, x2, n2, conf_level: float) -> dict[str, np.ndarray]:
     """Newcombe's hybrid interval and the pooled two-proportion z test (R's
     ``prop.test(correct = FALSE)``), vectorized; p = 1 where both samples are constant."""
-    est, lo, hi = newcombe_diff_ci(x1, n1, x2, n2, conf_level=conf_level)
+    est, lo, hi = newcombe_limits(x1, n1, x2, n2, conf_level=conf_level)
     pool = ratio(x1 + x2, n1 + n2)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = est / np.sqrt(pool * (1 - pool) * (1 / n1 + 1 / n2))
@@ -555,8 +581,15 @@ def subgroup_vs_rest(cases: pd.DataFrame, *, by, conf_level: float = 0.95, alpha
     below the rest (adjusted p < alpha) while its specificity is not significantly
     below the rest.
 
+    An empty ``cases`` table raises :class:`~stats.schema.ContractError` (no subgroup
+    exists to compare), as do ``conf_level`` or ``alpha`` outside (0, 1).
+
     Validated against R's ``prop.test(..., correct = FALSE)`` and ``p.adjust`` to 1e-10.
     """
+    func = "subgroup_vs_rest"
+    _v.table(cases, func=func)
+    conf_level = _v.level(conf_level, func=func)
+    alpha = _v.number(alpha, func=func, arg="alpha", lo=0.0, hi=1.0, fix="e.g. alpha=0.05")
     if adjust not in ("holm", "fdr_bh", "none"):
         raise ValueError(f"adjust must be 'holm', 'fdr_bh' or 'none'; got {adjust!r}")
     cases, cluster = cluster_cases(cases, cluster)
@@ -617,8 +650,18 @@ def failure_map(cases: pd.DataFrame, rows: str = "age_group", cols: str = "phase
     ``col_level`` so a report can draw the grid directly. ``cluster`` (default "auto":
     ``patient_id`` when it repeats) and ``not_applicable`` as in :func:`subgroup_metrics`
     (with a cluster the intervals are "<ci>-cluster"; every row carries its
-    ``design_effect`` and ``n_clusters``).
+    ``design_effect`` and ``n_clusters``). An empty ``cases`` table raises
+    :class:`~stats.schema.ContractError`, as in :func:`subgroup_metrics`.
     """
+    func = "failure_map"
+    _v.table(cases, func=func, columns=[c for c in (rows, cols) if isinstance(c, str)],
+             fix="name the grid's row and column axes (rows=, cols=) or add them "
+                 "(stats.add_bins makes age_group)")
+    for arg, col in (("rows", rows), ("cols", cols)):
+        if not isinstance(col, str):
+            raise ContractError(f"{func}: {arg} must be one column name; got {_v._show(col)}")
+    conf_level = _v.level(conf_level, func=func)
+    small_n = _v.whole(small_n, func=func, arg="small_n", minimum=0, fix="e.g. small_n=10")
     out = subgroup_metrics(cases, by=[(rows, cols)], metrics=(metric,), ci=ci,
                            conf_level=conf_level, small_n=small_n, cluster=cluster,
                            not_applicable=not_applicable)

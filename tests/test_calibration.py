@@ -408,7 +408,7 @@ def test_reliability_bins_are_cluster_aware():
         deff = var / (ph * (1 - ph) / n)
         f = (sps.t.ppf(0.025, n - 1) / sps.t.ppf(0.025, C - 1)) ** 2
         neff = min(n, n / deff * f)
-        lo, hi = proportion_ci(np.array([ph * neff]), np.array([neff]))
+        lo, hi = proportion_ci(np.array([ph * neff]), np.array([neff]), effective=True)
         row = t.iloc[k]
         assert row["design_effect"] == pytest.approx(deff, rel=1e-10)
         assert row["std_error"] == pytest.approx(np.sqrt(var), rel=1e-10)

@@ -170,7 +170,7 @@ def test_one_patient_and_edge_proportions():
     x = out[out.group_level == "x"].iloc[0]
     assert x.n_effective == 1 and x.n_clusters == 1 and np.isnan(x.std_error)
     assert np.isnan(x.design_effect)
-    lo, hi = stats.proportion_ci(2 / 3, 1)
+    lo, hi = stats.proportion_ci(2 / 3, 1, effective=True)
     assert (x.conf_low, x.conf_high) == (lo, hi) and FLAG_DEFF in x.flag
     y = out[out.group_level == "y"].iloc[0]
     assert y.estimate == 1 and y.n_effective == 3 and y.std_error == 0

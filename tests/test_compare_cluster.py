@@ -116,7 +116,7 @@ def test_clustered_interval_is_newcombe_at_effective_counts(ref, out):
     j = _joined(ref, out, PROPS)
     k = j.n_effective / j.r_n
     est, lo, hi = newcombe_diff_ci(None, None, None, None, paired_counts=tuple(
-        j[f"r_{x}"] * k for x in "abcd"))
+        j[f"r_{x}"] * k for x in "abcd"), effective=True)
     _close(lo, j.conf_low, "low", atol=1e-12)
     _close(hi, j.conf_high, "high", atol=1e-12)
     _, plo, phi = newcombe_diff_ci(None, None, None, None,

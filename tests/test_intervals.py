@@ -51,7 +51,7 @@ def test_proportion_ci_edges_and_errors():
     low, high = iv.proportion_ci([0, 5, 0], [5, 5, 0])
     assert low[0] == 0.0 and high[1] == 1.0
     assert np.isnan(low[2]) and np.isnan(high[2])
-    with pytest.raises(ContractError, match="successes must lie in"):
+    with pytest.raises(ContractError, match="successes must not exceed n"):
         iv.proportion_ci([6], [5])
     with pytest.raises(ValueError, match="method must be one of"):
         iv.proportion_ci(1, 2, method="wald")

@@ -41,7 +41,7 @@ H = np.array([0.03, 0.05, 0.1])
 def _brute(p, h, method, deff=1.0, top=6000):
     """Smallest N in 1..top with the half-width at x = p N / deff of N / deff <= h."""
     N = np.arange(1, top + 1, dtype=float)
-    lo, hi = proportion_ci(p * N / deff, N / deff, method=method)
+    lo, hi = proportion_ci(p * N / deff, N / deff, method=method, effective=True)
     ok = (hi - lo) / 2 <= h
     assert ok.any(), (p, h, method)
     return N[np.argmax(ok)]
@@ -176,7 +176,7 @@ def test_cases_mode_with_icc_uses_kish_cluster_sizes():
     assert deff["sensitivity"] == pytest.approx(1 + (10 / 4 - 1) * 0.5)
     assert deff["specificity"] == pytest.approx(1 + (6 / 4 - 1) * 0.5)
     sens = t[t.estimand == "sensitivity"].iloc[0]
-    lo, hi = proportion_ci(3 / deff["sensitivity"], 4 / deff["sensitivity"])
+    lo, hi = proportion_ci(3 / deff["sensitivity"], 4 / deff["sensitivity"], effective=True)
     assert sens["half_width"] == pytest.approx((hi[()] - lo[()]) / 2)
     # given design_effect wins over icc
     t2 = precision_table(rows, icc=0.5, design_effect=1.3, methods=["wilson"])

@@ -141,10 +141,10 @@ def _clustered_wilson(rows: pd.DataFrame, keys: list[str], conf_level: float,
 
 
 def _wilson(frame: pd.DataFrame, k: str, n: str, conf_level: float) -> pd.DataFrame:
-    from ..intervals import proportion_ci
+    from ..intervals import proportion_limits
 
     kk, nn = frame[k].to_numpy(float), frame[n].to_numpy(float)
-    lo, hi = proportion_ci(kk, nn, conf_level=conf_level)
+    lo, hi = proportion_limits(kk, nn, conf_level=conf_level)
     with np.errstate(invalid="ignore", divide="ignore"):
         est = np.where(nn > 0, kk / np.where(nn > 0, nn, 1), np.nan)
     return frame.assign(estimate=est, conf_low=lo, conf_high=hi, conf_level=conf_level,

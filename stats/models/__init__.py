@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from stats import _validate as _v
 from stats._parallel import map_blocks
 from stats._threads import one_blas_thread
 from stats.formula import ParsedFormula, parse_formula
@@ -71,6 +72,15 @@ DEFAULT_BLOCKS: dict[str, list[str]] = {
 MIN_GROUPS = 5
 #: a likelihood-ratio statistic below this (deviance units) is reported as exactly 0
 LRT_ZERO = 1e-8
+
+
+MSG_FORMULA = ("{func}: formula must be a formula text such as 'detected ~ phase + sex' (or "
+               "a stats.parse_formula result); got {got}")
+MSG_NO_POPULATION = ("{func}: cases holds no {population} (label == {label}), so there is "
+                     "nothing to fit; pass cases with reference {population}, or "
+                     "population=None for the table as given")
+MSG_NOT_FIT = ("likelihood_ratio_test: {arg} must be a Fit (the result of stats.fit_adjusted); "
+               "got {got}")
 
 
 def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: str | None = "site",
@@ -129,6 +139,14 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: st
         fit, non-convergence, fewer than 5 groups) become warnings in ``glance()`` and
         flags in ``tidy()``; they never raise.
 
+    Raises
+    ------
+    ContractError
+        An empty ``cases`` table, or one without rows in ``population`` (nothing to
+        fit), a ``threshold`` that is not a finite number, ``conf_level`` outside (0, 1),
+        ``nagq`` not a whole number >= 1 (:mod:`stats._validate`); FormulaError for a
+        formula outside the grammar.
+
     Notes
     -----
     Validated against R: lme4 1.1-31 ``glmer`` (Laplace, nAGQ = 10), geepack 1.3.9
@@ -157,6 +175,15 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: st
                  sex[T.M]     -0.62       0.39
           sd__(Intercept)      0.53       0.26
     """
+    func = "fit_adjusted"
+    _v.table(cases, func=func, columns=["label"] if population is not None else [],
+             fix="add the reference standard 'label' (stats.read_cases), or pass "
+                 "population=None for a table with its own outcome")
+    _v.threshold(threshold, func=func)
+    conf_level = _v.level(conf_level, func=func)
+    nagq = _v.whole(nagq, func=func, arg="nagq", fix="e.g. nagq=1 (Laplace) or 10")
+    if not isinstance(formula, (str, ParsedFormula)):
+        raise ContractError(MSG_FORMULA.format(func=func, got=type(formula).__name__))
     if method not in ("glmm", "gee", "fixed"):
         raise ValueError(f"method must be 'glmm', 'gee' or 'fixed'; got {method!r}")
     if method in ("glmm", "gee") and group is None:
@@ -167,6 +194,10 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: st
             raise ValueError(f"the formula's '(1 | {parsed.random_group.name})' needs method='glmm'")
         group = parsed.random_group.name
     data, outcome = _design.with_outcome(cases, population=population, threshold=threshold)
+    if data.empty:
+        raise ContractError(MSG_NO_POPULATION.format(func=func, population=population,
+                                                     label=int(population == "positives")),
+                            column="label")
     parsed = _design.complete_formula(parsed, outcome).fixed_only()
     parsed.check_columns(data.columns, source="cases")
     base = parsed
@@ -370,6 +401,9 @@ def likelihood_ratio_test(full: Fit, reduced: Fit) -> pd.DataFrame:
             estimand  statistic  df    method
     likelihood_ratio      31.53 3.0 lrt-chisq
     """
+    for arg, fit in (("full", full), ("reduced", reduced)):
+        if not isinstance(fit, Fit):
+            raise ContractError(MSG_NOT_FIT.format(arg=arg, got=type(fit).__name__))
     rows = []
     for m, f in full.fits.items():
         if m not in reduced.fits:
@@ -424,7 +458,16 @@ def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] 
 
     ``full``: the full model already fitted (``fit_adjusted(cases, formula, group=group,
     method=method, **fit_kw)``, e.g. the report's primary fit), so it is not fitted twice.
+    Without ``full``, an empty ``cases`` table raises :class:`~stats.schema.ContractError`
+    (nothing to fit), as in :func:`fit_adjusted`.
     """
+    if full is None:
+        _v.table(cases, func="block_tests")
+    elif not isinstance(full, Fit):
+        raise ContractError(MSG_NOT_FIT.format(arg="full", got=type(full).__name__))
+    if blocks is not None and not isinstance(blocks, dict):
+        raise ContractError(f"block_tests: blocks must be a mapping {{name: [variables]}}; "
+                            f"got {type(blocks).__name__}")
     if method == "gee":
         raise ValueError("block_tests needs a likelihood: use method='glmm' or 'fixed'")
     blocks = DEFAULT_BLOCKS if blocks is None else blocks
@@ -485,9 +528,14 @@ def fit_complete_case(cases: pd.DataFrame, formula: str, *, column: str = "race"
                       drop=("Unknown",), **fit_kw) -> Fit:
     """The same fit on the cases whose ``column`` is known (rows with a value in ``drop``
     removed and the level dropped): the complete-case analysis reported beside the
-    primary one, where Unknown is an explicit level."""
+    primary one, where Unknown is an explicit level. An empty ``cases`` table, or one
+    without ``column``, raises :class:`~stats.schema.ContractError`; so does one whose
+    every row is dropped (nothing to fit)."""
+    _v.table(cases, func="fit_complete_case", columns=[column],
+             fix="name the column whose unknown values are dropped (column=)")
     keep = ~cases[column].astype(str).isin([str(v) for v in drop])
     sub = cases.loc[keep].copy()
+    _v.table(sub, func="fit_complete_case", arg=f"cases with a known {column}")
     if isinstance(sub[column].dtype, pd.CategoricalDtype):
         # set_categories keeps the order (the first level is the reference);
         # remove_categories sorts what is left (pandas' Index.difference)

@@ -103,7 +103,7 @@ def fit_glm(X, y, trials, cluster=None) -> GLMResult:
         sc = np.zeros((G, X.shape[1]))
         np.add.at(sc, cluster, s)
         N, K = X.shape
-        adj = G / (G - 1) * (N - 1) / (N - K) if G > 1 else np.nan
+        adj = G / (G - 1) * (N - 1) / (N - K) if G > 1 and N > K else np.nan
         vcov = matmul(matmul(vcov_model, gram(sc)), vcov_model) * adj
     return GLMResult(beta=beta, vcov=vcov, vcov_model=vcov_model,
                      loglik=loglik_binomial(X, y, trials, beta), converged=converged,
