@@ -1,5 +1,5 @@
 """Coverage of Cohen's kappa interval when patients have several scans
-(stats.analysis.metadata.kappa_interval with cluster=; issue 15).
+(analysis.metadata.kappa_interval with cluster=; issue 15).
 
 Run from the repository root (about a minute on 2 cores)::
 
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _common import md_table  # noqa: E402
-from stats.analysis.metadata import kappa_interval  # noqa: E402
+from analysis.metadata import kappa_interval  # noqa: E402
 
 PATIENTS = (10, 20, 40, 100)
 SDS = (1.0, 2.0)

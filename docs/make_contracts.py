@@ -18,8 +18,8 @@ sys.path.insert(0, str(ROOT))
 
 from inference_runner.metadata import EVIDENCE_COLUMNS, PHASES  # noqa: E402
 from stats import schema as S  # noqa: E402
-from stats.analysis.metadata import NEEDED as EVIDENCE_NEEDED  # noqa: E402
-from stats.analysis.plan import NOT_AXES  # noqa: E402
+from analysis.metadata import NEEDED as EVIDENCE_NEEDED  # noqa: E402
+from analysis.plan import NOT_AXES  # noqa: E402
 
 #: how text is compared (ids and subgroup levels), and what a file must be
 TEXT_RULES = [

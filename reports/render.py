@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from stats.analysis import Plan, load_plan
-from stats.analysis.inputs import plan_limits
+from analysis import Plan, load_plan
+from analysis.inputs import plan_limits
 
 from . import sandbox, text
 from ._fork import run_tasks

@@ -1,6 +1,6 @@
-"""The study a report formats: the plan, its validated inputs (``stats.analysis``) and the
-analysis layer's :class:`~stats.analysis.Results`. Nothing here loads, selects rows or
-computes: :func:`load_study` calls ``stats.analysis.load_tables`` and ``stats.analysis.run``.
+"""The study a report formats: the plan, its validated inputs (``analysis``) and the
+analysis layer's :class:`~analysis.Results`. Nothing here loads, selects rows or
+computes: :func:`load_study` calls ``analysis.load_tables`` and ``analysis.run``.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from stats.analysis import Plan, Results, Tables, load_tables, run
+from analysis import Plan, Results, Tables, load_tables, run
 
 log = logging.getLogger("clinrel.report")
 
@@ -40,7 +40,7 @@ class Study:
 
 def load_study(plan: Plan, *, scheduler=None, jobs: int = 1) -> Study:
     """Load the plan's inputs and run every analysis the plan asks for (``jobs``:
-    :func:`stats.analysis.run`; the results are the same whatever it is)."""
+    :func:`analysis.run`; the results are the same whatever it is)."""
     tables = load_tables(plan)
     return Study(plan=plan, tables=tables,
                  results=run(plan, tables, scheduler=scheduler, jobs=jobs))

@@ -89,19 +89,10 @@ ESTIMATED: dict[str, str] = {
 #: few bins and axes) and bounds work that no estimate covers (a list of 100,000 bin
 #: breaks gave no answer in 180 s). ``<column>``: any bin; ``[i]``: any axis.
 COUNT_CAPS: dict[str, tuple[int, str]] = {
-    "detection.adjusted.nagq": (25, "adaptive Gauss-Hermite quadrature points"),
-    "detection.bins": (100, "binned columns"),
-    "detection.bins.<column>.breaks": (1_000, "cut points of one bin"),
-    "detection.subgroups": (100, "subgroup axes"),
-    "detection.exploratory_subgroups": (100, "exploratory subgroup axes"),
-    "detection.compare_by": (100, "axes of the model comparisons"),
-    "detection.subgroups[i]": (5, "columns of one intersection axis (a:b:c:d:e; any axis "
-                                  "of subgroups, exploratory_subgroups or compare_by)"),
-    "detection.adjusted.blocks.<block>": (100, "terms of one block of the adjusted model"),
-    "metadata.prefer": (100, "extractor names"),
+    # the plan's own list caps are declared with their keys (analysis.plan: ``cap``)
     "simulate benchx --scale": (10_000_000, "simulated cases"),
     "simulate benchx --models": (1_000, "simulated models"),
-    "simulate crs --scale": (1_000, "simulated encoders"),
+    "simulate crs --scale": (10_000, "simulated encoders"),
 }
 #: message of a command option above its fixed cap
 MSG_OPTION_CAP = ("{option} {value:,}: above the cap of {cap:,} {what}; {hint}")
@@ -423,21 +414,6 @@ def imputation_work(n_imputations: int, n_rows: int, *, n_states: int = 2,
 # --------------------------------------------------------------------------- counts
 
 
-def count_cap(key: str) -> tuple[int, str] | None:
-    """The fixed cap of a plan key (``COUNT_CAPS``), a bin's or axis's key matched by its
-    pattern (``detection.bins.age.breaks`` by ``detection.bins.<column>.breaks``)."""
-    import re
-
-    if key in COUNT_CAPS:
-        return COUNT_CAPS[key]
-    pattern = re.sub(r"^detection\.bins\.[^.]+\.breaks$", "detection.bins.<column>.breaks", key)
-    pattern = re.sub(r"^detection\.adjusted\.blocks\.[^.\[]+$",
-                     "detection.adjusted.blocks.<block>", pattern)
-    pattern = re.sub(r"^detection\.(subgroups|exploratory_subgroups|compare_by)\[\d+\]$",
-                     "detection.subgroups[i]", pattern)
-    return COUNT_CAPS.get(pattern)
-
-
 def check_option(value: int, *, command: str, option: str, hint: str) -> int:
     """Refuse a command option above its fixed cap (``COUNT_CAPS["<command> <option>"]``)."""
     cap, what = COUNT_CAPS[f"{command} {option}"]
@@ -445,29 +421,6 @@ def check_option(value: int, *, command: str, option: str, hint: str) -> int:
         raise ContractError(MSG_OPTION_CAP.format(option=option, value=int(value), cap=cap,
                                                   what=what, hint=hint))
     return value
-
-
-def check_count(value: int, *, key: str, file: str, hint: str = "") -> int:
-    """Refuse a count above its fixed cap (``COUNT_CAPS``), naming the key, the value and
-    the cap; return ``value``."""
-    cap = count_cap(key)
-    if cap is not None and int(value) > cap[0]:
-        raise ContractError(MSG_COUNT_CAP.format(file=file, key=key, value=int(value),
-                                                 cap=cap[0], what=cap[1],
-                                                 hint=hint or "see docs/plan.md#caps"))
-    return value
-
-
-def check_length(items, *, key: str, file: str, what: str | None = None):
-    """Refuse a list longer than its fixed cap (``COUNT_CAPS``); return ``items``."""
-    cap = count_cap(key)
-    if cap is not None and len(items) > cap[0]:
-        raise ContractError(MSG_LIST_CAP.format(file=file, key=key, n=len(items), cap=cap[0],
-                                                what=what or cap[1]))
-    return items
-
-
-# --------------------------------------------------------------------------- input size
 
 
 def check_rows(n_rows: int, *, source: str, how: str) -> None:
@@ -632,15 +585,6 @@ def cap_table() -> tuple[Cap, ...]:
             "a plan or reference file", _fixed("a plan is a few kilobytes")),
     ]
     for key, (cap, what) in COUNT_CAPS.items():
-        kind = "list length" if key in _LIST_KEYS else "count"
-        why = _WHY.get(key, "far above any study's need; lower the value")
-        rows.append(Cap(key, f"{cap:,}", f"{what} ({kind})", _fixed(why)))
+        rows.append(Cap(key, f"{cap:,}", f"{what} (count)",
+                        _fixed("far above any study's need; lower the value")))
     return tuple(rows)
-
-
-#: why a fixed count cap is where it is, where the general reason does not fit
-_WHY = {"detection.adjusted.nagq": "lme4's own limit for nAGQ"}
-#: the keys of ``COUNT_CAPS`` that cap a list's length (the rest cap a number)
-_LIST_KEYS = ("detection.bins", "detection.bins.<column>.breaks", "detection.subgroups",
-              "detection.exploratory_subgroups", "detection.compare_by",
-              "detection.subgroups[i]", "detection.adjusted.blocks.<block>", "metadata.prefer")

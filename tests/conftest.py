@@ -28,8 +28,8 @@ def run_demo(only):
     import warnings
 
     from clinrel.cli.report import demo_plan_path
-    from stats.analysis import load_plan, run
-    from stats.analysis.inputs import load_tables, plan_limits
+    from analysis import load_plan, run
+    from analysis.inputs import load_tables, plan_limits
 
     plan = load_plan(demo_plan_path())
     with plan_limits(plan), warnings.catch_warnings():

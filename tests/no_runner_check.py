@@ -3,7 +3,7 @@
 
 A meta-path finder makes ``import torch`` (monai, nibabel, pydicom) raise
 ModuleNotFoundError, as in an environment where they are not installed. Then every module
-of ``stats``, ``reports``, ``clinrel`` and ``inference_runner.metadata`` is imported, the demo
+of ``stats``, ``analysis``, ``reports``, ``clinrel`` and ``inference_runner.metadata`` is imported, the demo
 report is built through the Python API (no HTML/PDF, figures drawn), and the commands that
 need the runner must exit 2 naming ``pip install 'clinrel[runner]'`` while a report-text
 metadata extraction still works. Prints one JSON line for the test to read.
@@ -41,7 +41,7 @@ def main(out: Path) -> dict:
     for name in BLOCKED:
         assert name not in sys.modules, name
     imported = []
-    for pkg_name in ("stats", "reports", "clinrel", "inference_runner.metadata"):
+    for pkg_name in ("stats", "analysis", "reports", "clinrel", "inference_runner.metadata"):
         pkg = importlib.import_module(pkg_name)
         imported.append(pkg_name)
         for info in pkgutil.walk_packages(pkg.__path__, prefix=pkg_name + "."):

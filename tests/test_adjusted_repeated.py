@@ -10,9 +10,9 @@ import warnings
 import pandas as pd
 import pytest
 
-from stats.analysis import load_plan, run
-from stats.analysis.adjusted import means_fit_method, repeated_scans
-from stats.analysis.inputs import load_tables, plan_limits
+from analysis import load_plan, run
+from analysis.adjusted import means_fit_method, repeated_scans
+from analysis.inputs import load_tables, plan_limits
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +43,10 @@ def test_demo_records_the_repeated_patients_and_uses_the_gee(demo):
 class _Results:
     def __init__(self, rows, cluster="patient_id", group="site"):
         self._rows, self._cluster = rows, cluster
+        from analysis.plan import plan_for_tables
+
         adj = {"group": group, "population": "positives", "formula": "detected ~ site"}
-        self.plan = type("P", (), {"detection": type("D", (), {"adjusted": adj})()})()
+        self.plan = plan_for_tables(detection={"adjusted": adj})
 
     def __getitem__(self, key):
         return {"cluster": self._cluster, "adjusted_rows": self._rows}[key]

@@ -8,16 +8,14 @@ import pandas as pd
 import pytest
 
 import stats
-from stats.analysis import Tables, run
-from stats.analysis.plan import Detection
+from analysis import Tables, run
+from analysis.plan import plan_for_tables
 
 FORMULA = "detected ~ phase + age + np.log(tumor_size_mm)"
 
 
-class _Plan:
-    def __init__(self, det):
-        self.detection, self.crs, self.cases, self.scheduler = det, None, "cases.csv", None
-        self.path = "plan.yaml"
+def _Plan(det):
+    return plan_for_tables(detection=det, where="plan.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +30,7 @@ def _run(cases, units, methods=("glmm", "gee")):
                 "levels": {"phase": ["venous", "arterial", "delayed", "non_contrast"]},
                 "model": None, "bias_reduced": None, "means": [], "means_kind": "standardized",
                 "units": units}
-    det = Detection(threshold_value=50.0, adjusted=adjusted)
+    det = {"threshold": {"value": 50.0}, "adjusted": adjusted}
     return run(_Plan(det), Tables(cases=cases, input_rows={"cases": len(cases)}),
                only=["adjusted_table"], errors="raise")
 

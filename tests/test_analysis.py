@@ -1,4 +1,4 @@
-"""The analysis layer (stats.analysis): one row rule, decisions recorded, results shared."""
+"""The analysis layer (analysis): one row rule, decisions recorded, results shared."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,19 +8,35 @@ import pandas as pd
 import pytest
 
 import stats
-from stats.analysis import ANALYSES, Tables, run
-from stats.analysis import detection as AD
-from stats.analysis.plan import Detection
+from analysis import ANALYSES, Tables, run
+from analysis import detection as AD
+from analysis.plan import plan_for_tables
 
 
 def _Det(**kw):
-    """The detection block of a plan (defaults as a plan file would give)."""
-    return Detection(**kw)
+    """The detection block of a plan, as a plan file writes it, from short keywords."""
+    det: dict = {}
+    if "threshold_value" in kw:
+        det["threshold"] = {"value": kw.pop("threshold_value")}
+    if "criterion" in kw:
+        det["threshold"] = {"criterion": kw.pop("criterion")}
+    if kw.pop("given_calls", False):
+        det["threshold"] = {"given": True}
+    boot = {k: kw.pop(k) for k in ("n_boot", "seed") if k in kw}
+    if boot:
+        det["bootstrap"] = boot
+    if "failure_map" in kw:
+        rows, cols = kw.pop("failure_map")
+        det["failure_map"] = {"rows": rows, "cols": cols, **(
+            {"pooled": kw.pop("pooled")} if "pooled" in kw else {})}
+    if "subgroups" in kw:
+        det["subgroups"] = [a[0] if len(a) == 1 else list(a) for a in kw.pop("subgroups")]
+    det.update(kw)
+    return det
 
 
-class _Plan:
-    def __init__(self, det, cases="cases.csv"):
-        self.detection, self.crs, self.cases, self.scheduler = det, None, cases, None
+def _Plan(det, cases="cases.csv"):
+    return plan_for_tables(detection=det)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +96,7 @@ def test_results_compute_once_and_record_seeds(cases):
 
 
 def test_a_failed_analysis_raises_again_on_access(cases, monkeypatch):
-    from stats.analysis.core import Analysis
+    from analysis.core import Analysis
 
     calls = []
 
@@ -166,7 +182,7 @@ def test_adjusted_table_reference_rows_and_per_doubling(cases):
 
 
 def test_axis_cannot_be_both_prespecified_and_exploratory(tmp_path):
-    from stats.analysis import PlanError, plan_from_dict
+    from analysis import PlanError, plan_from_dict
 
     (tmp_path / "c.csv").write_text("x\n")
     raw = {"inputs": {"cases": "c.csv"},

@@ -1,4 +1,4 @@
-"""``stats.analysis.run(jobs=)``: the adjusted-models lane in a forked process gives the
+"""``analysis.run(jobs=)``: the adjusted-models lane in a forked process gives the
 same results, decisions and notes as one process, and failures cross back intact."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 import stats
 from stats._parallel import can_fork
-from stats.analysis import ANALYSES, load_plan, run
-from stats.analysis.core import Analysis
-from stats.analysis.inputs import load_tables, plan_limits
+from analysis import ANALYSES, load_plan, run
+from analysis.core import Analysis
+from analysis.inputs import load_tables, plan_limits
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="forking is Linux-only here")
 
@@ -50,7 +50,7 @@ def test_two_jobs_give_what_one_job_gives(demo):
 
 
 def _lane_store(plan, tables) -> dict:
-    from stats.analysis import core
+    from analysis import core
 
     names = [n for n in core.wanted(plan, tables) if ANALYSES[n].lane == "models"]
     with plan_limits(plan):

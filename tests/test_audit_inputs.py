@@ -161,7 +161,7 @@ def test_bin_option_error_names_the_option(tmp_path):
 
 
 def test_a_numerically_zero_kappa_se_gives_no_interval():
-    from stats.analysis.metadata import kappa_interval
+    from analysis.metadata import kappa_interval
 
     ki = kappa_interval(list("AABBAB"), list("ABBBAA"), cluster=[1, 1, 1, 2, 2, 2])
     assert abs(ki["std_error"]) < 1e-12
@@ -185,30 +185,33 @@ def test_an_id_or_name_spelled_NA_is_kept_only_an_empty_cell_is_missing(tmp_path
         stats.read_cases(tmp_path / "e.csv")
 
 
-def test_a_drawn_bootstrap_seed_is_recorded_and_repeats_the_run(tmp_path):
+def test_a_derived_bootstrap_seed_is_recorded_and_repeats_the_run(tmp_path):
     """New-user walkthrough: without --seed two runs gave different F1 intervals and the
-    seed was recorded nowhere (a file output has no manifest). The plan draws it once,
-    every analysis uses it, the command prints it, and --seed with it repeats the run."""
+    seed was recorded nowhere (a file output has no manifest). The command's plan derives
+    its root seed from its settings, the command prints the stream's seed, and --seed with
+    it repeats the run."""
     _cases(n=40).to_csv(tmp_path / "c.csv", index=False)
     args = ["subgroups", str(tmp_path / "c.csv"), "--by", "phase", "--threshold", "50",
             "--n-boot", "60", "--quiet"]
     done = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "a.csv")])
     assert done.exit_code == 0, done.output
     import re
-    seed = re.search(r"bootstrap seed (\d+) \(drawn", done.output).group(1)
+    seed = re.search(r"bootstrap seed (\d+) \(derived", done.output).group(1)
     again = CliRunner().invoke(app, [*args, "--seed", seed, "--out", str(tmp_path / "b.csv")])
-    assert again.exit_code == 0 and "drawn" not in again.output
+    assert again.exit_code == 0 and "derived" not in again.output
     a, b = (pd.read_csv(tmp_path / f) for f in ("a.csv", "b.csv"))
     f1 = a["estimand"] == "f1"
     assert f1.any() and a[f1]["conf_low"].equals(b[f1]["conf_low"])
 
 
-def test_a_drawn_seed_is_not_borrowed_by_the_calibration_intervals():
-    """Final review: drawing a seed for an unseeded bootstrap made the ECE intervals
-    borrow it (fresh each run, where they used the fixed DEFAULT_SEED), and a crs block
-    with n_boot 0 sent the encoders' ECE to the CRS settings (n_boot 0: a traceback)."""
-    from stats.analysis.calibration import DEFAULT_SEED, boot_settings, encoder_boot_settings
-    from stats.analysis.plan import plan_from_dict
+def test_one_root_seed_with_a_stream_per_analysis_and_no_borrowing():
+    """The one seed rule (analysis.plan): a plan's root seed (or one derived from the plan
+    itself, recorded) gives every analysis its own stream; a block's own seed overrides only its
+    streams; the calibration intervals never borrow the detection bootstrap's seed; a crs
+    block with n_boot 0 leaves the encoders' ECE on the calibration bootstrap (n_boot 0
+    was a traceback)."""
+    from analysis.calibration import boot_settings, encoder_boot_settings
+    from analysis.plan import plan_from_dict
 
     from clinrel.cli.report import demo_plan_path
 
@@ -219,17 +222,24 @@ def test_a_drawn_seed_is_not_borrowed_by_the_calibration_intervals():
     def plan(raw):
         return plan_from_dict({"inputs": inputs, **raw}, path=src / "p.yaml")
 
-    first = plan({"detection": {"threshold": {"value": 50}, "bootstrap": {"n_boot": 100}}})
-    second = plan({"detection": {"threshold": {"value": 50}, "bootstrap": {"n_boot": 100}}})
-    assert first.detection.seed_drawn and first.detection.seed is not None
-    assert boot_settings(first)[1] == boot_settings(second)[1] == DEFAULT_SEED
-    given = plan({"detection": {"threshold": {"value": 50},
-                                "bootstrap": {"n_boot": 100, "seed": 5}}})
-    assert not given.detection.seed_drawn and boot_settings(given)[1] == 5
-    crs0 = plan({"crs": {"bootstrap": {"n_boot": 0}, "n_weights": 10}})
+    det = {"threshold": {"value": 50}, "bootstrap": {"n_boot": 100}}
+    first, second = plan({"detection": det}), plan({"detection": det})
+    assert first.seed_source == "plan sha256" and first.seed == second.seed  # same plan,
+    assert first.seeds["root"] == first.seed                      # same seed; recorded
+    other = plan({"detection": {**det, "small_n": 5}})
+    assert other.seed != first.seed                               # another plan, another
+    same = plan({"seed": 11, "detection": det})
+    again = plan({"seed": 11, "detection": det})
+    assert same.seed_source == "plan" and same.seeds == again.seeds  # same file: same streams
+    streams = [same.seed_for(n) for n in ("detection_bootstrap", "calibration_bootstrap",
+                                          "crs_bootstrap", "label_error_imputation")]
+    assert len(set(streams)) == 4                                 # one stream per analysis
+    given = plan({"seed": 11, "detection": {**det, "bootstrap": {"n_boot": 100, "seed": 5}}})
+    assert given.seed_for("detection_bootstrap") == 5             # the block's seed overrides
+    assert boot_settings(given)[1] == boot_settings(same)[1] != 5  # ... only its own stream
+    crs0 = plan({"seed": 11, "crs": {"bootstrap": {"n_boot": 0}, "n_weights": 10}})
     assert encoder_boot_settings(crs0)[2] == "calibration.bootstrap"
-    assert encoder_boot_settings(crs0)[:2] == encoder_boot_settings(
-        plan({"crs": {"bootstrap": {"n_boot": 0}, "n_weights": 10}}))[:2]
+    assert encoder_boot_settings(crs0)[:2] == boot_settings(crs0)
 
 
 def test_a_header_with_a_trailing_space_keeps_id_text(tmp_path):

@@ -1,5 +1,5 @@
 """One analysis layer: a command and the report with the same settings write the same
-bytes (the command builds a plan fragment and calls the same stats.analysis.run)."""
+bytes (the command builds a plan fragment and calls the same analysis.run)."""
 from __future__ import annotations
 
 import shutil

@@ -57,7 +57,7 @@ def test_report_on_a_cluster_equals_local(client, tmp_path):
     tables as a local render."""
     import warnings
 
-    from stats.analysis.plan import PlanError, load_plan
+    from analysis.plan import PlanError, load_plan
     from reports.render import render_report
     from clinrel.cli.report import demo_plan_path
 
@@ -67,7 +67,7 @@ def test_report_on_a_cluster_equals_local(client, tmp_path):
         render_report(plan, tmp_path / "local", formats=(), draw=False, only=("subgroups", "adjusted", "crs"))
         import dataclasses
 
-        render_report(dataclasses.replace(plan, scheduler=client.scheduler.address), tmp_path / "remote",
+        render_report(plan.updated({"scheduler": client.scheduler.address}), tmp_path / "remote",
                       formats=(), draw=False, only=("subgroups", "adjusted", "crs"))
     local = sorted((tmp_path / "local" / "tables").glob("*.csv"))
     assert local

@@ -101,7 +101,7 @@ def test_the_classifier_is_trained_on_other_reports_than_the_demo(built):
 
 
 def test_demo_plan_shows_provenance_and_institution_style_effect():
-    from stats.analysis import load_plan, load_tables, run
+    from analysis import load_plan, load_tables, run
 
     plan = load_plan(DEMO / "plan.yaml")
     assert plan.metadata == DEMO / "metadata.parquet"
@@ -129,7 +129,7 @@ def test_clinrel_demo_copies_the_metadata_and_its_plan_loads(tmp_path):
     from typer.testing import CliRunner
 
     from clinrel.cli import app
-    from stats.analysis import load_plan, load_tables
+    from analysis import load_plan, load_tables
 
     out = tmp_path / "demo"
     res = CliRunner().invoke(app, ["demo", "--out", str(out), "--quiet"])
@@ -161,12 +161,13 @@ def _demo_label_error(per_patient=None, flip_sex_of_one_scan=False):
     one scan's recorded sex changed (a patient whose two scans then disagree)."""
     import dataclasses
 
-    from stats.analysis import load_plan, load_tables, run
+    from analysis import load_plan, load_tables, run
 
     plan = load_plan(DEMO / "plan.yaml")
     if per_patient is not None:
-        plan = dataclasses.replace(plan, metadata_options=dataclasses.replace(
-            plan.metadata_options, per_patient=tuple(per_patient)))
+        spec = plan.spec.model_copy(update={"metadata": plan.spec.metadata.model_copy(
+            update={"per_patient": tuple(per_patient)})})
+        plan = dataclasses.replace(plan, spec=spec)
     tables = load_tables(plan)
     pid = None
     if flip_sex_of_one_scan:

@@ -27,7 +27,7 @@ SECTIONS = ("forest", "failure_map", "threshold", "crs", "calibration")
 
 def _study(plan: Path):
     from reports.study import load_study
-    from stats.analysis import load_plan
+    from analysis import load_plan
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

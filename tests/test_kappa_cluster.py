@@ -1,5 +1,5 @@
 """Cohen's kappa with repeated scans of one patient (issue 15): the linearization SE over
-patients of ``stats.analysis.metadata.kappa_interval(cluster=)``.
+patients of ``analysis.metadata.kappa_interval(cluster=)``.
 
 * against R (tests/r/kappa_cluster.R -> tests/r/kappa_cluster.csv, on
   tests/r/data/kappa_cluster.csv: four data sets of patients with 1-4 scans whose
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stats.analysis.metadata import (KAPPA_CLUSTER_METHOD, KAPPA_METHOD,
+from analysis.metadata import (KAPPA_CLUSTER_METHOD, KAPPA_METHOD,
                                      kappa_interval)
 
 R = Path(__file__).parent / "r"

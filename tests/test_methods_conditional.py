@@ -35,8 +35,8 @@ def _study(folder: Path, edit_plan=None, edit_cases=None, *, detection=True, crs
     probe inputs (and without the CRS half unless ``crs``), edited by ``edit_plan(raw)``;
     the cases table edited by ``edit_cases(df) -> df``."""
     from reports.study import load_study
-    from stats.analysis import load_plan
-    from stats.analysis.inputs import plan_limits
+    from analysis import load_plan
+    from analysis.inputs import plan_limits
 
     raw = yaml.safe_load((DEMO / "plan.yaml").read_text())
     for key in ("probe_predictions", "metadata"):
@@ -69,7 +69,7 @@ def _study(folder: Path, edit_plan=None, edit_cases=None, *, detection=True, crs
 
 def _sections(study, only=None) -> dict:
     from reports.sections import build_all
-    from stats.analysis.inputs import plan_limits
+    from analysis.inputs import plan_limits
 
     with plan_limits(study.plan), warnings.catch_warnings():
         warnings.simplefilter("ignore")

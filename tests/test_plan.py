@@ -1,4 +1,4 @@
-"""stats.analysis.plan: the analysis plan is validated before any work; errors name file, key, fix."""
+"""analysis.plan: the analysis plan is validated before any work; errors name file, key, fix."""
 from __future__ import annotations
 
 import shutil
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stats.analysis.plan import PlanError, load_plan
+from analysis.plan import PlanError, load_plan
 
 DEMO = Path(__file__).resolve().parent.parent / "clinrel" / "demo_data"
 
@@ -33,11 +33,11 @@ def demo_raw() -> dict:
 def test_demo_plan_loads_with_relative_paths_and_hash():
     plan = load_plan(DEMO / "plan.yaml")
     assert plan.cases == (DEMO / "cases.parquet").resolve()
-    assert plan.detection.threshold_value == 50 and plan.detection.prespecified_threshold
+    assert plan.detection.threshold.value == 50 and plan.detection.prespecified_threshold
     assert ("age_group", "phase") in plan.detection.subgroups
-    assert plan.crs.n_boot == 10_000 and plan.crs.k == 3
+    assert plan.crs.bootstrap.n_boot == 10_000 and plan.crs.k == 3
     assert len(plan.sha256) == 64
-    assert [b.name for b in plan.detection.bins] == ["age_group", "size_group"]
+    assert [b.name for b in plan.detection.bins.values()] == ["age_group", "size_group"]
 
 
 def test_unknown_key_is_rejected_with_a_suggestion(plan_dir):
@@ -133,8 +133,8 @@ def test_adjusted_units_errors_name_the_key_and_the_fix(plan_dir, units, pattern
 
 def test_adjusted_units_are_read(plan_dir):
     raw = demo_raw()
-    assert load_plan(DEMO / "plan.yaml").detection.adjusted["units"] == {}
+    assert load_plan(DEMO / "plan.yaml").detection.adjusted.units == {}
     raw["detection"]["adjusted"]["units"] = {"tumor_size_mm": "SD"}
-    assert load_plan(write(plan_dir, raw)).detection.adjusted["units"] == {"tumor_size_mm": "sd"}
+    assert load_plan(write(plan_dir, raw)).detection.adjusted.units == {"tumor_size_mm": "sd"}
     raw["detection"]["adjusted"]["units"] = {"tumor_size_mm": 10}
-    assert load_plan(write(plan_dir, raw)).detection.adjusted["units"] == {"tumor_size_mm": 10.0}
+    assert load_plan(write(plan_dir, raw)).detection.adjusted.units == {"tumor_size_mm": 10.0}

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from clinrel.cli import app
-from stats.analysis import load_plan
+from analysis import load_plan
 
 runner = CliRunner()
 
@@ -55,14 +55,15 @@ def test_plan_init_writes_a_plan_that_loads_and_renders(tmp_path):
     assert text.count("prespecified") >= 6 and "no outcome was looked at" in text
     plan = load_plan(out)
     det = plan.detection
-    assert det.threshold_value == 1  # voxel-count scores: conventional value, stated
+    assert det.threshold.value == 1  # voxel-count scores: conventional value, stated
     assert "conventional value for voxel counts" in text
     assert ("phase",) in det.subgroups and ("age_group",) in det.subgroups
     assert ("site",) in det.subgroups and ("age_group", "phase") in det.subgroups
-    assert {b.column: b.name for b in det.bins} == {"age": "age_group",
+    assert {b.column: b.name for b in det.bins.values()} == {"age": "age_group",
                                                      "tumor_size_mm": "size_group"}
-    assert det.n_boot == 2000 and det.seed == 20260101 and det.strata == "site"
-    assert det.adjusted["methods"] == ["fixed"]  # 3 sites: site as a fixed effect
+    # a fixed root seed (one stream per analysis): the report is reproducible
+    assert det.bootstrap.n_boot == 2000 and plan.seed == 20260101 and det.bootstrap.strata == "site"
+    assert list(det.adjusted.methods) == ["fixed"]  # 3 sites: site as a fixed effect
     assert "column not used: protocol_version (a single level)" in text
     assert plan.prespecified and "phase" in plan.prespecified[0]
     result = _render(out, tmp_path / "report")
@@ -80,12 +81,12 @@ def test_single_site_table_gets_an_implicit_site_and_no_site_model(tmp_path):
     assert "adjusted: left out (a single site)" in text
     plan = load_plan(out)
     assert ("site",) not in plan.detection.subgroups
-    assert plan.detection.adjusted is None and plan.detection.strata is None
+    assert plan.detection.adjusted is None and plan.detection.bootstrap.strata is None
     _render(out, tmp_path / "report")
 
 
 @pytest.mark.parametrize("extra,expected", [
-    ({"pred": 1}, {"given_calls": True}),
+    ({"pred": 1}, {"given": True}),
     ({"split": "split"}, {"criterion": "youden"}),
 ])
 def test_threshold_rule_follows_the_table(tmp_path, extra, expected):
@@ -98,16 +99,16 @@ def test_threshold_rule_follows_the_table(tmp_path, extra, expected):
     assert res.exit_code == 0, res.output
     det = load_plan(out).detection
     for key, value in expected.items():
-        assert getattr(det, key) == value
+        assert getattr(det.threshold, key) == value
 
 
 def test_threshold_option_and_probability_scores(tmp_path):
     df = _user_table()
     df["score"] = df["score"] / df["score"].max()
     res, out, _ = _init(tmp_path, df, "--quiet")
-    assert load_plan(out).detection.threshold_value == 0.5
+    assert load_plan(out).detection.threshold.value == 0.5
     res, out, _ = _init(tmp_path, df, "--quiet", "--force", "--threshold", "0.3")
-    assert res.exit_code == 0 and load_plan(out).detection.threshold_value == 0.3
+    assert res.exit_code == 0 and load_plan(out).detection.threshold.value == 0.3
 
 
 def test_plan_init_refuses_to_overwrite_without_force(tmp_path):

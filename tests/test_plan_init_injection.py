@@ -28,11 +28,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from clinrel.cli import app
-from stats.analysis import load_plan
+from analysis import load_plan
 
 runner = CliRunner()
 
-PLAN_KEYS = ["version", "title", "inputs", "detection", "privacy", "prespecified",
+PLAN_KEYS = ["version", "title", "seed", "inputs", "detection", "privacy", "prespecified",
              "exploratory"]
 #: YAML line breaks (PyYAML reads YAML 1.1: NEL, LS and PS end a line too)
 BREAKS = re.compile("[\n\r\x85\u2028\u2029]")
@@ -165,7 +165,7 @@ def test_hostile_axis_name_is_a_value_that_reads_back(tmp_path, name):
         data["prespecified"][0]
     plan = load_plan(out)
     assert (name,) in plan.detection.subgroups
-    columns = parse_formula(plan.detection.adjusted["formula"]).rhs_columns()
+    columns = parse_formula(plan.detection.adjusted.formula).rhs_columns()
     assert columns[:4] == ["phase", "age_group", "sex", "size_group"]
     if len(columns) == 5:
         assert columns[4] == name
@@ -182,7 +182,7 @@ def test_axis_name_with_spaces_is_quoted_in_the_formula(tmp_path):
     df["tumor grade + 1"] = np.where(np.arange(160) % 2, "low", "high")
     _, out, cases = _init(tmp_path, df)
     _check_structure(out, cases)
-    formula = load_plan(out).detection.adjusted["formula"]
+    formula = load_plan(out).detection.adjusted.formula
     assert 'Q("tumor grade + 1")' in formula
     assert parse_formula(formula).rhs_columns()[-1] == "tumor grade + 1"
 

@@ -1,4 +1,4 @@
-"""Metadata provenance analyses (stats/analysis/metadata.py) and their section
+"""Metadata provenance analyses (analysis/metadata.py) and their section
 (reports/sections/provenance.py), recomputed independently on a small hand-made study:
 coverage, verbatim spans, agreement by site and its chi-square (scipy), review outcomes
 (counted by hand), Cohen's kappa and its Fleiss-Cohen-Everitt interval (an independent
@@ -15,8 +15,8 @@ import yaml
 from scipy.stats import chi2_contingency
 from sklearn.metrics import cohen_kappa_score
 
-from stats.analysis import PlanError, load_plan, load_tables, run
-from stats.analysis.metadata import kappa_interval
+from analysis import PlanError, load_plan, load_tables, run
+from analysis.metadata import kappa_interval
 
 SECRET = "SECRET-SPAN"
 SITES = {f"c{i:02d}": ("s1" if i < 6 else "s2") for i in range(14)}
@@ -220,7 +220,7 @@ def test_given_label_error_table_widens_the_interval(tmp_path):
 
 
 def test_estimated_table_bins_age_evidence_onto_the_plan_axis(tmp_path):
-    from stats.analysis.metadata import _binned_evidence
+    from analysis.metadata import _binned_evidence
 
     plan = load_plan(_study(tmp_path))
     raw = yaml.safe_load(plan.path.read_text())
@@ -256,9 +256,9 @@ def test_metadata_block_is_validated(tmp_path, block, needs):
 
 def test_metadata_per_patient_reads_auto_or_a_list(tmp_path):
     assert load_plan(_study(tmp_path, metadata=False, block={"seed": 1})
-                     ).metadata_options.per_patient is None               # default: auto
+                     ).metadata_options.per_patient == "auto"             # default: auto
     auto = load_plan(_study(tmp_path, metadata=False, block={"per_patient": "auto"}))
-    assert auto.metadata_options.per_patient is None
+    assert auto.metadata_options.per_patient == "auto"
     given = load_plan(_study(tmp_path, metadata=False, block={"per_patient": ["race", "sex"]}))
     assert given.metadata_options.per_patient == ("race", "sex")
 

@@ -9,7 +9,7 @@ import warnings
 import pandas as pd
 import pytest
 
-from stats.analysis.inputs import plan_limits
+from analysis.inputs import plan_limits
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_block_tests_name_their_fits_and_unconverged_ors_are_dashes(demo):
 def test_planned_cells_drop_an_estimand_an_intersection_cannot_hold():
     """Second review: specificity rows of a size x sex intersection (every negative is "not
     applicable" for size) stayed in the precision table; the rule now works per axis."""
-    from stats.analysis.detection import planned_cells
+    from analysis.detection import planned_cells
 
     rows = []
     for est in ("sensitivity", "specificity"):
@@ -91,8 +91,8 @@ def test_a_bootstrap_plan_gets_its_crude_values_on_the_fits_scans(tmp_path):
     from typer.testing import CliRunner
 
     from clinrel.cli import app
-    from stats.analysis import load_plan, run
-    from stats.analysis.inputs import load_tables
+    from analysis import load_plan, run
+    from analysis.inputs import load_tables
 
     out = tmp_path / "demo"
     assert CliRunner().invoke(app, ["demo", "--out", str(out), "--quiet"]).exit_code == 0

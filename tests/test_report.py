@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from reports import text
-from stats.analysis.plan import PlanError, load_plan
+from analysis.plan import PlanError, load_plan
 from reports.render import render_report
-from stats.analysis import load_tables
+from analysis import load_tables
 
 DEMO = Path(__file__).resolve().parent.parent / "clinrel" / "demo_data"
 #: a number as shown; not a bound ("<0.001", "< 0.001", "\u2264 0.02": no CSV value)
@@ -470,7 +470,7 @@ def test_markdown_and_typst_escapers_round_trip(raw, tmp_path):
 
 
 def test_identifier_patterns():
-    from stats.analysis.inputs import identifier_columns
+    from analysis.inputs import identifier_columns
 
     cols = ["name", "Patient_Name", "MRN", "birth_date", "DOB", "accession_number",
             "report_text", "free_text", "notes", "email",

@@ -72,8 +72,8 @@ def demo_tables():
     """Every table of the demo report, built once (no rendering, no figures drawn)."""
     from reports.sections import build_all
     from reports.study import load_study
-    from stats.analysis import load_plan
-    from stats.analysis.inputs import plan_limits
+    from analysis import load_plan
+    from analysis.inputs import plan_limits
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

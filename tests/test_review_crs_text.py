@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 
 from stats import simulate
-from stats.analysis.inputs import plan_limits
+from analysis.inputs import plan_limits
 from stats.crs_resample import crs_bootstrap
 
 

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stats.analysis import load_plan, run
-from stats.analysis.inputs import load_tables, plan_limits
+from analysis import load_plan, run
+from analysis.inputs import load_tables, plan_limits
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ def test_multiplicity_statement_names_the_family_the_code_uses():
     from clinrel.cli.report import demo_plan_path
     from statsmodels.stats.multitest import multipletests
 
-    from stats.analysis.detection import VS_REST_CLAUSE
+    from analysis.detection import VS_REST_CLAUSE
 
     plan = load_plan(demo_plan_path())
     with plan_limits(plan), warnings.catch_warnings():
@@ -93,7 +93,7 @@ def test_multiplicity_statement_names_the_family_the_code_uses():
 def test_encoder_reliability_bins_cluster_on_the_case():
     from clinrel.cli.report import demo_plan_path
 
-    from stats.analysis.calibration import PROBE
+    from analysis.calibration import PROBE
     from stats.calibration import reliability_table
 
     plan = load_plan(demo_plan_path())
@@ -125,7 +125,9 @@ def test_crs_replicate_counts_are_the_crs_rows_and_the_ranks_are_stated():
 
     from reports.sections.crs import replicates_text
 
-    crs = type("C", (), {"n_boot": 100, "seed": 7})()
+    from analysis.plan import plan_for_tables
+
+    crs = plan_for_tables(crs={"bootstrap": {"n_boot": 100, "seed": 7}})   # the plan
     scores = pd.DataFrame({"estimand": ["calibration", "crs", "crs"], "n_boot": 100,
                            "n_boot_not_estimable": [0, 3, 9]})
     ranks = pd.DataFrame({"n_boot_not_estimable": [12, 12]})
@@ -142,7 +144,7 @@ def test_block_tests_are_holm_adjusted_per_model_and_crude_n_is_the_denominator(
     from clinrel.cli.report import demo_plan_path
     from statsmodels.stats.multitest import multipletests
 
-    from stats.analysis.detection import MULTIPLICITY
+    from analysis.detection import MULTIPLICITY
 
     BLOCKS_CLAUSE_TEXT = "likelihood-ratio tests of their blocks"
     plan = load_plan(demo_plan_path())
@@ -157,7 +159,7 @@ def test_block_tests_are_holm_adjusted_per_model_and_crude_n_is_the_denominator(
         assert len(g) >= 4
         np.testing.assert_allclose(g["p_adjusted"], multipletests(g["p_value"], method="holm")[1],
                                    rtol=1e-12)
-    from stats.analysis.detection import BLOCKS_CLAUSE
+    from analysis.detection import BLOCKS_CLAUSE
 
     assert "likelihood-ratio tests of their blocks" in BLOCKS_CLAUSE
     assert "{blocks}" in MULTIPLICITY

@@ -12,8 +12,8 @@ import yaml
 
 from reports.sections import _roles, build_all
 from reports.study import load_study
-from stats.analysis import load_plan
-from stats.analysis.plan import PlanError
+from analysis import load_plan
+from analysis.plan import PlanError
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "clinrel" / "demo_data"

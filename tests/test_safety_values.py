@@ -24,8 +24,8 @@ import yaml
 from typer.testing import CliRunner
 
 import stats
-from stats.analysis.plan import PlanError, load_plan
-from stats.analysis import load_tables
+from analysis.plan import PlanError, load_plan
+from analysis import load_tables
 from stats import limits
 from stats._rng import MSG_SEED, as_generator, check_seed, spawn
 from stats.schema import ContractError

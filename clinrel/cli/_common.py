@@ -32,7 +32,7 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
 
     types: list[type[BaseException]] = [ContractError, InputError, OutputError]
     with contextlib.suppress(ImportError):
-        from stats.analysis.plan import PlanError
+        from analysis.plan import PlanError
 
         types.append(PlanError)
     with contextlib.suppress(ImportError):
@@ -46,6 +46,22 @@ def _bad_input_types() -> tuple[type[BaseException], ...]:
 ForceOpt = Annotated[bool, typer.Option(
     "--force", help="Replace an earlier clinrel output at --out: a folder clinrel wrote "
                     "(never one holding other files), or an existing file that is not an input.")]
+
+def plan_option(key: str, *decls: str, **kw):
+    """The option that sets the plan key ``key``: its flag and its help come from the plan
+    schema (``analysis.plan``), so a key's option, meaning, allowed values, default and the
+    messages that name it are one declaration."""
+    from analysis.plan import declared
+
+    d = declared(key)
+    text = d.meaning.replace("`", "")
+    if d.allowed:
+        text += f" One of: {d.allowed.replace('`', '')}."
+    if d.default:
+        text += f" Default: {d.default.replace('`', '')}."
+    help_text = kw.pop("help", f"{text} (plan key {key})")
+    return typer.Option(*(decls or (d.cli,)), help=help_text, **kw)
+
 
 def check_seed(value: int | None, option: str = "--seed") -> None:
     """The one seed rule (``stats._rng.check_seed``: a whole number from 0 to 2**63 - 1),

@@ -11,7 +11,7 @@ from stats.adjust import MeansKind as _MeansKind
 from stats.models import Method as _Method
 from stats.models import Population as _Population
 
-from ._common import ForceOpt, InputError, check_out_files, guarded, write_tables
+from ._common import ForceOpt, InputError, check_out_files, guarded, plan_option, write_tables
 
 
 def _choices(name: str, literal) -> type[Enum]:
@@ -40,30 +40,28 @@ def register(app: typer.Typer) -> None:
     @guarded
     def adjust(
         cases: Annotated[Path, typer.Argument(metavar="CASES", help="Cases table (.csv, .tsv, .parquet).")],
-        formula: Annotated[str, typer.Option(help="Model formula in clinrel's grammar (R-like; "
-                                             "README), e.g. 'detected ~ phase + age_group + "
-                                             "sex + race + np.log(tumor_size_mm)'.")],
+        formula: Annotated[str, plan_option("detection.adjusted.formula")],
         out: Annotated[Path, typer.Option(help="Output .csv/.parquet of model terms (tidy).")],
-        method: Annotated[Method, typer.Option(help="glmm, gee or fixed.")] = Method.glmm,
-        population: Annotated[Population, typer.Option(
-            help="positives (sensitivity) or negatives (specificity).")] = Population.positives,
-        group: Annotated[str, typer.Option(help="Site (group) column.")] = "site",
-        nagq: Annotated[int, typer.Option(help="glmm: 1 = Laplace, >1 = adaptive Gauss-Hermite.")] = 1,
-        threshold: Annotated[float | None, typer.Option(
-            help="Prespecified threshold (pred = score >= THRESHOLD); without it the "
-                 "table's pred column is used.")] = None,
-        model: Annotated[str | None, typer.Option(
-            help="One model, or 'pooled' (model as a term); default: one fit per model.")] = None,
-        bias_reduced: Annotated[Optional[bool], typer.Option(
-            "--bias-reduced/--no-bias-reduced",
-            help="gee: Mancl-DeRouen SEs with a t reference (default: when fewer than 20 "
-                 "groups).")] = None,
-        levels: Annotated[list[str] | None, typer.Option(
-            help="Factor levels, reference first: COLUMN=a,b,c (repeatable).")] = None,
-        means: Annotated[str | None, typer.Option(help="Also write adjusted means by this factor.")] = None,
-        means_kind: Annotated[MeansKind, typer.Option(
-            help="standardized (the observed covariate mix, the plan's default) or emmeans "
-                 "(an equal-weight grid).")] = MeansKind.standardized,
+        method: Annotated[Method, typer.Option(help="glmm, gee or fixed (plan key "
+                                                    "detection.adjusted.methods).")] = Method.glmm,
+        population: Annotated[Optional[Population], plan_option(
+            "detection.adjusted.population", "--population")] = None,
+        group: Annotated[Optional[str], plan_option("detection.adjusted.group")] = None,
+        nagq: Annotated[Optional[int], plan_option("detection.adjusted.nagq")] = None,
+        threshold: Annotated[float | None, plan_option(
+            "detection.threshold.value", help="Prespecified threshold (pred = score >= "
+            "THRESHOLD); without it the table's pred column is used.")] = None,
+        model: Annotated[str | None, plan_option("detection.adjusted.model")] = None,
+        bias_reduced: Annotated[Optional[bool], plan_option(
+            "detection.adjusted.bias_reduced", "--bias-reduced/--no-bias-reduced")] = None,
+        levels: Annotated[list[str] | None, plan_option(
+            "detection.adjusted.levels", help="Factor levels, reference first: COLUMN=a,b,c "
+            "(repeatable; plan key detection.adjusted.levels).")] = None,
+        means: Annotated[str | None, plan_option(
+            "detection.adjusted.means", help="Also write adjusted means by this factor "
+            "(plan key detection.adjusted.means).")] = None,
+        means_kind: Annotated[Optional[MeansKind], plan_option(
+            "detection.adjusted.means_kind")] = None,
         means_out: Annotated[Path | None, typer.Option(help="Output file of the adjusted means.")] = None,
         glance_out: Annotated[Path | None, typer.Option(help="Output file of fit statistics.")] = None,
         blocks_out: Annotated[Path | None, typer.Option(
@@ -76,7 +74,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Fit the adjusted model of detection per model and write its terms to OUT.
 
-        The same analysis as the report's adjusted models (stats.analysis): the report's
+        The same analysis as the report's adjusted models (analysis): the report's
         rows (test split when there is one), the complete-case GLMM beside the primary one
         when race has an Unknown level, column fit_method naming each fit."""
         from stats.formula import parse_formula
@@ -91,14 +89,15 @@ def register(app: typer.Typer) -> None:
         outs = [("--out", out), ("--blocks-out", blocks_out), ("--glance-out", glance_out),
                 ("--means-out", means_out if means else None)]
         check_out_files(outs, force=force, inputs=[cases])
-        adjusted = {"formula": formula, "methods": [method.value], "group": group,
-                    "population": population.value, "nagq": nagq,
+        adjusted = {"formula": formula, "methods": [method.value],
                     "levels": _parse_levels(levels or [])}
-        for key, value in (("model", model), ("bias_reduced", bias_reduced)):
-            if value is not None:
-                adjusted[key] = value
+        given = {"group": group, "population": population and population.value, "nagq": nagq,
+                 "model": model, "bias_reduced": bias_reduced}
+        adjusted.update({k: v for k, v in given.items() if v is not None})
         if means:
-            adjusted.update(means=[means], means_kind=means_kind.value)
+            adjusted["means"] = [means]
+            if means_kind is not None:
+                adjusted["means_kind"] = means_kind.value
         det = {"threshold": threshold_block(threshold, None, None), "subgroups": [],
                "adjusted": adjusted}
         only = ["adjusted_terms", "adjusted_glance"]

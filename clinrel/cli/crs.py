@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
 from clinrel._csvsafe import write_csv
 
-from ._common import ForceOpt, atomic_dir, check_out_dir, check_seed, guarded
+from ._common import ForceOpt, atomic_dir, check_out_dir, check_seed, guarded, plan_option
 
 #: files written into --out (every one a tidy table except reference.json and the
 #: manifest.json that marks the folder as clinrel's; regime_differences.csv only when the
@@ -19,11 +19,11 @@ OUTPUTS = ("axes.csv", "scores.csv", "rank_probabilities.csv", "differences.csv"
            "reference.json", "manifest.json")
 
 
-def run_crs(runs_path: Path, reference_path: Path, out: Path, *, n_boot: int = 10_000,
-            seed: int = 1, k: int = 3, conf_level: float = 0.95, n_weights: int = 1000,
-            scheduler: str | None = None, quiet: bool = False,
+def run_crs(runs_path: Path, reference_path: Path, out: Path, *, n_boot: int | None = None,
+            seed: int | None = None, k: int | None = None, conf_level: float | None = None,
+            n_weights: int | None = None, scheduler: str | None = None, quiet: bool = False,
             force: bool = False) -> list[str]:
-    """Run the CRS analysis (``stats.analysis``, as the report does) and write its tables
+    """Run the CRS analysis (``analysis``, as the report does) and write its tables
     atomically into ``out``; return the file names.
 
     ``out`` must be new, empty, or (with ``force``) an earlier clinrel output holding no
@@ -32,8 +32,9 @@ def run_crs(runs_path: Path, reference_path: Path, out: Path, *, n_boot: int = 1
 
     check_seed(seed)
     inputs = [runs_path, reference_path]
-    block = {"bootstrap": {"n_boot": n_boot, "seed": seed}, "k": k, "conf_level": conf_level,
-             "n_weights": n_weights}
+    given = lambda **kw: {k: v for k, v in kw.items() if v is not None}  # noqa: E731
+    block = {"bootstrap": given(n_boot=n_boot, seed=seed),
+             **given(k=k, conf_level=conf_level, n_weights=n_weights)}
     res = run_command("CRS", inputs={"runs": runs_path, "reference": reference_path}, crs=block,
                       scheduler=scheduler, only=["crs"], quiet=quiet)
     check_out_dir(out, force=force, inputs=inputs)  # after the inputs: a bad input is named first
@@ -44,10 +45,12 @@ def run_crs(runs_path: Path, reference_path: Path, out: Path, *, n_boot: int = 1
         for name, df in tables.items():
             write_csv(df, tmp / f"{name}.csv")
             written.append(f"{name}.csv")
+        c = res.plan.crs
         meta = {"reference": ref.to_dict(), "reference_hash": ref.hash,
                 "reference_source": str(reference_path), "runs": str(runs_path),
-                "n_boot": n_boot, "seed": seed, "k": k, "conf_level": conf_level,
-                "n_weights": n_weights}
+                "n_boot": c.bootstrap.n_boot, "seed": res.plan.seed_for("crs_bootstrap"),
+                "seeds": res.plan.seeds, "k": c.k, "conf_level": c.conf_level,
+                "n_weights": c.n_weights}
         (tmp / "reference.json").write_text(json.dumps(meta, indent=2) + "\n")
         written += ["reference.json", "manifest.json"]
     return written
@@ -63,14 +66,12 @@ def register(app: typer.Typer) -> None:
                                                      "weights, version.")],
         out: Annotated[Path, typer.Option(help="Output folder: new, empty, or an earlier clinrel "
                                                "output (with --force).")] = Path("crs"),
-        n_boot: Annotated[int, typer.Option(help="Paired-seed bootstrap replicates (0: none).")] = 10_000,
-        seed: Annotated[int, typer.Option(help="Random seed (bootstrap and Dirichlet weights).")] = 1,
-        k: Annotated[int, typer.Option(help="Top-k for rank probabilities and overlap.")] = 3,
-        conf_level: Annotated[float, typer.Option(help="Confidence level of the intervals.")] = 0.95,
-        n_weights: Annotated[int, typer.Option(help="Dirichlet(1,1,1) weight draws for the "
-                                                    "stability analysis (0: skip it).")] = 1000,
-        scheduler: Annotated[str | None, typer.Option(help="Dask scheduler address for the "
-                                                           "bootstrap blocks.")] = None,
+        n_boot: Annotated[Optional[int], plan_option("crs.bootstrap.n_boot")] = None,
+        seed: Annotated[Optional[int], plan_option("crs.bootstrap.seed")] = None,
+        k: Annotated[Optional[int], plan_option("crs.k")] = None,
+        conf_level: Annotated[Optional[float], plan_option("crs.conf_level")] = None,
+        n_weights: Annotated[Optional[int], plan_option("crs.n_weights")] = None,
+        scheduler: Annotated[str | None, plan_option("scheduler")] = None,
         force: ForceOpt = False,
         quiet: Annotated[bool, typer.Option("--quiet", help="No progress output.")] = False,
     ) -> None:

@@ -6,7 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ._common import ForceOpt, InputError, check_out_files, check_seed, guarded, progress, write_table
+from ._common import (ForceOpt, InputError, check_out_files, check_seed, guarded, plan_option,
+                      progress, write_table)
 
 
 def threshold_block(threshold, criterion, target_specificity) -> dict:
@@ -48,42 +49,6 @@ def bins_block(values: list[str] | None) -> dict:
     return out
 
 
-#: plan keys as the commands' options name them (a command's plan error names the option)
-OPTION_OF_KEY = {
-    "detection.threshold.value": "--threshold", "detection.threshold.criterion": "--criterion",
-    "detection.threshold.target": "--target-specificity", "detection.ci": "--ci",
-    "detection.auc_scale": "--auc-scale", "detection.conf_level": "--conf-level",
-    "detection.small_n": "--small-n", "detection.subgroups": "--by", "detection.bins": "--bin",
-    "detection.cluster": "--cluster",
-    "detection.compare_by": "--by", "detection.bootstrap.n_boot": "--n-boot",
-    "detection.bootstrap.seed": "--seed", "detection.bootstrap.boot_ci": "--boot-ci",
-    "detection.adjusted.formula": "--formula", "detection.adjusted.group": "--group",
-    "detection.adjusted.nagq": "--nagq", "detection.adjusted.levels": "--levels",
-    "detection.adjusted.model": "--model", "detection.adjusted.means": "--means",
-    "crs.bootstrap.n_boot": "--n-boot", "crs.bootstrap.seed": "--seed", "crs.k": "--k",
-    "crs.conf_level": "--conf-level", "crs.n_weights": "--n-weights", "scheduler": "--scheduler",
-}
-
-
-def _as_options(message: str, source: str) -> str:
-    """A plan message about ``source`` (the command's own plan) in the options' words."""
-    import re
-
-    if not message.startswith(source):
-        return message
-    body = message[len(source):].lstrip(": ")
-
-    def option(m):
-        key = m.group(1)
-        if key == "detection":  # a message about the axes the command named
-            return "option --by"
-        base = next((k for k in sorted(OPTION_OF_KEY, key=len, reverse=True)
-                     if key == k or key.startswith(k + ".") or key.startswith(k + "[")), None)
-        return f"option {OPTION_OF_KEY[base]}" if base else m.group(0)
-
-    return re.sub(r"key '([^']+)'", option, body)
-
-
 #: --cluster naming a column the cases table lacks (exit 2)
 MSG_CLUSTER_COLUMN = ("{file}: --cluster {cluster!r}: the cases table has no column '{cluster}' "
                       "(columns: {present}); name the column whose repeated values mark scans "
@@ -114,23 +79,18 @@ def check_cluster_column(tables, cluster, path) -> None:
 def run_command(label: str, *, inputs: dict, detection: dict | None = None,
                 crs: dict | None = None, scheduler=None, only: list[str], quiet: bool):
     """Build the plan of a command, load and check its inputs, and run the analyses
-    ``only`` through :func:`stats.analysis.run` (the report runs the same code)."""
-    from stats.analysis import PlanError, load_tables, run
-    from stats.analysis.inputs import plan_limits
-    from stats.analysis.plan import plan_for_command
+    ``only`` through :func:`analysis.run` (the report runs the same code)."""
+    from analysis import PlanError, load_tables, run
+    from analysis.inputs import plan_limits
+    from analysis.plan import plan_for_command
 
-    from stats.analysis.plan import COMMAND_LINE
-
-    try:
+    try:   # a command's plan: its refusals name the options (analysis.plan.Plan.key)
         plan = plan_for_command(inputs=inputs, detection=detection, crs=crs,
                                 scheduler=scheduler)
         with plan_limits(plan):
             tables = load_tables(plan)
     except PlanError as exc:
-        message = _as_options(str(exc), str(Path.cwd() / COMMAND_LINE))
-        first = next(str(p) for p in inputs.values() if p is not None)
-        raise InputError(message if message.startswith(first) else f"{first}: {message}") \
-            from None
+        raise InputError(str(exc)) from None
     check_cluster_column(tables, (detection or {}).get("cluster"), inputs.get("cases"))
     from stats.schema import merge_notes
 
@@ -150,50 +110,45 @@ def _write(table, out, *, force, inputs, quiet) -> None:
 
 CasesArg = Annotated[Path, typer.Argument(metavar="CASES", help="Cases table (.csv or .parquet).")]
 OutOpt = Annotated[Path, typer.Option(help="Output tidy table (.csv or .parquet).")]
-ByOpt = Annotated[Optional[list[str]], typer.Option(
-    help="Subgroup axis (repeatable); 'a:b' for an intersection.")]
-ThresholdOpt = Annotated[Optional[float], typer.Option(
-    help="Prespecified threshold: pred = score >= THRESHOLD.")]
-CriterionOpt = Annotated[Optional[str], typer.Option(
-    help="Choose the threshold on the validation split (youden or target_specificity) "
-         "and analyse the test split.")]
-TargetOpt = Annotated[Optional[float], typer.Option(help="For --criterion target_specificity.")]
+ThresholdOpt = Annotated[Optional[float], plan_option("detection.threshold.value")]
+CriterionOpt = Annotated[Optional[str], plan_option("detection.threshold.criterion")]
+TargetOpt = Annotated[Optional[float], plan_option("detection.threshold.target")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress output.")]
-ClusterOpt = Annotated[str, typer.Option(
-    metavar="COLUMN|auto|none",
-    help="Scans of one patient: every interval and test is cluster-aware over this column. "
-         "auto (default): patient_id when a patient has several scans among the rows "
-         "analysed, else none; none: scans independent.")]
+ClusterOpt = Annotated[Optional[str], plan_option("detection.cluster",
+                                                  metavar="COLUMN|auto|none")]
+ConfOpt = Annotated[Optional[float], plan_option("detection.conf_level")]
+
+
+def _given(**values) -> dict:
+    """The options the user gave (None: left out, so the plan schema's default applies)."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     @guarded
     def subgroups(
-        cases: CasesArg, out: OutOpt, by: ByOpt = None,
-        bin: Annotated[Optional[list[str]], typer.Option(
-            "--bin", help="Cut a numeric column into a new axis, as the plan's "
-                          "detection.bins (repeatable): age=0,40,60,75 adds age_group with "
-                          "levels 0-40, 40-60, 60-75 (left-closed; inf for no upper bound); "
-                          "age=0,40,60,75:age_band names it age_band. Name it in --by.")] = None,
+        cases: CasesArg, out: OutOpt,
+        by: Annotated[Optional[list[str]], plan_option(
+            "detection.subgroups", help="Subgroup axis (repeatable); 'a:b' for an "
+                                        "intersection (plan key detection.subgroups).")] = None,
+        bin: Annotated[Optional[list[str]], plan_option(
+            "detection.bins", help="Cut a numeric column into a new axis, as the plan's "
+                                   "detection.bins (repeatable): age=0,40,60,75 adds age_group with "
+                                   "levels 0-40, 40-60, 60-75 (left-closed; inf for no upper "
+                                   "bound); age=0,40,60,75:age_band names it age_band. Name it in "
+                                   "--by.")] = None,
         threshold: ThresholdOpt = None,
         criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
-        ci: Annotated[str, typer.Option(help="Proportion intervals: wilson, clopper-pearson, "
-                                             "jeffreys, or bootstrap (needs --n-boot).")] = "wilson",
-        n_boot: Annotated[int, typer.Option(
-            help="Cluster-bootstrap replicates (F1 intervals); 0: none.")] = 0,
-        boot_ci: Annotated[str, typer.Option(
-            help="Bootstrap interval: percentile, bca, or wilson (Wilson at the bootstrap's "
-                 "effective sample size; best coverage in small cells).")] = "percentile",
-        auc_scale: Annotated[str, typer.Option(
-            help="AUC interval scale: auto (as pROC for independent scans, logit where a "
-                 "patient's scans are clustered), auc (as pROC) or logit (better in small "
-                 "cells).")] = "auto",
-        seed: Annotated[Optional[int], typer.Option(help="Bootstrap seed.")] = None,
-        conf_level: Annotated[float, typer.Option(help="Confidence level of every interval.")] = 0.95,
-        small_n: Annotated[int, typer.Option(help="Flag cells whose denominator is below this.")] = 10,
-        cluster: ClusterOpt = "auto",
-        scheduler: Annotated[Optional[str], typer.Option(help="Dask scheduler address.")] = None,
+        ci: Annotated[Optional[str], plan_option("detection.ci")] = None,
+        n_boot: Annotated[int, plan_option("detection.bootstrap.n_boot")] = 0,
+        boot_ci: Annotated[Optional[str], plan_option("detection.bootstrap.boot_ci")] = None,
+        auc_scale: Annotated[Optional[str], plan_option("detection.auc_scale")] = None,
+        seed: Annotated[Optional[int], plan_option("detection.bootstrap.seed")] = None,
+        conf_level: ConfOpt = None,
+        small_n: Annotated[Optional[int], plan_option("detection.small_n")] = None,
+        cluster: ClusterOpt = None,
+        scheduler: Annotated[Optional[str], plan_option("scheduler")] = None,
         force: ForceOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
@@ -205,27 +160,28 @@ def register(app: typer.Typer) -> None:
         check_seed(seed)
         check_out_files([("--out", out)], force=force, inputs=[cases])
         det = {"threshold": threshold_block(threshold, criterion, target_specificity),
-               "ci": ci, "auc_scale": auc_scale, "conf_level": conf_level,
-               "subgroups": by_axes(by), "small_n": small_n, "bins": bins_block(bin),
-               "cluster": cluster_setting(cluster)}
+               "subgroups": by_axes(by), "bins": bins_block(bin),
+               **_given(ci=ci, auc_scale=auc_scale, conf_level=conf_level, small_n=small_n,
+                        cluster=None if cluster is None else cluster_setting(cluster))}
         if n_boot:
-            det["bootstrap"] = {"n_boot": n_boot, "boot_ci": boot_ci,
-                                **({"seed": seed} if seed is not None else {})}
+            det["bootstrap"] = {"n_boot": n_boot, **_given(boot_ci=boot_ci, seed=seed)}
         res = run_command("subgroup metrics", inputs={"cases": cases}, detection=det,
                           scheduler=scheduler, only=["subgroup_metrics"], quiet=quiet)
         _write(res["subgroup_metrics"], out, force=force, inputs=[cases], quiet=quiet)
-        drawn = res.decisions.get("seeds.detection_bootstrap")
-        if n_boot and seed is None and drawn is not None:   # a file output has no manifest
-            typer.echo(f"bootstrap seed {drawn} (drawn: give --seed {drawn} to repeat this "
-                       f"run)", err=True)
+        used = res.decisions.seeds.detection_bootstrap
+        if n_boot and seed is None and used is not None:   # a file output has no manifest
+            typer.echo(f"bootstrap seed {used} (derived from the command's settings: give "
+                       f"--seed {used} to keep it when you change them)", err=True)
 
     @app.command()
     @guarded
     def compare(
-        cases: CasesArg, out: OutOpt, by: ByOpt = None, threshold: ThresholdOpt = None,
+        cases: CasesArg, out: OutOpt,
+        by: Annotated[Optional[list[str]], plan_option("detection.compare_by")] = None,
+        threshold: ThresholdOpt = None,
         criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
-        conf_level: Annotated[float, typer.Option(help="Confidence level of every interval.")] = 0.95,
-        cluster: ClusterOpt = "auto",
+        conf_level: ConfOpt = None,
+        cluster: ClusterOpt = None,
         force: ForceOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
@@ -235,8 +191,9 @@ def register(app: typer.Typer) -> None:
         over --cluster (default: patient_id when a patient has several scans)."""
         check_out_files([("--out", out)], force=force, inputs=[cases])
         det = {"threshold": threshold_block(threshold, criterion, target_specificity),
-               "conf_level": conf_level, "compare_by": by_axes(by), "subgroups": [],
-               "cluster": cluster_setting(cluster)}
+               "compare_by": by_axes(by), "subgroups": [],
+               **_given(conf_level=conf_level,
+                        cluster=None if cluster is None else cluster_setting(cluster))}
         res = run_command("model comparisons", inputs={"cases": cases}, detection=det,
                           only=["comparisons"], quiet=quiet)
         _write(res["comparisons"], out, force=force, inputs=[cases], quiet=quiet)

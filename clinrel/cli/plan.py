@@ -20,6 +20,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from analysis.plan import Detection, describe
+
 from ._common import ForceOpt, InputError, guarded
 
 #: numeric columns binned by default: column -> (new name, breaks, labels); the demo's
@@ -88,7 +90,7 @@ def _threshold(cases, threshold: float | None) -> tuple[dict, str]:
 
 def propose(cases, *, threshold: float | None = None) -> Proposal:
     """Sort the columns of a validated cases table into axes, bins and unused columns."""
-    from stats.analysis.inputs import identifier_columns
+    from analysis.inputs import identifier_columns
 
     per_case = cases.drop_duplicates("case_id")
     thr, note = _threshold(cases, threshold)
@@ -177,7 +179,7 @@ def _formula(terms: list[str]) -> str:
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _YAML_WORDS = ("true", "false", "yes", "no", "on", "off", "null", "y", "n")
 #: the top-level keys :func:`render_plan` writes, in order
-PLAN_KEYS = ("version", "title", "inputs", "detection", "privacy", "prespecified",
+PLAN_KEYS = ("version", "title", "seed", "inputs", "detection", "privacy", "prespecified",
              "exploratory")
 #: short escapes of :func:`_c` (the rest are \\xNN, \\uNNNN, \\UNNNNNNNN)
 _COMMENT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -293,6 +295,16 @@ def _check_rendered(text: str, *, expected: dict) -> None:
             bad(f"key {dotted}")
 
 
+def _doc(key: str) -> str:
+    """The first clause of a key's meaning, from the plan schema (one declaration)."""
+    text = describe(key).replace("`", "")
+    first = text.split(". ")[0].split("; ")[0].rstrip(".")
+    word = first.split(" ")[0]
+    if word[1:].islower():   # "Interval ..." -> "interval ...", "DeLong ..." stays
+        first = first[0].lower() + first[1:]
+    return _c(f"prespecified: {first}")
+
+
 def render_plan(p: Proposal, *, cases_path: str, source: str) -> str:
     """The commented plan.yaml of a :class:`Proposal`."""
     # Data text (paths, model and column names) goes into comments through _c (one line,
@@ -310,6 +322,7 @@ def render_plan(p: Proposal, *, cases_path: str, source: str) -> str:
          "# Render: clinrel report --plan THIS_FILE --out report",
          "version: 1",
          f"title: {_y('Reliability appendix: ' + Path(source).stem)}",
+         f"seed: {SEED}                  # {_doc('seed')}",
          "inputs:",
          f"  cases: {_y(cases_path)}       # relative to this file's folder",
          "detection:"]
@@ -318,12 +331,11 @@ def render_plan(p: Proposal, *, cases_path: str, source: str) -> str:
                     "'single_site').")
     L += ["  threshold:                      # prespecified: " + _c(p.threshold_note)]
     L += [f"    {_k(k)}: {_y(v)}" for k, v in p.threshold.items()]
-    L += ["  ci: wilson                      # prespecified: Wilson score intervals for "
-          "proportions",
-          "  auc_scale: auto                 # prespecified: DeLong AUC interval (as pROC; "
-          "logit scale, t on patients - 1 df, where a patient repeats)",
-          "  conf_level: 0.95                # prespecified",
-          "  small_n: 10                     # cells with a denominator below 10 are flagged"]
+    d = Detection()   # the schema's defaults, stated in the plan so they are prespecified
+    L += [f"  ci: {d.ci:<28}# {_doc('detection.ci')}",
+          f"  auc_scale: {d.auc_scale:<21}# {_doc('detection.auc_scale')}",
+          f"  conf_level: {d.conf_level:<20}# {_doc('detection.conf_level')}",
+          f"  small_n: {d.small_n:<23}# {_doc('detection.small_n')}"]
     if p.axes:
         L += ["  subgroups:                      # prespecified axes (categorical columns)"]
         L += [f"    - {_y(a)}" for a in p.axes]
@@ -334,13 +346,11 @@ def render_plan(p: Proposal, *, cases_path: str, source: str) -> str:
         for col, b in p.bins.items():
             L += [f"    {_k(col)}:", f"      name: {_y(b['name'])}",
                   f"      breaks: {_y(b['breaks'])}", f"      labels: {_y(b['labels'])}"]
-    L += ["  bootstrap:                      # prespecified: paired cluster bootstrap "
-          "(F1 intervals)",
-          f"    n_boot: {N_BOOT}",
-          f"    seed: {SEED}                # fixed seed: the report is reproducible"]
+    L += [f"  bootstrap:                      # {_doc('detection.bootstrap')}",
+          f"    n_boot: {N_BOOT}"]
     if p.strata:
         L += [f"    strata: {_y(p.strata):<22}# resample patients within sites"]
-    L += ["    boot_ci: percentile"]
+    L += [f"    boot_ci: {d.bootstrap.boot_ci}"]
     if p.adjusted:
         a = p.adjusted
         L += ["  adjusted:                       # prespecified confounding-adjusted model of "

@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
             if scheduler is not None:
                 import dataclasses
 
-                from stats.analysis import load_plan
+                from analysis import load_plan
 
                 target = dataclasses.replace(load_plan(target), scheduler=scheduler)
             try:

@@ -78,7 +78,7 @@ def applies(mod, study) -> bool:
 def _input_errors() -> tuple:
     from stats.schema import ContractError
 
-    from stats.analysis.plan import PlanError
+    from analysis.plan import PlanError
 
     return (ContractError, PlanError)
 

@@ -1,5 +1,5 @@
 """Shared helpers of the detection sections: read the analysis layer's results
-(``study.results``, from :func:`stats.analysis.run`) and lay them out. Nothing here
+(``study.results``, from :func:`analysis.run`) and lay them out. Nothing here
 computes a statistic or selects rows."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def evaluation(study) -> pd.DataFrame:
 
 
 def axes(study) -> list[tuple[str, ...]]:
-    from stats.analysis.detection import axes as plan_axes
+    from analysis.detection import axes as plan_axes
 
     return plan_axes(study.plan)
 
@@ -120,7 +120,7 @@ def auc_interval_text(scale: str, cluster: str | None) -> str:
 def methods_note(study) -> str:
     """The interval sentence under a table: the method, and the clustering it respects."""
     det = study.plan.detection
-    cluster = study.results.decisions.get("detection.cluster")
+    cluster = study.results.decisions.detection.cluster
     how = (f", cluster-aware: at the effective sample size of the {cluster} clusters (Korn & "
            f"Graubard design effect)" if cluster else "")
     return (f"Intervals: {CI_NAMES[det.ci]} {int(round(det.conf_level * 100))}% "

@@ -54,13 +54,13 @@ def build(study) -> Section:
     if not adj:
         raise SkipSection("the plan has no detection.adjusted block")
     ev = D.evaluation(study)
-    formula, group = adj["formula"], adj["group"]
+    formula, group = adj.formula, adj.group
     res = study.results
     terms = res["adjusted_terms"]
-    fits = dict.fromkeys(res.decisions["adjusted.fitted"])
+    fits = dict.fromkeys(res.decisions.adjusted.fitted)
     failed = [f"{METHOD_LABEL[m]} ({why[:160]})"
-              for m, why in res.decisions["adjusted.failed"].items()]
-    for m, why in res.decisions["adjusted.failed"].items():
+              for m, why in res.decisions.adjusted.failed.items()]
+    for m, why in res.decisions.adjusted.failed.items():
         study.note(f"adjusted models: the {m} fit failed: {why}")
     # every model table states the scans each fit used and why others were left out
     miss = res["adjusted_missing"]
@@ -110,7 +110,7 @@ def build(study) -> Section:
     disp = pd.DataFrame(rows)
     fit_flags = sorted({f for x in tab["fit_flag"] for f in str(x).split(";") if f})
     term_flags = sorted({f.split(":")[0] for x in tab["term_flag"] for f in str(x).split(";") if f})
-    population = adj.get("population", "positives")
+    population = adj.population
     outcome = ("detected at the operating threshold, among reference positives"
                if population == "positives" else
                "correctly called negative, among reference negatives")
@@ -148,7 +148,7 @@ def build(study) -> Section:
         notes=tuple(notes))
     sec = Section(KEY, TITLE)
     # ---- block tests (ML methods only)
-    from stats.analysis.adjusted import block_method
+    from analysis.adjusted import block_method
 
     ml = block_method(study.plan)
     blocks_tbl = None
@@ -211,7 +211,7 @@ def build(study) -> Section:
             name="adjusted_vs_crude", caption=f"Adjusted ({KIND_TEXT[res.decisions['adjusted.vs_crude_kind']]}, "
             f"{METHOD_LABEL[res.decisions['adjusted.means_fit']]}) versus crude "
             "sensitivity per level, per model, with confidence intervals"
-            + _crude_rows_text(res.decisions.get("adjusted.crude_rows")) + "."
+            + _crude_rows_text(res.decisions.adjusted.crude_rows) + "."
             + ("" if res.decisions.get("adjusted.means_fit_converged", True) else
                " No fit converged: the adjusted values are shown as computed, not to be "
                "relied on."),
@@ -250,7 +250,7 @@ def build(study) -> Section:
               if "glmm" in fits else ""))
           + (" and @fig-adjusted-vs-crude contrasts adjusted with crude sensitivities." if fig
              else ".")
-          + _repeated_text(res.decisions.get("adjusted.repeated_scans"), fits)
+          + _repeated_text(res.decisions.adjusted.repeated_scans, fits)
           + (f" Fit diagnostics raised: {text.md(', '.join(warn))} (details in the CSV files); "
              f"such estimates are reported, not hidden." if warn else "")
           + (" Fits that failed and are not shown: " + text.md("; ".join(failed)) + "."

@@ -3,7 +3,7 @@ validation (calibration) split and evaluated on the test split (``stats.temperat
 ``stats.reliability_table``). Sources: the detection models' ``max_prob`` in the cases
 table, and per-case probe probabilities (``inputs.probe_predictions``, clean runs at label
 fraction 1) when given. An encoder's ECE is the one of the CRS calibration axis and the
-calibration-repair table (``stats.analysis.calibration``)."""
+calibration-repair table (``analysis.calibration``)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -19,7 +19,7 @@ HALF = "any"
 
 
 def applies(study) -> bool:
-    from stats.analysis.calibration import wants_probabilities, wants_repair
+    from analysis.calibration import wants_probabilities, wants_repair
 
     return wants_probabilities(study.plan, study.tables) or wants_repair(study.plan, study.tables)
 
@@ -27,7 +27,7 @@ def applies(study) -> bool:
 def build(study) -> Section:
     sec = Section(KEY, TITLE)
     blocks = []
-    from stats.analysis.calibration import wants_probabilities, wants_repair
+    from analysis.calibration import wants_probabilities, wants_repair
 
     if wants_probabilities(study.plan, study.tables):
         blocks += _probabilities(study)
@@ -70,12 +70,12 @@ def _repair(study) -> list:
 def definitions(study, summ: pd.DataFrame) -> list[str]:
     """What each kind of ECE is and how its interval was drawn (the table note and the
     methods text say it alike)."""
-    from stats.analysis.calibration import DETECTION, PROBE, boot_settings
+    from analysis.calibration import DETECTION, PROBE, boot_settings
 
     out = []
     if ((summ["source"] == DETECTION) & (summ["estimand"] == "ece")).any():
         n_boot, seed = boot_settings(study.plan)
-        cluster = study.results.decisions.get("detection.cluster")
+        cluster = study.results.decisions.detection.cluster
         kind = ("basic (reflected)" if study.results.decisions.get(
             "calibration.ece_interval") == "basic" else "percentile")
         how = (f"cluster-bootstrap {kind} interval (whole {cluster} clusters resampled; "
@@ -108,11 +108,11 @@ def definitions(study, summ: pd.DataFrame) -> list[str]:
 def _probabilities(study) -> list:
     import plotnine as p9
 
-    from stats.analysis.calibration import PROBE, RELIABILITY_BINS, wants_repair
+    from analysis.calibration import PROBE, RELIABILITY_BINS, wants_repair
 
     cal = study.results["calibration"]
     summ, rel = cal["summary"], cal["reliability"]
-    cluster = study.results.decisions.get("detection.cluster")
+    cluster = study.results.decisions.detection.cluster
     if "regime" not in summ:
         summ = summ.assign(regime=None)
         rel = rel.assign(regime=None)
@@ -192,7 +192,7 @@ def _probabilities(study) -> list:
         "predictions of their clean runs at label fraction 1, pooled over seeds and datasets"
         + ("" if probe_after or not probe.any() else ", before scaling only")
         + ("; cluster-aware over cases, as each case is scored once per seed"
-           if study.results.decisions.get("calibration.encoder_reliability_cluster") else "")
+           if study.results.decisions.calibration.encoder_reliability_cluster else "")
         + "); "
         "the dashed diagonal is perfect calibration.",
         alt="Reliability diagrams per model before and after temperature scaling.",

@@ -38,7 +38,7 @@ def build(study) -> Section:
         # exploratory comparisons (the plan's roles) have no family: no Holm column
         **({"p_adj": [text.pvalue(p) for p in ov["p_adjusted"]]}
            if ov["p_adjusted"].notna().any() else {})})
-    cluster = study.results.decisions.get("detection.cluster")
+    cluster = study.results.decisions.detection.cluster
     clustered = (f" Where a {cluster} has several scans in a cell: the clustered McNemar "
                  f"test of Durkalski et al. (2003), Newcombe's interval at the effective "
                  f"counts, and Obuchowski's clustered variance for the AUC."

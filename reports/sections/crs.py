@@ -51,20 +51,20 @@ def seeds_text(seeds: pd.DataFrame | None) -> str:
             f"the bootstrap distribution is that coarse however many replicates are drawn")
 
 
-def replicates_text(df: pd.DataFrame, crs, ranks: pd.DataFrame | None = None,
+def replicates_text(df: pd.DataFrame, plan, ranks: pd.DataFrame | None = None,
                     seeds: pd.DataFrame | None = None) -> str:
     """'B paired-seed bootstrap replicates (seed s)', with the replicates that could not be
     estimated counted wherever B is stated: over the CRS rows when ``df`` has an
     ``estimand`` column (the axes' own counts are in the CSV), per encoder or pair, and,
     with ``ranks``, the replicates the rank probabilities use (those in which every
     encoder's CRS could be estimated)."""
-    n = int(df["n_boot"].max()) if "n_boot" in df and df["n_boot"].notna().any() else crs.n_boot
+    n = int(df["n_boot"].max()) if "n_boot" in df and df["n_boot"].notna().any() else plan.crs.bootstrap.n_boot
     if "estimand" in df and (df["estimand"] == "crs").any():
         df = df[df["estimand"] == "crs"]
     bad = (df["n_boot_not_estimable"].fillna(0) if "n_boot_not_estimable" in df
            else pd.Series([0.0]))
     lo, hi = int(bad.min()), int(bad.max())
-    out = f"{n} paired-seed bootstrap replicates drawn (seed {crs.seed})"
+    out = f"{n} paired-seed bootstrap replicates drawn (seed {plan.seed_for('crs_bootstrap')})"
     if seeds_text(seeds):
         out += f"; {seeds_text(seeds)}"
     if hi > 0:
@@ -161,7 +161,7 @@ def build(study) -> Section:
                 "worst_axis": "Worst axis", "crs": "CRS [CI]", "rank": "Rank [CI]",
                 "p1": "P(rank 1)", "pk": f"P(top {crs.k})", "tier": "Leading tier"},
         spanners=(("Components", ["dominance", "similarity", "worst_axis"]),),
-        notes=(f"{replicates_text(res['scores'], crs, res['rank_probabilities'], res.get('seeds'))}; anchors held fixed. CRS = weighted sum of dominance, "
+        notes=(f"{replicates_text(res['scores'], study.plan, res['rank_probabilities'], res.get('seeds'))}; anchors held fixed. CRS = weighted sum of dominance, "
                f"similarity and worst axis (weights in the reference file). Leading tier: "
                f"the best encoder and every encoder whose CRS difference from it has a "
                f"bootstrap CI containing 0.",))
@@ -183,7 +183,7 @@ def build(study) -> Section:
                f"none is shown below it, a p-value "
                f"at it reads \u2264 that resolution, or < 0.001 when the resolution is finer, "
                f"and Holm's adjustment over all pairs is bounded by it "
-               f"({replicates_text(diff, crs, seeds=res.get('seeds'))}).",))
+               f"({replicates_text(diff, study.plan, seeds=res.get('seeds'))}).",))
     # ---- stability
     st = res["stability"]
     names = {"kendall_tau": "Kendall tau", "kendall_tau_min": "Kendall tau, minimum",
@@ -211,7 +211,7 @@ def build(study) -> Section:
         labels={"what": "Statistic", "value": "Value"},
         notes=(f"Kendall tau-b against the base CRS ranking. Random weights: "
                f"{crs.n_weights} Dirichlet(1, 1, 1) draws of the three weights (seed "
-               f"{crs.seed}); the band is the central {round(100 * crs.conf_level):g}% of tau "
+               f"{study.plan.seed_for('crs_stability')}); the band is the central {round(100 * crs.conf_level):g}% of tau "
                f"over the draws. Inversions: encoder pairs ordered oppositely by AUROC and CRS, "
                f"out of all pairs; any AUROC difference counts, however small (full-precision "
                f"AUROCs in tables/crs_axes.csv).",))

@@ -18,7 +18,8 @@ HALF = "detection"
 
 
 def grid(study):
-    rows, cols = study.plan.detection.failure_map
+    fmap = study.plan.detection.failure_map
+    rows, cols = fmap.rows, fmap.cols
     return study.results["failure_map"], rows, cols
 
 
@@ -33,8 +34,8 @@ def collapse_table(study) -> ReportTable:
     # the family the analysis layer adjusted (exploratory: raw p-values, said so)
     holm = study.results.decisions.get("sensitivity_collapse.multiplicity", "holm") == "holm"
     pooled = None
-    cluster = study.results.decisions.get("detection.cluster")
-    if study.plan.detection.pooled:
+    cluster = study.results.decisions.detection.cluster
+    if study.plan.detection.failure_map.pooled:
         pa = study.results["pooled_axes"][keys + ["estimate", "conf_low", "conf_high"]]
         shown = shown.merge(pa.rename(columns={"estimate": "pooled", "conf_low": "pooled_low",
                                                "conf_high": "pooled_high"}),
@@ -138,7 +139,7 @@ def build(study) -> Section:
         labels={"level": rows.replace("_", " "), **{f"c_{c}": c for c in order_c}},
         spanners=((cols.replace("_", " "), [f"c_{c}" for c in order_c]),),
         notes=(D.methods_note(study), f"\u2020 fewer than {det.small_n} reference positives."))
-    pooled_tbl = pooled_table(study, rows, cols, order_r, order_c, models) if det.pooled else None
+    pooled_tbl = pooled_table(study, rows, cols, order_r, order_c, models) if det.failure_map.pooled else None
     coll = collapse_table(study)
     n_coll = len(coll.display)
     md = (f"@fig-failure-map and @tbl-failure-map show where sensitivity fails across "

@@ -30,7 +30,7 @@ def normalised(study) -> tuple[str, ...]:
     silent."""
     from stats.schema import merge_notes
 
-    merged = study.results.decisions.get("cases.unicode_nfc") or []
+    merged = study.results.decisions.cases.unicode_nfc or []
     return tuple(f"Text normalised when read: {line}." for line in merge_notes(merged))
 
 

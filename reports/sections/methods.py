@@ -3,7 +3,7 @@ methods, subgroups, bootstrap size and seed, models, CRS reference, software ver
 and which sections this build could not produce."""
 from __future__ import annotations
 
-from stats.analysis.adjusted import UNKNOWN, formula_columns
+from analysis.adjusted import UNKNOWN, formula_columns
 from stats.detection import MISSING, NOT_APPLICABLE
 
 from .. import text
@@ -43,15 +43,16 @@ def _detection(study) -> list[str]:
         f"per model and case for {len(models)} models ({md(text.human_list(models))}). "
         + ("Accuracy is estimated on the test split; the validation split is not evaluated. "
            if split else "Accuracy is estimated on every row (the table has no split column). "))
-    if det.threshold_value is not None:
+    thr_value = det.threshold.value
+    if thr_value is not None:
         out.append(f"A case is called positive when its score (predicted tumour voxels) is at "
-                   f"least {text.num(det.threshold_value, 0) if float(det.threshold_value).is_integer() else det.threshold_value}; "
+                   f"least {text.num(thr_value, 0) if float(thr_value).is_integer() else thr_value}; "
                    f"this threshold was **prespecified** in the plan (STARD 12a).")
     else:
-        rule = ("maximising Youden's J" if det.criterion == "youden" else
-                f"the lowest threshold reaching specificity {det.target}")
+        rule = ("maximising Youden's J" if det.threshold.criterion == "youden" else
+                f"the lowest threshold reaching specificity {det.threshold.target}")
         thr = ""
-        chosen = study.results.decisions.get("detection.threshold")
+        chosen = study.results.decisions.detection.threshold
         if chosen is not None:
             vals = chosen["values"]
             thr = " Chosen values: " + md(", ".join(f"{m} {v:g}" for m, v in vals.items())) + "."
@@ -61,7 +62,7 @@ def _detection(study) -> list[str]:
     conf = int(round(det.conf_level * 100))
     from ._detection import auc_interval_text
 
-    auc = auc_interval_text(det.auc_scale, study.results.decisions.get("detection.cluster"))
+    auc = auc_interval_text(det.auc_scale, study.results.decisions.detection.cluster)
     out.append(f"Proportions (sensitivity, specificity, PPV, NPV) carry {CI_NAMES[det.ci]} "
                f"{conf}% confidence intervals; the AUC carries {auc}. An estimate whose "
                f"denominator is below {det.small_n} (reference positives for sensitivity, "
@@ -72,7 +73,7 @@ def _detection(study) -> list[str]:
         exp = text.human_list(" \u00d7 ".join(a) for a in det.exploratory_subgroups)
         out.append(f"Exploratory subgroup axes (labelled so in every table): {md(exp)}.")
     res = study.results
-    cluster = res.decisions.get("detection.cluster")
+    cluster = res.decisions.detection.cluster
     if cluster:
         out.append(f"Scans are clustered within {md(cluster)} (some have several scans): every "
                    f"proportion's interval is computed at the effective sample size implied by "
@@ -105,29 +106,31 @@ def _detection(study) -> list[str]:
     else:
         out.append(_independent(study))
     if "multiplicity" in res.decisions:
-        out.append("Multiplicity: " + res.decisions["multiplicity"] + _unadjusted(study))
+        out.append("Multiplicity: " + res.decisions.multiplicity + _unadjusted(study))
     missing = missing_data(study)
     if missing:
         out.append(missing)
     if det.bins:
         out.append("Bins (left-closed intervals): " + md("; ".join(
-            f"{b.column} \u2192 {b.name} ({', '.join(b.labels)})" for b in det.bins)) + ".")
-    if det.n_boot:
-        strata = f", stratified by {md(det.strata)}" if det.strata else ""
+            f"{b.column} \u2192 {b.name} ({', '.join(b.labels)})" for b in det.bins.values()))
+            + ".")
+    boot = det.bootstrap
+    if boot.n_boot:
+        strata = f", stratified by {md(boot.strata)}" if boot.strata else ""
         out.append(f"Statistics without a closed-form interval use a cluster bootstrap "
                    f"(patients resampled with replacement{strata}; one index shared by all "
-                   f"models and subgroups) with {det.n_boot} replicates and seed "
-                   f"{det.seed}; {BOOT_NAMES[det.boot_ci]}.")
+                   f"models and subgroups) with {boot.n_boot} replicates and seed "
+                   f"{study.plan.seed_for('detection_bootstrap')}; {BOOT_NAMES[boot.boot_ci]}.")
     if det.adjusted:
         a = det.adjusted
-        methods = "; ".join(ADJ_NAMES[m].format(g=md(a["group"])) for m in a["methods"])
+        methods = "; ".join(ADJ_NAMES[m].format(g=md(a.group)) for m in a.methods)
         out.append(f"Confounding-adjusted models of detection among reference positives: "
-                   f"{md(a['formula'])}, fitted as {methods}. Likelihood-ratio tests compare "
+                   f"{md(a.formula)}, fitted as {methods}. Likelihood-ratio tests compare "
                    f"the full model with the model without each block ("
-                   + md("; ".join(f"{b}: {', '.join(t)}" for b, t in a["blocks"].items()))
+                   + md("; ".join(f"{b}: {', '.join(t)}" for b, t in a.blocks.items()))
                    + ")."
-                   + _repeated_methods(study.results.decisions.get("adjusted.repeated_scans")))
-        units = study.results.decisions.get("adjusted.units") or {}
+                   + _repeated_methods(study.results.decisions.adjusted.repeated_scans))
+        units = study.results.decisions.adjusted.units or {}
         if units:
             out.append("Odds ratios of continuous terms are reported per a stated unit: "
                        + md("; ".join(f"{t} {u}" for t, u in units.items()))
@@ -138,7 +141,7 @@ def _detection(study) -> list[str]:
     out.append("Paired model comparisons on the same cases use the exact McNemar test and "
                "Newcombe's interval for differences of proportions, and DeLong's paired test "
                "for AUCs" + (" (their cluster-aware forms where a patient repeats; above)"
-                             if study.results.decisions.get("detection.cluster") else "")
+                             if study.results.decisions.detection.cluster else "")
                + ".")
     return out
 
@@ -181,13 +184,14 @@ def _crs(study) -> list[str]:
     scores = study.results["crs"]["scores"]
     ranks = study.results["crs"].get("rank_probabilities")
     seeds = study.results["crs"].get("seeds")
-    out.append(f"Uncertainty, anchors held fixed: {replicates_text(scores, crs, ranks, seeds)}; "
+    out.append(f"Uncertainty, anchors held fixed: {replicates_text(scores, study.plan, ranks, seeds)}; "
                f"intervals are bootstrap percentiles, the rank interval the percentiles of "
                f"the encoder's rank over the replicates, and P(top k) with k = {crs.k} the share "
                f"of replicates ranking it there. Ranking stability: Kendall tau-b of the CRS "
                f"ranking with each panel member left out of the reference, and its mean with "
                f"the central {round(100 * crs.conf_level):g}% band over {crs.n_weights} "
-               f"Dirichlet(1, 1, 1) weight vectors (seed {crs.seed}); inversions are the "
+               f"Dirichlet(1, 1, 1) weight vectors (seed {study.plan.seed_for('crs_stability')}); "
+               f"inversions are the "
                f"encoder pairs ordered oppositely by AUROC and by CRS.")
     return out
 
@@ -292,7 +296,7 @@ def _repeats(study) -> tuple[int, int] | None:
     """``(patients with several scans, patients)`` as the analysis layer recorded them
     (decision ``detection.patient_repeats``, beside ``detection.cluster``); None without a
     ``patient_id`` column."""
-    rep = study.results.decisions.get("detection.patient_repeats")
+    rep = study.results.decisions.detection.patient_repeats
     return None if not rep else (int(rep["with_repeats"]), int(rep["patients"]))
 
 
@@ -353,7 +357,7 @@ def level_counts(study, level: str) -> tuple[dict[str, list[int]], dict[str, lis
         hit = single[(single["group_level"].astype(str) == level) & (single["n"] > 0)]
         for var, g in hit.groupby(hit["group_var"].astype(str), sort=False):
             axes[var] = [int(n) for n in g["n"]]
-    seen |= {b.column for b in study.plan.detection.bins if b.name in seen}
+    seen |= {b.column for b in study.plan.detection.bins.values() if b.name in seen}
     coh = res.get("cohort")
     if coh is not None and len(coh):
         ov = coh[coh["group_var"].astype(str) == "overall"]
@@ -441,10 +445,10 @@ def missing_data(study) -> str | None:
         parts.append(f"{text.human_list(text.md(v) for v in na)} of reference-negative scans "
                      f"read \"not applicable\" (the attribute does not exist), not missing")
     if unknown:
-        cols = set(formula_columns(det.adjusted["formula"], res["evaluation"].columns)
+        cols = set(formula_columns(det.adjusted.formula, res["evaluation"].columns)
                    ) if det.adjusted else set()
         used = [v for v in unknown if v in cols]  # the formula's, in the order shown
-        fitted = res.decisions.get("adjusted.fitted") or []
+        fitted = res.decisions.adjusted.fitted or []
         clause = (f"a value recorded as \"{UNKNOWN}\" ({_named(unknown, UNKNOWN_FORM)}) is a "
                   f"recorded category, shown as a level")
         if used:
@@ -455,7 +459,7 @@ def missing_data(study) -> str | None:
             clause += (f", which are refitted without race {UNKNOWN} beside the main fit "
                        f"(complete case: the GLMM leaves out "
                        f"{_left_out(cc, reason=False)})")
-        elif "race" in used and res.decisions.get("adjusted.complete_case"):
+        elif "race" in used and res.decisions.adjusted.complete_case:
             clause += (f"; the complete-case refit without race {UNKNOWN} failed (the "
                        f"adjusted models say why)")
         parts.append(clause)

@@ -41,11 +41,11 @@ def build(study) -> Section:
               "f1": "F1", "auc": "AUC"}
     notes = [D.methods_note(study) + " PPV and NPV depend on the prevalence of the evaluation set."]
     if "auc" in est:
-        cluster = study.results.decisions.get("detection.cluster")
+        cluster = study.results.decisions.detection.cluster
         notes.append("AUC of the continuous score: "
                      + D.auc_interval_text(det.auc_scale, cluster) + ".")
     if "f1" in est:
-        kind = "BCa" if det.boot_ci == "bca" else "percentile"
+        kind = "BCa" if det.bootstrap.boot_ci == "bca" else "percentile"
         notes.append(f"F1: cluster-bootstrap {kind} interval (patients resampled).")
     table = ReportTable(name="overall_metrics", caption="Overall accuracy per model on the "
                         "evaluation set, estimate [95% CI].".replace(

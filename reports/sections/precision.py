@@ -58,7 +58,7 @@ def build(study) -> Section:
                + (" With repeated scans the half-widths use one study-wide ICC, a planning "
                   "assumption: the subgroup tables' intervals use each cell's own design "
                   "effect and can be wider or narrower."
-                  if study.results.decisions.get("precision.icc") else ""),))
+                  if study.results.decisions.precision.icc else ""),))
     md = (f"@tbl-precision shows how precise each prespecified subgroup estimate is and how "
           f"many reference positives it would need for a \u00b1{100 * target:.0f}-point "
           f"interval; {text.count(short[['model', 'group_var', 'group_level']].drop_duplicates().shape[0])} "

@@ -4,7 +4,7 @@ Per field: coverage (cases with a value / cases), the sources and their share of
 with a verbatim evidence span, agreement between extractors (Wilson CI) and Cohen's kappa
 (Fleiss-Cohen-Everitt CI), agreement by site with a test of equal agreement, the review
 queue and its outcomes, and, when the plan asks (``metadata.label_error``), naive beside
-error-aware subgroup intervals. Every number comes from ``stats.analysis.metadata``;
+error-aware subgroup intervals. Every number comes from ``analysis.metadata``;
 evidence text itself is never shown (it may identify).
 """
 from __future__ import annotations
@@ -113,7 +113,7 @@ def agreement_table(study) -> ReportTable | None:
 
 def _kappa_se(ag: pd.DataFrame) -> str:
     """The note's words for the kappa standard error of the rows' ``kappa_method``."""
-    from stats.analysis.metadata import KAPPA_CLUSTER_METHOD
+    from analysis.metadata import KAPPA_CLUSTER_METHOD
 
     fce = ("the large-sample standard error of Fleiss, Cohen & Everitt (1969), cases as "
            "independent")
@@ -227,7 +227,7 @@ def label_error_compare(study) -> ReportTable | None:
     if not len(m):
         return None
     m = m[(m["estimand"] == "sensitivity") & ~m["group_var"].astype(str).str.contains(":")]
-    cluster = study.results.decisions.get("detection.cluster")
+    cluster = study.results.decisions.detection.cluster
     keys = ["model", "group_var", "group_level"]
     naive = m[m["kind"] == "naive"].reset_index(drop=True)
     aware = naive[keys].merge(m[m["kind"] == "error_aware"], on=keys, how="left")
@@ -261,7 +261,7 @@ def label_error_text(study) -> str:
     t = study.results["label_error_table"]
     m = study.results["label_error_metrics"]
     fields = sorted(set(t["field"].astype(str)))
-    cluster = study.results.decisions.get("detection.cluster")
+    cluster = study.results.decisions.detection.cluster
     axes = sorted(set(m["group_var"].astype(str))) if len(m) else []
     right = t[t["recorded_value"].astype(str) == t["true_value"].astype(str)]
     worst = right.loc[right["probability"].idxmin()] if len(right) else None
@@ -276,7 +276,8 @@ def label_error_text(study) -> str:
            f"{text.md(text.human_list(fields))} ({text.md(text.human_list(axes))}) get "
            f"error-aware intervals: multiple imputation of each scan's true level from "
            f"P(true | recorded) times an outcome model ({text.count(opts.n_imputations)} "
-           f"imputations, seed {text.md(str(opts.seed)) if opts.seed is not None else 'none'}), pooled by Rubin's rules with the "
+           f"imputations, seed {text.md(str(study.plan.seed_for('label_error_imputation')))}), pooled by "
+           f"Rubin's rules with the "
            f"Barnard-Rubin degrees of freedom (Rubin 1987; Cole, Chu & Greenland 2006)"
            + (f"; the variance within each imputation is the cluster-aware one (scans "
               f"clustered within {text.md(cluster)}, Korn & Graubard's effective size)"
@@ -325,7 +326,7 @@ def build(study) -> Section:
 def _per_patient_text(study) -> str:
     """The fields the imputation drew once per patient (decision
     ``metadata.label_error_per_patient``), for the label-error table note."""
-    fields = study.results.decisions.get("metadata.label_error_per_patient") or []
+    fields = study.results.decisions.metadata.label_error_per_patient or []
     if not fields:
         return ""
     table = study.results["label_error_table"]

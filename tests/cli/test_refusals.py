@@ -82,7 +82,7 @@ def test_an_axis_listed_twice_is_refused(good, tmp_path):
 
 
 def test_a_failure_map_of_one_column_by_itself_or_of_the_score_is_refused(good, tmp_path):
-    from stats.analysis.plan import PlanError, load_plan
+    from analysis.plan import PlanError, load_plan
 
     for rows, cols, word in (("phase", "phase", "twice"), ("score", "phase", "model's score")):
         raw = {"inputs": {"cases": str(good / "cases.csv")},

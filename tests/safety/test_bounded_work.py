@@ -16,10 +16,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import analysis
 import stats
 from clinrel.cli import app
 from stats import limits
-from stats.analysis.plan import PlanError, load_plan
+from analysis.plan import PlanError, load_plan
 from stats.schema import ContractError
 
 runner = CliRunner()
@@ -121,7 +122,7 @@ def test_the_plan_raises_the_file_cap_while_loading(study, tmp_path):
            "limits": {"max_file_gb": 1e-6}}
     plan = load_plan(write_plan(tmp_path, raw))
     with pytest.raises(ContractError, match=r"limits.max_file_gb in .*plan.yaml"):
-        stats.analysis.load_tables(plan)
+        analysis.load_tables(plan)
 
 
 @pytest.mark.parametrize("kind, make", [
@@ -170,7 +171,7 @@ def test_n_weights_is_checked_again_with_the_encoders_of_the_data(study, tmp_pat
     plan = load_plan(write_plan(tmp_path, raw))
     with pytest.raises(ContractError,
                        match=r"crs.n_weights.*2,000,000 weight draws x 4 encoders"):
-        stats.analysis.load_tables(plan)
+        analysis.load_tables(plan)
 
 
 def test_n_imputations_of_1e12_is_refused_when_the_plan_is_read(tmp_path):
@@ -242,8 +243,8 @@ def test_simulate_sizes_are_capped(tmp_path):
 
 
 def test_an_analysis_out_of_memory_stops_the_run_whatever_errors_is(monkeypatch, tmp_path):
-    from stats.analysis import core
-    from stats.analysis.core import ANALYSES, Analysis, run
+    from analysis import core
+    from analysis.core import ANALYSES, Analysis, run
 
     def hungry(results):
         import numpy as np

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import stats
 from clinrel.cli import app
-from stats.analysis.plan import load_plan
+from analysis.plan import load_plan
 from stats.schema import ContractError
 
 runner = CliRunner()
@@ -82,7 +82,7 @@ def test_validate_and_subgroups_say_so_and_count_one_level(tmp_path):
 
 
 def test_the_flow_of_cases_records_the_merge(tmp_path):
-    from stats.analysis import load_tables, run
+    from analysis import load_tables, run
 
     df = with_sites(cohort(), NFC, NFD)
     df.to_csv(tmp_path / "cases.csv", index=False)
@@ -158,7 +158,7 @@ def test_trailing_white_space_in_a_level_is_refused(tmp_path):
 
 
 def test_an_axis_outside_the_contract_is_checked_when_the_plan_runs(tmp_path):
-    from stats.analysis import load_tables
+    from analysis import load_tables
 
     df = cohort()
     df["hospital"] = ["St Mary" if i % 2 else "St M\u0430ry" for i in range(len(df))]

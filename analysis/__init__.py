@@ -9,10 +9,12 @@ makes an analysis decision.
 """
 from __future__ import annotations
 
-from . import _register  # noqa: F401  (registers every analysis)
+# every analysis module, so that its analyses are registered (order matters: run computes
+# them in registration order); the analyses import core, never this package
+from . import adjusted, calibration, crs, detection, metadata  # noqa: F401,E402
 from .core import ANALYSES, Results, Tables, analysis, run, wanted
 from .inputs import load_tables
-from .plan import Plan, PlanError, load_plan, plan_from_dict
+from .plan import Plan, PlanError, PlanSpec, load_plan, plan_from_dict
 
-__all__ = ["ANALYSES", "Plan", "PlanError", "Results", "Tables", "analysis", "load_plan",
+__all__ = ["ANALYSES", "Plan", "PlanError", "PlanSpec", "Results", "Tables", "analysis", "load_plan",
            "load_tables", "plan_from_dict", "run", "wanted"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..schema import ContractError
+from stats.schema import ContractError
 from .core import analysis
 
 MSG_NO_TEST = ("{file}: column 'split' has no 'test' rows ({counts}); the evaluation uses the "
@@ -37,6 +37,21 @@ def _wants_detection(plan, tables) -> bool:
     return getattr(plan, "detection", None) is not None and tables.cases is not None
 
 
+def block_family(results) -> bool:
+    """Whether the block likelihood-ratio tests form a prespecified Holm family (per model):
+    the plan has adjusted models with an ML method and the adjusted analysis is
+    prespecified. The one rule behind ``adjusted.block_multiplicity`` and the multiplicity
+    statement."""
+    plan = results.plan
+    return (bool(plan.detection.adjusted) and block_method(plan) is not None
+            and results["roles"]["adjusted"] == "prespecified")
+
+
+def block_method(plan) -> str | None:
+    """The ML method the block likelihood-ratio tests use (GEE has no likelihood)."""
+    return next((m for m in plan.detection.adjusted.methods if m in ("glmm", "fixed")), None)
+
+
 def _wants_comparisons(plan, tables) -> bool:
     """Paired comparisons need two models (one model: the section says there is nothing
     to compare, and ``stats.compare_models`` would refuse)."""
@@ -54,15 +69,16 @@ def has_split(cases: pd.DataFrame) -> bool:
 @analysis("calls", wanted=_wants_detection)
 def calls(results) -> pd.DataFrame:
     """Every input row with its scan-level call (``stats.scan_level``)."""
-    from ..detection import scan_level
+    from stats.detection import scan_level
 
     det = results.plan.detection
     cases = results.tables.cases
-    if det.threshold_value is not None:
-        df = scan_level(cases, threshold=det.threshold_value)
-    elif not det.given_calls:
-        df = scan_level(cases, criterion=det.criterion or "youden",
-                        target_specificity=det.target)
+    thr = det.threshold
+    if thr.value is not None:
+        df = scan_level(cases, threshold=thr.value)
+    elif not thr.given:
+        df = scan_level(cases, criterion=thr.criterion or "youden",
+                        target_specificity=thr.target)
     else:
         if "pred" not in cases.columns:
             raise ContractError(MSG_NO_PRED.format(file=_source(results)))
@@ -84,7 +100,7 @@ def row_flow(results) -> pd.DataFrame:
             raise ContractError(MSG_NO_TEST.format(file=_source(results), counts=counts))
     else:
         split = pd.Series("all", index=df.index)
-    reason_val = REASON_VAL_DEV if det.threshold_value is not None or det.given_calls \
+    reason_val = REASON_VAL_DEV if det.threshold.value is not None or det.threshold.given \
         else REASON_VAL_CHOSEN
     disposition = pd.Series("excluded", index=df.index)
     reason = pd.Series(REASON_OTHER, index=df.index)
@@ -121,7 +137,7 @@ def row_flow(results) -> pd.DataFrame:
     results.decide("detection.rows", {r: int(n) for r, n in zip(tab["reason"], tab["rows"])})
     merged = [m for m in results.tables.text_merged if m["table"] == "cases"]
     if merged:   # NFC and NFD spellings read as one (stats.schema.unify_text): recorded
-        from ..schema import merge_notes
+        from stats.schema import merge_notes
 
         results.decide("cases.unicode_nfc", [dict(m) for m in merged])
         for line in merge_notes(merged):
@@ -154,12 +170,19 @@ def axes(plan) -> list[tuple[str, ...]]:
     map's intersection when it is neither."""
     det = plan.detection
     out = list(det.subgroups) + [a for a in det.exploratory_subgroups if a not in det.subgroups]
-    if det.failure_map and tuple(det.failure_map) not in out:
-        out.append(tuple(det.failure_map))
+    fmap = map_axis(plan)
+    if fmap and fmap not in out:
+        out.append(fmap)
     return out
 
 
 PRESPECIFIED, EXPLORATORY = "prespecified", "exploratory"
+
+
+def map_axis(plan) -> tuple[str, str] | None:
+    """The failure map's (rows, cols), or None without one."""
+    f = plan.detection.failure_map
+    return None if f is None else (f.rows, f.cols)
 
 
 def axis_role(plan, axis) -> str:
@@ -173,19 +196,17 @@ def roles(results) -> dict:
     """Prespecified or exploratory, for every axis and analysis the report shows (STARD
     12a/17): subgroup axes as the plan lists them; the threshold as the plan fixes it; the
     failure map as its axis; every other analysis as the plan's ``roles`` block says
-    (defaults ``plan.ROLE_DEFAULTS``: the threshold sweep and the partially pooled cells
-    exploratory, the rest prespecified)."""
-    from .plan import ROLE_DEFAULTS
-
+    (the defaults of ``analysis.plan.Roles``: the threshold sweep and the partially pooled
+    cells exploratory, the rest prespecified)."""
     plan = results.plan
     det = getattr(plan, "detection", None)
-    out = {**ROLE_DEFAULTS, **(getattr(plan, "roles", None) or {})}
+    out = dict(plan.roles)
     if det is not None:
         out.update({"axis:" + ":".join(a): axis_role(plan, a) for a in axes(plan)})
-        out["threshold"] = PRESPECIFIED if det.threshold_value is not None or det.given_calls \
+        out["threshold"] = PRESPECIFIED if det.threshold.value is not None or det.threshold.given \
             else EXPLORATORY
         if det.failure_map:
-            out["failure_map"] = axis_role(plan, det.failure_map)
+            out["failure_map"] = axis_role(plan, map_axis(plan))
     results.decide("roles", dict(out))
     return out
 
@@ -211,8 +232,8 @@ def heterogeneity(results) -> pd.DataFrame:
     """Per axis, model and estimand: a test of equal sensitivity (specificity) across the
     levels (``stats.heterogeneity_test``; Rao-Scott when scans cluster within patients), with
     Holm's adjustment over the prespecified axes (``p_adjusted``) and the axis's ``role``."""
-    from ..heterogeneity import heterogeneity_test
-    from ..subgroups import adjust_p
+    from stats.heterogeneity import heterogeneity_test
+    from stats.subgroups import adjust_p
 
     plan = results.plan
     ev = results["evaluation"]
@@ -226,8 +247,6 @@ def heterogeneity(results) -> pd.DataFrame:
     adjusted = adjust_p(pre, ["model", "estimand"])  # Holm per family (and BH beside it)
     out["p_adjusted"] = adjusted["p_adjusted"].reindex(out.index)
     out["p_adjusted_bh"] = adjusted["p_adjusted_bh"].reindex(out.index)
-    from .adjusted import block_family
-
     blocks = block_family(results)
     roles = results["roles"]
     results.decide("multiplicity", MULTIPLICITY.format(
@@ -243,7 +262,7 @@ def cluster(results):
     """The cluster of the intervals and tests: ``detection.cluster`` of the plan; by default
     ``patient_id`` when a patient has more than one scan among the evaluated rows of a model,
     else None (scans independent)."""
-    from ..clustered import resolve_cluster
+    from stats.clustered import resolve_cluster
 
     det = results.plan.detection
     ev = results["evaluation"]
@@ -273,12 +292,12 @@ def patient_repeats(ev: pd.DataFrame) -> dict | None:
 @analysis("subgroup_metrics", wanted=_wants_detection)
 def subgroup_metrics(results) -> pd.DataFrame:
     """Tidy metrics per model x cell (``stats.subgroup_metrics``)."""
-    from ..subgroups import subgroup_metrics as compute
+    from stats.subgroups import subgroup_metrics as compute
 
     det = results.plan.detection
-    if det.n_boot:
-        results.decide("seeds.detection_bootstrap", det.seed)
-        results.decide("detection.bootstrap.n_boot", det.n_boot)
+    if det.bootstrap.n_boot:
+        results.decide("seeds.detection_bootstrap", results.plan.seed_for("detection_bootstrap"))
+        results.decide("detection.bootstrap.n_boot", det.bootstrap.n_boot)
     return compute(results["evaluation"], by=axes(results.plan), **subgroup_options(results))
 
 
@@ -291,15 +310,17 @@ def subgroup_options(results) -> dict:
     kw = {"ci": det.ci, "conf_level": det.conf_level, "auc_scale": det.auc_scale,
           "small_n": det.small_n, "scheduler": results.scheduler,
           "cluster": results["cluster"]}
-    if det.n_boot:
-        kw.update(n_boot=det.n_boot, seed=det.seed, strata=det.strata, boot_ci=det.boot_ci)
+    b = det.bootstrap
+    if b.n_boot:
+        kw.update(n_boot=b.n_boot, seed=results.plan.seed_for("detection_bootstrap"),
+                  strata=b.strata, boot_ci=b.boot_ci)
     return kw
 
 
 @analysis("confusion_counts", wanted=_wants_detection)
 def confusion_counts(results) -> pd.DataFrame:
     """2x2 counts per model x cell (``stats.confusion_counts``)."""
-    from ..detection import confusion_counts as compute
+    from stats.detection import confusion_counts as compute
 
     return compute(results["evaluation"], by=axes(results.plan))
 
@@ -308,7 +329,7 @@ def confusion_counts(results) -> pd.DataFrame:
 def comparisons(results) -> pd.DataFrame:
     """Every pair of models (``stats.compare_models``), overall and per planned axis;
     cluster-aware (clustered McNemar, Obuchowski's AUC variance) by the decided cluster."""
-    from ..compare import compare_models
+    from stats.compare import compare_models
 
     det = results.plan.detection
     out = compare_models(results["evaluation"], by=list(det.compare_by) or None,
@@ -333,7 +354,7 @@ def threshold_sweep(results) -> pd.DataFrame:
     evaluation scores plus each model's operating threshold."""
     import numpy as np
 
-    from ..detection import threshold_sweep as compute
+    from stats.detection import threshold_sweep as compute
 
     det = results.plan.detection
     ev = results["evaluation"]
@@ -355,10 +376,10 @@ def _wants_map(plan, tables) -> bool:
 @analysis("failure_map", wanted=_wants_map)
 def failure_map(results) -> pd.DataFrame:
     """Sensitivity over the rows x cols grid per model (``stats.failure_map``)."""
-    from ..subgroups import failure_map as compute
+    from stats.subgroups import failure_map as compute
 
     det = results.plan.detection
-    rows, cols = det.failure_map
+    rows, cols = map_axis(results.plan)
     return compute(results["evaluation"], rows, cols, metric="sensitivity",
                    ci=closed_form_ci(results), cluster=results["cluster"],
                    conf_level=det.conf_level, small_n=det.small_n)
@@ -368,7 +389,7 @@ def failure_map(results) -> pd.DataFrame:
 def subgroup_vs_rest(results) -> pd.DataFrame:
     """Each level against the rest of its axis (``stats.subgroup_vs_rest``), single axes;
     cluster-aware (effective counts of each side) by the decided cluster."""
-    from ..subgroups import subgroup_vs_rest as compute
+    from stats.subgroups import subgroup_vs_rest as compute
 
     det = results.plan.detection
     single = [a for a in det.subgroups if len(a) == 1] or list(det.subgroups)
@@ -385,14 +406,14 @@ COHORT_CONTINUOUS = ("age", "tumor_size_mm")
 @analysis("cohort", wanted=_wants_detection)
 def cohort(results) -> pd.DataFrame:
     """Table 1 by site over the evaluated cases, one row per case (``stats.describe``)."""
-    from ..cohort_table import describe
+    from stats.cohort_table import describe
 
     ev = results["evaluation"].drop_duplicates("case_id").reset_index(drop=True)
     return describe(ev, by="site", continuous=[c for c in COHORT_CONTINUOUS])
 
 
 def _wants_pooled(plan, tables) -> bool:
-    return _wants_map(plan, tables) and plan.detection.pooled
+    return _wants_map(plan, tables) and plan.detection.failure_map.pooled
 
 
 @analysis("pooled_failure_map", wanted=_wants_pooled)
@@ -400,10 +421,10 @@ def pooled_failure_map(results) -> pd.DataFrame:
     """Partially pooled sensitivity of the failure map's cells (``stats.pooled_subgroup_metrics``:
     main effects fixed, a random intercept per cell), beside the crude cells; clustered by
     the decided cluster (design-effect inflation)."""
-    from ..pooled import pooled_subgroup_metrics
+    from stats.pooled import pooled_subgroup_metrics
 
     det = results.plan.detection
-    return pooled_subgroup_metrics(results["evaluation"], [tuple(det.failure_map)],
+    return pooled_subgroup_metrics(results["evaluation"], [map_axis(results.plan)],
                                    "sensitivity", cluster=results["cluster"],
                                    conf_level=det.conf_level, small_n=det.small_n)
 
@@ -412,7 +433,7 @@ def pooled_failure_map(results) -> pd.DataFrame:
 def pooled_axes(results) -> pd.DataFrame:
     """Partially pooled sensitivity per level of each single axis of the subgroup-versus-rest
     tests (a random intercept per level), for the collapse table's "survives pooling"."""
-    from ..pooled import pooled_subgroup_metrics
+    from stats.pooled import pooled_subgroup_metrics
 
     det = results.plan.detection
     single = [a for a in det.subgroups if len(a) == 1] or list(det.subgroups)
@@ -427,16 +448,17 @@ def precision(results) -> pd.DataFrame:
     the positives (negatives, scans) a cell needs for the plan's target half-width at the
     model's overall value (``stats.precision_table``; Wilson and Clopper-Pearson; the design
     effect of repeated scans from the plan's ICC, or none)."""
-    from ..precision import precision_table
+    from stats.precision import precision_table
 
     det = results.plan.detection
-    results.decide("precision.target_half_width", det.target_half_width)
-    icc, source = det.icc, "plan"
+    results.decide("precision.target_half_width", det.precision.target_half_width)
+    icc, source = det.precision.icc, "plan"
     if icc is None and results["cluster"]:
         icc, source = estimated_icc(results), "estimated"
     results.decide("precision.icc", None if icc is None else {"value": icc, "source": source})
     out = precision_table(results["evaluation"], by=list(det.subgroups),
-                          target_half_width=det.target_half_width, conf_level=det.conf_level,
+                          target_half_width=det.precision.target_half_width,
+                          conf_level=det.conf_level,
                           icc=icc, cluster=results["cluster"] if icc is not None else None)
     results.decide("precision.cells", "the levels of the prespecified axes: not Missing, not "
                    "applicable, nor an estimand an axis does not apply to")
@@ -449,7 +471,7 @@ def planned_cells(table: pd.DataFrame) -> pd.DataFrame:
     and not an estimand an axis cannot hold (specificity by tumour size, alone or in an
     intersection: every negative is "not applicable", so no planned cell of the axis has
     one). Recorded as the decision ``precision.cells`` by the caller."""
-    from ..detection import unplanned_levels
+    from stats.detection import unplanned_levels
 
     keep = ~unplanned_levels(table["group_level"])
     pop = pd.Series(np.where(table["estimand"] == "sensitivity", table["n_pos"],
@@ -466,7 +488,7 @@ def estimated_icc(results) -> float:
     patients (:func:`stats.precision.icc_anova`, the estimator the partially pooled
     intervals use); the largest over models and estimands (planning errs toward more
     patients), in [0, 1]."""
-    from ..precision import icc_anova
+    from stats.precision import icc_anova
 
     cluster = results["cluster"]
     ev = results["evaluation"]

@@ -17,7 +17,8 @@ import pandas as pd
 from stats.models.glmm import SINGULAR_SD  # a boundary fit's SD is reported as exactly 0
 
 from .core import AFTER, analysis
-from .detection import _wants_detection
+from .detection import _wants_detection, block_family, block_method
+from .plan import LOG_BASES, SD, continuous_terms  # noqa: F401  (one definition)
 
 UNKNOWN = "Unknown"
 
@@ -29,7 +30,7 @@ def _wants(plan, tables) -> bool:
 def formula_columns(formula: str, columns) -> list[str]:
     """The data columns the formula's right-hand side uses, in order (parsed, not split)."""
     try:
-        from ..formula import parse_formula
+        from stats.formula import parse_formula
     except ImportError:  # pragma: no cover - the grammar lands with the safety work
         parse_formula = None
     if parse_formula is not None:
@@ -52,9 +53,9 @@ def complete_case_rows(ev: pd.DataFrame, formula: str) -> pd.DataFrame | None:
     return ev[known]
 
 
-MSG_LEVELS = ("{file}: key 'detection.adjusted.levels.{column}' lists {levels}, but the column "
+MSG_LEVELS = ("{file}: {key} lists {levels}, but the column "
               "also holds {extra}; list every level (reference first)")
-MSG_LEVELS_COLUMN = ("{file}: key 'detection.adjusted.levels.{column}' names a column the cases "
+MSG_LEVELS_COLUMN = ("{file}: {key} names a column the cases "
                      "table lacks; fix the name")
 
 
@@ -62,9 +63,9 @@ def _fit_kw(results) -> dict:
     """The fitting options every adjusted fit shares, from the plan."""
     det = results.plan.detection
     adj = det.adjusted
-    return dict(group=adj["group"], population=adj.get("population", "positives"),
-                nagq=adj.get("nagq", 1), model=adj.get("model"),
-                bias_reduced=adj.get("bias_reduced"), conf_level=det.conf_level,
+    return dict(group=adj.group, population=adj.population,
+                nagq=adj.nagq, model=adj.model,
+                bias_reduced=adj.bias_reduced, conf_level=det.conf_level,
                 scheduler=results.scheduler)
 
 
@@ -72,20 +73,21 @@ def _fit_kw(results) -> dict:
 def adjusted_rows(results) -> pd.DataFrame:
     """The evaluation rows with the plan's factor levels applied (reference level first:
     ``detection.adjusted.levels``); every other factor keeps its own order."""
-    from ..schema import ContractError
+    from stats.schema import ContractError
 
     ev = results["evaluation"]
-    levels = results.plan.detection.adjusted.get("levels") or {}
+    levels = results.plan.detection.adjusted.levels or {}
     if not levels:
         return ev
     ev = ev.copy()
-    file = getattr(results.plan, "path", "plan")
+    plan = results.plan
     for col, lv in levels.items():
+        where = plan.key(f"detection.adjusted.levels.{col}")
         if col not in ev.columns:
-            raise ContractError(MSG_LEVELS_COLUMN.format(file=file, column=col))
+            raise ContractError(MSG_LEVELS_COLUMN.format(file=plan.where, key=where))
         extra = sorted(set(ev[col].dropna().astype(str)) - set(lv))
         if extra:
-            raise ContractError(MSG_LEVELS.format(file=file, column=col, levels=lv,
+            raise ContractError(MSG_LEVELS.format(file=plan.where, key=where, levels=list(lv),
                                                   extra=extra[:5]))
         ev[col] = pd.Categorical(ev[col].astype(str), categories=lv)
     results.decide("adjusted.levels", {c: list(v) for c, v in levels.items()})
@@ -96,19 +98,19 @@ def adjusted_rows(results) -> pd.DataFrame:
 def adjusted_fits(results) -> dict:
     """``{method: Fit}`` for every planned method that converged to a fit (plus
     ``glmm_cc``, the complete-case GLMM, when it applies); failures are recorded."""
-    from ..models import fit_adjusted, fit_complete_case
+    from stats.models import fit_adjusted, fit_complete_case
 
     det = results.plan.detection
     adj = det.adjusted
     ev = results["adjusted_rows"]
-    formula = adj["formula"]
+    formula = adj.formula
     kw = _fit_kw(results)
     fits, failed = {}, {}
-    for m in adj["methods"]:
+    for m in adj.methods:
         try:
             fits[m] = fit_adjusted(ev, formula, method=m, **kw)
         except ValueError as exc:
-            from ..schema import ContractError
+            from stats.schema import ContractError
 
             if isinstance(exc, ContractError):
                 raise
@@ -146,9 +148,9 @@ def adjusted_missing(results) -> pd.DataFrame:
     The complete-case refit's exclusions (race Unknown) are its own row."""
     adj = results.plan.detection.adjusted
     rows = results["adjusted_rows"]
-    positives = adj.get("population", "positives") == "positives"
+    positives = adj.population == "positives"
     pop = rows[rows["label"] == (1 if positives else 0)]
-    cols = formula_columns(adj["formula"], rows.columns)
+    cols = formula_columns(adj.formula, rows.columns)
     glance = results["adjusted_glance"]
     out = []
     for model, g in pop.groupby("model", sort=False):
@@ -173,26 +175,11 @@ def adjusted_glance(results) -> pd.DataFrame:
                      ignore_index=True)
 
 
-def block_family(results) -> bool:
-    """Whether the block likelihood-ratio tests form a prespecified Holm family (per model):
-    the plan has adjusted models with an ML method and the adjusted analysis is
-    prespecified. The one rule behind ``adjusted.block_multiplicity`` and the multiplicity
-    statement."""
-    plan = results.plan
-    return (bool(plan.detection.adjusted) and block_method(plan) is not None
-            and results["roles"]["adjusted"] == "prespecified")
-
-
-def block_method(plan) -> str | None:
-    """The ML method the block likelihood-ratio tests use (GEE has no likelihood)."""
-    return next((m for m in plan.detection.adjusted["methods"] if m in ("glmm", "fixed")), None)
-
-
 @analysis("adjusted_blocks", wanted=lambda p, t: _wants(p, t) and block_method(p) is not None,
           lane="models")
 def adjusted_blocks(results) -> pd.DataFrame:
     """Likelihood-ratio tests of covariate blocks and of the group (``stats.block_tests``)."""
-    from ..models import block_tests
+    from stats.models import block_tests
 
     adj = results.plan.detection.adjusted
     ml = block_method(results.plan)
@@ -200,11 +187,11 @@ def adjusted_blocks(results) -> pd.DataFrame:
     kw = _fit_kw(results)
     kw.pop("conf_level")
     # the full model is the primary fit of that method (same rows, formula and options)
-    out = block_tests(results["adjusted_rows"], adj["formula"], adj["blocks"] or None,
+    out = block_tests(results["adjusted_rows"], adj.formula, adj.blocks or None,
                       method=ml, full=(results.get("adjusted_fits") or {}).get(ml), **kw)
     # prespecified: Holm over each model's block tests (the group's test included), as the
     # multiplicity statement says for every prespecified family
-    from ..subgroups import adjust_p
+    from stats.subgroups import adjust_p
 
     lr = out["estimand"] == "likelihood_ratio"
     if not block_family(results):   # exploratory: unadjusted, labelled
@@ -226,7 +213,7 @@ def repeated_scans(results) -> dict | None:
     with every formula variable present; every model scores the same scans)."""
     cluster = results["cluster"]
     adj = results.plan.detection.adjusted
-    group = adj["group"]
+    group = adj.group
     if not cluster or cluster == group:
         return None
     ev = results["adjusted_rows"]
@@ -234,9 +221,9 @@ def repeated_scans(results) -> dict | None:
         return None
     if "model" in ev.columns and len(ev):
         ev = ev[ev["model"] == ev["model"].iloc[0]]
-    positives = adj.get("population", "positives") == "positives"
+    positives = adj.population == "positives"
     rows = ev[ev["label"].to_numpy() == (1 if positives else 0)]
-    rows = rows[rows[formula_columns(adj["formula"], rows.columns)].notna().all(axis=1)]
+    rows = rows[rows[formula_columns(adj.formula, rows.columns)].notna().all(axis=1)]
     per = rows.groupby(cluster, observed=True).size()
     if not (per > 1).any():
         return None
@@ -278,11 +265,11 @@ def adjusted_marginal(results) -> list:
     m = means_fit_method(fits, rep)
     results.decide("adjusted.means_fit", m)
     results.decide("adjusted.means_fit_converged", _converged(fits[m]))
-    kind = results.plan.detection.adjusted.get("means_kind", "standardized")
+    kind = results.plan.detection.adjusted.means_kind
     results.decide("adjusted.vs_crude_kind", kind)
     ev = results["evaluation"]
     out = []
-    for var in formula_columns(results.plan.detection.adjusted["formula"], ev.columns):
+    for var in formula_columns(results.plan.detection.adjusted.formula, ev.columns):
         if pd.api.types.is_numeric_dtype(ev[var]) and not isinstance(ev[var].dtype,
                                                                      pd.CategoricalDtype):
             continue
@@ -299,17 +286,17 @@ def adjusted_vs_crude(results) -> pd.DataFrame:
     the lanes: the adjusted means come from the models lane, the crude values from the
     main lane's subgroup table (not computed twice)."""
     marginal = results["adjusted_marginal"]
-    kind = results.decisions["adjusted.vs_crude_kind"]
+    kind = results.decisions.adjusted.vs_crude_kind
     det = results.plan.detection
-    positives = det.adjusted.get("population", "positives") == "positives"
+    positives = det.adjusted.population == "positives"
     estimand = "sensitivity" if positives else "specificity"
     # like with like: where the fits left scans out (a missing formula variable), the crude
     # values are computed on the scans the fits used, not read from the subgroup table
     rows = results["adjusted_rows"]
-    cols = formula_columns(det.adjusted["formula"], rows.columns)
+    cols = formula_columns(det.adjusted.formula, rows.columns)
     left_out = (rows["label"] == (1 if positives else 0)) & rows[cols].isna().any(axis=1)
     if left_out.any():
-        from ..subgroups import subgroup_metrics
+        from stats.subgroups import subgroup_metrics
         from .detection import subgroup_options
 
         crude_all = subgroup_metrics(rows[~left_out], by=[v for v, _ in marginal],
@@ -339,7 +326,7 @@ def adjusted_vs_crude(results) -> pd.DataFrame:
 
 
 def _wants_means(plan, tables) -> bool:
-    return _wants(plan, tables) and bool(plan.detection.adjusted.get("means"))
+    return _wants(plan, tables) and bool(plan.detection.adjusted.means)
 
 
 @analysis("adjusted_means", wanted=_wants_means, lane="models")
@@ -348,8 +335,8 @@ def adjusted_means(results) -> pd.DataFrame:
     factor in ``detection.adjusted.means``, from every fit; ``fit_method`` names the fit."""
     adj = results.plan.detection.adjusted
     fits = results["adjusted_fits"]
-    parts = [fit.marginal_means(var, kind=adj.get("means_kind", "emmeans")).assign(fit_method=m)
-             for m, fit in fits.items() for var in adj["means"]]
+    parts = [fit.marginal_means(var, kind=adj.means_kind).assign(fit_method=m)
+             for m, fit in fits.items() for var in adj.means]
     return pd.concat(parts, ignore_index=True)
 
 
@@ -372,39 +359,13 @@ def adjusted_random_effects(results) -> pd.DataFrame:
     return re[cols]
 
 
-#: flags that concern one term (shown on its row); every other flag concerns the whole fit
 TERM_FLAGS = ("separation", "empty_level", "aliased", "not_estimable")
 _FACTOR_TERM = re.compile(r"^(?:C\((?P<c>[A-Za-z_][A-Za-z0-9_]*)[^\[]*\)|Q\(\"(?P<q>[^\"]+)\"\)|"
                           r"(?P<v>[A-Za-z_][A-Za-z0-9_.]*))\[T\.(?P<level>.+)\]$")
-#: log transforms of the grammar and their base (``np.log`` natural)
-LOG_BASES = {"np.log": math.e, "log": math.e, "np.log2": 2.0, "log2": 2.0,
-             "np.log10": 10.0, "log10": 10.0}
-#: ``detection.adjusted.units``: a variable's value is a positive number (per that many
-#: units; for a log term, per that-fold change) or this word (per one SD)
-SD = "sd"
-MSG_UNITS_FACTOR = ("{file}: key 'detection.adjusted.units.{variable}' asks for odds ratios of "
+MSG_UNITS_FACTOR = ("{file}: {key} asks for odds ratios of "
                     "{variable} per {value}, but {variable} enters the fitted model as a factor "
                     "(a text column), not as a continuous term; remove it from units, or make "
                     "the column numeric")
-
-
-def continuous_terms(formula: str) -> dict[str, tuple[str, float | None]]:
-    """The main-effect continuous terms of ``formula`` that ``detection.adjusted.units`` can
-    rescale: term name -> (column, log base or None). A plain column (numeric in the data,
-    or it is a factor) or a log of one (``np.log``, ``log2``, ``log10``); ``I()``, ``sqrt``,
-    ``scale`` and interactions stay per one unit of the term as fitted."""
-    from ..formula import parse_formula
-
-    out = {}
-    for t in parse_formula(formula).terms:
-        if len(t.factors) != 1 or type(t.factors[0].arg).__name__ != "Column":
-            continue
-        f = t.factors[0]
-        if f.kind == "column":
-            out[t.name] = (f.arg.name, None)
-        elif f.kind == "transform" and f.function in LOG_BASES:
-            out[t.name] = (f.arg.name, LOG_BASES[f.function])
-    return out
 
 
 def _levels(rows: pd.DataFrame, var: str) -> list[str]:
@@ -456,14 +417,14 @@ def adjusted_table(results) -> pd.DataFrame:
     sets it; otherwise the sorted first level, as R and patsy do)."""
     import numpy as np
 
-    from ..schema import ContractError
+    from stats.schema import ContractError
 
     terms = results["adjusted_terms"]
     rows = results["adjusted_rows"]
     adj = results.plan.detection.adjusted
-    units = adj.get("units") or {}
-    continuous = continuous_terms(adj["formula"])
-    positives = adj.get("population", "positives") == "positives"
+    units = adj.units or {}
+    continuous = continuous_terms(adj.formula)
+    positives = adj.population == "positives"
     population = rows[rows["label"] == (1 if positives else 0)]
     fixed = terms[(terms["effect"] == "fixed") & (terms["estimand"] != "Intercept")]
     out, steps = [], {}
@@ -512,6 +473,7 @@ def adjusted_table(results) -> pd.DataFrame:
     for var in units:
         if var not in used:
             raise ContractError(MSG_UNITS_FACTOR.format(
-                file=getattr(results.plan, "path", "plan"), variable=var, value=units[var]))
+                file=results.plan.where, key=results.plan.key(f"detection.adjusted.units.{var}"),
+                variable=var, value=units[var]))
     results.decide("adjusted.units", {t: u for t, u in steps.items()})
     return pd.DataFrame(out)

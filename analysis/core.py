@@ -21,6 +21,8 @@ from typing import Any
 
 import pandas as pd
 
+from .decisions import Decisions
+
 #: analyses whose tables have one row per input row (inputs with calls, not results;
 #: adjusted_rows is the evaluation rows with the plan's factor levels)
 ROW_LEVEL = ("calls", "evaluation", "adjusted_rows")
@@ -66,7 +68,7 @@ def analysis(name: str, *, wanted: Callable[[Any, Any], bool] = lambda plan, tab
 
 @dataclass
 class Tables:
-    """The validated inputs of a study (see ``stats.analysis.inputs.load_tables``)."""
+    """The validated inputs of a study (see ``analysis.inputs.load_tables``)."""
 
     cases: pd.DataFrame | None = None
     runs: pd.DataFrame | None = None
@@ -87,8 +89,9 @@ class Results:
 
     ``results[name]`` computes the analysis on first use and caches it; an analysis that
     failed raises its error again on every access (the report leaves its section out, or
-    fails under ``--strict``). ``decisions`` maps a key (``"detection.rows"``,
-    ``"seeds.detection_bootstrap"``, ...) to what was decided; ``notes`` are sentences for
+    fails under ``--strict``). ``decisions`` (:class:`analysis.decisions.Decisions`)
+    holds what was decided, typed and by name (``decisions.detection.rows``,
+    ``decisions.seeds.detection_bootstrap``, ...); ``notes`` are sentences for
     the methods text; ``timings`` seconds per analysis.
     """
 
@@ -98,7 +101,7 @@ class Results:
         self.scheduler = scheduler if scheduler is not None else getattr(plan, "scheduler", None)
         self._store: dict[str, Any] = {}
         self._failed: dict[str, BaseException] = {}
-        self.decisions: dict[str, Any] = {}
+        self.decisions = Decisions()
         self.notes: list[str] = []
         self.timings: dict[str, float] = {}
 
@@ -134,8 +137,9 @@ class Results:
         return dict(self._failed)
 
     def decide(self, key: str, value) -> None:
-        """Record a decision (rows analysed and why, seeds, replicate counts, clusters...)."""
-        self.decisions[key] = value
+        """Record a decision (rows analysed and why, seeds, replicate counts, clusters...):
+        one of the names :class:`analysis.decisions.Decisions` declares, with its type."""
+        self.decisions.set(key, value)
 
     def note(self, message: str) -> None:
         if message not in self.notes:
@@ -183,11 +187,11 @@ def run(plan, tables: Tables, *, scheduler=None, only: Iterable[str] | None = No
     its tables, decisions and notes are merged as if computed here after the main lane,
     so every result is the same whatever ``jobs`` is (tests/test_analysis.py).
     """
-    from .._parallel import can_fork, forked
-
-    from . import _register  # noqa: F401  (registers every analysis)
+    from stats._parallel import can_fork, forked
 
     results = Results(plan, tables, scheduler=scheduler)
+    if getattr(plan, "seed", None) is not None:   # the root of every random stream
+        results.decide("seeds.root", int(plan.seed))
     names = list(only) if only is not None else wanted(plan, tables)
     lane = {n: ANALYSES[n].lane if n in ANALYSES else MAIN for n in names}
     main = [n for n in names if lane[n] == MAIN]
@@ -216,7 +220,7 @@ MSG_OUT_OF_MEMORY = ("the analysis '{name}' ran out of memory ({detail}); the es
 
 
 def _compute(results: Results, names: Iterable[str], errors: str) -> None:
-    from ..schema import ContractError
+    from stats.schema import ContractError
 
     for name in names:
         try:

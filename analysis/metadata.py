@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..schema import ContractError
+from stats.schema import ContractError
 from .core import analysis
 
 NEEDED = ("case_id", "field", "value", "extractor")
@@ -121,7 +121,7 @@ def _clustered_wilson(rows: pd.DataFrame, keys: list[str], conf_level: float,
     (:func:`stats.clustered.clustered_proportions`), ``n_clusters``, ``design_effect``."""
     from scipy import sparse
 
-    from ..clustered import clustered_proportions
+    from stats.clustered import clustered_proportions
 
     grouped = rows.groupby(keys, sort=True, observed=True)
     g = grouped.ngroup().to_numpy()          # group codes in the sorted key order
@@ -141,7 +141,7 @@ def _clustered_wilson(rows: pd.DataFrame, keys: list[str], conf_level: float,
 
 
 def _wilson(frame: pd.DataFrame, k: str, n: str, conf_level: float) -> pd.DataFrame:
-    from ..intervals import proportion_limits
+    from stats.intervals import proportion_limits
 
     kk, nn = frame[k].to_numpy(float), frame[n].to_numpy(float)
     lo, hi = proportion_limits(kk, nn, conf_level=conf_level)
@@ -210,7 +210,7 @@ def metadata_coverage(results) -> pd.DataFrame:
     # per (field, source): the moments of the ratio over patients from the cases WITH a
     # value (a_c per patient) and the universe's cases per patient (m_c), without a
     # (field, source) x case grid: ss = sum a_c^2 - 2 p sum a_c m_c + p^2 sum m_c^2
-    from ..clustered import design_effect, effective_interval
+    from stats.clustered import design_effect, effective_interval
 
     has = pd.concat([inside[["field", "extractor", "case_id"]],
                      inside[["field", "case_id"]].assign(extractor=ANY)]).drop_duplicates()
@@ -311,7 +311,7 @@ def kappa_interval(a, b, *, cluster=None, conf_level: float = 0.95) -> dict:
 def _pairs(ev: pd.DataFrame):
     """``(field, a, b, values_a, values_b)`` per field and extractor pair (first value of
     each case x field x extractor), values as Series indexed by case_id."""
-    from ..agreement import extractor_pairs
+    from stats.agreement import extractor_pairs
 
     for field, a, b, wa, wb in extractor_pairs(ev):
         yield field, a, b, wa["value"], wb["value"]
@@ -321,7 +321,7 @@ def _pairs(ev: pd.DataFrame):
 def metadata_agreement(results) -> pd.DataFrame:
     """Agreement between extractors per field: Wilson CI, Cohen's kappa with its
     Fleiss-Cohen-Everitt CI, and the cases reviewed."""
-    from ..agreement import extractor_agreement
+    from stats.agreement import extractor_agreement
 
     ev = _values(results)
     conf = _conf_level(results)
@@ -426,7 +426,7 @@ def metadata_agreement_by_site(results) -> pd.DataFrame:
 def metadata_site_test(results) -> pd.DataFrame:
     """Per field x extractor pair: Pearson's X^2 (no continuity correction) of equal
     agreement across sites (``stats.heterogeneity_test``)."""
-    from ..heterogeneity import heterogeneity_test
+    from stats.heterogeneity import heterogeneity_test
 
     cols = [*PAIR, "statistic", "df", "df_denominator", "p_value", "n", "n_levels",
             "min_expected", "method", "flag"]
@@ -492,12 +492,12 @@ def metadata_review(results) -> pd.DataFrame:
 def _binned_evidence(results, ev: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """Evidence whose field a plan bin reads, re-expressed on the bin's levels (the
     axis the report shows); returns the evidence and {field: bin name}."""
-    from ..subgroups import add_bins
+    from stats.subgroups import add_bins
 
     det = results.plan.detection
     renamed = {}
     out = ev
-    for b in det.bins if det is not None else ():
+    for b in (det.bins.values() if det is not None else ()):
         hit = (out["field"] == b.column).to_numpy()
         if not hit.any():
             continue
@@ -518,7 +518,7 @@ def _binned_evidence(results, ev: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
 def label_error_table(results) -> pd.DataFrame:
     """P(true | recorded) per field on the subgroup axes' columns: the plan's table, or
     estimated from extractor disagreement and review (Dawid-Skene)."""
-    from ..label_error import check_label_error, misclassification_from_review
+    from stats.label_error import check_label_error, misclassification_from_review
     from .detection import axes
 
     opts = results.plan.metadata_options
@@ -567,7 +567,7 @@ def _note_near_patient_level(results, fields: list[str]) -> None:
 def label_error_metrics(results) -> pd.DataFrame:
     """Naive and error-aware sensitivity and specificity on the subgroup axes built on a
     field of the label-error table (``stats.label_error.compare_naive``)."""
-    from ..label_error import LABEL_ERROR_COLUMNS, compare_naive
+    from stats.label_error import LABEL_ERROR_COLUMNS, compare_naive
     from .detection import axes, closed_form_ci
 
     opts = results.plan.metadata_options
@@ -579,17 +579,19 @@ def label_error_metrics(results) -> pd.DataFrame:
         results.decide("metadata.label_error_axes", [])
         return pd.DataFrame()
     results.decide("metadata.label_error_axes", [":".join(a) for a in by])
-    results.decide("seeds.label_error_imputation", opts.seed)
+    seed = results.plan.seed_for("label_error_imputation")
+    per_patient = None if opts.per_patient == "auto" else tuple(opts.per_patient)
+    results.decide("seeds.label_error_imputation", seed)
     results.decide("metadata.n_imputations", opts.n_imputations)
     out = compare_naive(results["evaluation"], by, table[list(LABEL_ERROR_COLUMNS)],
                         metrics=("sensitivity", "specificity"), ci=closed_form_ci(results),
                         conf_level=det.conf_level, small_n=det.small_n,
-                        n_imputations=opts.n_imputations, seed=opts.seed,
-                        cluster=results["cluster"], per_patient=opts.per_patient)
+                        n_imputations=opts.n_imputations, seed=seed,
+                        cluster=results["cluster"], per_patient=per_patient)
     results.decide("metadata.per_patient_rule",
-                   "declared in the plan (metadata.per_patient)" if opts.per_patient is not None
+                   "declared in the plan (metadata.per_patient)" if per_patient is not None
                    else "read from the data: the fields on which every patient's scans agree")
-    if opts.per_patient is None and results["cluster"]:
+    if per_patient is None and results["cluster"]:
         _note_near_patient_level(results, sorted(fields & {c for a in by for c in a}))
     per = (out.loc[out["kind"] == "error_aware", "imputed_per_patient"].dropna()
            if "imputed_per_patient" in out else pd.Series(dtype=object))

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from .core import Tables
-from .plan import Plan, PlanError, _Checker, _from_stats
+from .plan import Plan, PlanError, from_stats
 
 log = logging.getLogger("clinrel.analysis")
 
@@ -35,16 +35,16 @@ IDENTIFIER_PATTERN = re.compile(
 MSG_IDENTIFIER = ("{file}: column(s) {columns} look like direct identifiers or free text; "
                   "drop them from the table, or set privacy.allow_identifiers: true in {plan} "
                   "if they are not identifying")
-MSG_BIN_EXISTS = ("{plan}: key 'detection.bins.{column}.name' is {name!r}, a column the cases "
+MSG_BIN_EXISTS = ("{plan}: {key} is {name!r}, a column the cases "
                   "table ({cases}) already has, which the bin would replace; give the bin a new "
                   "name, e.g. {suggest!r}")
 MSG_NO_TEST = ("{cases}: column 'split' has no 'test' rows ({counts}), and the report analyses "
                "the test split (plan {plan}, key 'detection'); mark the held-out cases "
                "split: test, or drop the split column to analyse every row")
-MSG_K_ENCODERS = ("{plan}: key 'crs.k' is {k}, but the runs table ({runs}) has {n} encoder(s) "
+MSG_K_ENCODERS = ("{plan}: {key} is {k}, but the runs table ({runs}) has {n} encoder(s) "
                   "in a regime; P(rank <= k) and the top-k overlap need k at most the number "
                   "of encoders (and below it to say anything): lower k")
-MSG_PLAN_COLUMN = ("{plan}: key '{key}' names column {column!r}, which the cases table ({cases}) "
+MSG_PLAN_COLUMN = ("{plan}: {key} names column {column!r}, which the cases table ({cases}) "
                    "lacks (columns: {columns}); {fix}")
 
 
@@ -81,12 +81,14 @@ def add_bins(cases: pd.DataFrame, plan: Plan) -> pd.DataFrame:
     tree has it, else ``pandas.cut`` with the same convention."""
     if plan.detection is None or not plan.detection.bins:
         return cases
-    for b in plan.detection.bins:
+    bins = list(plan.detection.bins.values())
+    for b in bins:
         if b.column not in cases.columns:
-            raise PlanError(f"{plan.path}: key 'detection.bins.{b.column}' names a column the "
+            raise PlanError(f"{plan.where}: {plan.key('detection.bins.' + b.column)} names a column the "
                             f"cases table ({plan.cases}) lacks; remove the bin or add the column")
         if b.name in cases.columns:
-            raise PlanError(MSG_BIN_EXISTS.format(plan=plan.path, column=b.column, name=b.name,
+            raise PlanError(MSG_BIN_EXISTS.format(plan=plan.where, name=b.name,
+                                                  key=plan.key(f"detection.bins.{b.column}.name"),
                                                   cases=plan.cases, suggest=f"{b.name}_group"))
     try:
         from stats import add_bins as stats_add_bins
@@ -98,13 +100,13 @@ def add_bins(cases: pd.DataFrame, plan: Plan) -> pd.DataFrame:
         try:
             return stats_add_bins(cases, {b.column: {"name": b.name, "breaks": list(b.breaks),
                                                      "labels": list(b.labels), "right": False}
-                                          for b in plan.detection.bins})
+                                          for b in bins})
         except ContractError as exc:   # name the plan key and the file, as the charter asks
             # (a PlanError: a command's own plan names its option, --bin, instead)
-            raise PlanError(f"{plan.path}: key 'detection.bins.{exc.column}.breaks' does not "
+            raise PlanError(f"{plan.where}: {plan.key(f'detection.bins.{exc.column}.breaks')} does not "
                             f"cover the cases table {plan.cases}: {exc}") from None
     out = cases.copy()
-    for b in plan.detection.bins:
+    for b in bins:
         out[b.name] = pd.cut(out[b.column].astype("float64"), bins=list(b.breaks),
                              labels=list(b.labels), right=False)
     return out
@@ -159,9 +161,10 @@ def _load(plan: Plan) -> Tables:
             md["case_id"] = pseudonymize(md["case_id"], plan.privacy.salt)
         study.metadata = md
     opts = plan.metadata_options
-    if opts is not None and isinstance(opts.label_error, Path):
-        study.input_sha256["label_error"] = sha256_file(opts.label_error)
-        study.label_error = stats.schema.read_table(opts.label_error, table="label_error")[0]
+    if opts is not None and opts.label_error not in (None, "estimate"):
+        study.input_sha256["label_error"] = sha256_file(Path(opts.label_error))
+        study.label_error = stats.schema.read_table(Path(opts.label_error),
+                                                    table="label_error")[0]
     if plan.probe_predictions is not None:
         pp = stats.schema.read_probe_predictions(plan.probe_predictions)
         study.text_merged += pp.attrs.get("text_merged", [])
@@ -176,11 +179,11 @@ def _check_axes(cases: pd.DataFrame, plan: Plan) -> None:
         return
     needed = {c for axes in det.subgroups for c in axes}
     if det.failure_map:
-        needed |= set(det.failure_map)
+        needed |= {det.failure_map.rows, det.failure_map.cols}
     needed |= {c for axes in (*det.exploratory_subgroups, *det.compare_by) for c in axes}
     missing = sorted(c for c in needed if c not in cases.columns)
     if missing:
-        raise PlanError(f"{plan.path}: key 'detection' names column(s) {', '.join(missing)} "
+        raise PlanError(f"{plan.where}: {plan.key('detection')} names column(s) {', '.join(missing)} "
                         f"that the cases table ({plan.cases}) lacks (columns: "
                         f"{', '.join(map(str, cases.columns[:20]))}); fix the names or add "
                         "a bin that creates them")
@@ -190,23 +193,23 @@ def _check_axes(cases: pd.DataFrame, plan: Plan) -> None:
 
     check_lookalikes(cases, sorted(needed), source=str(plan.cases))
     named = []
-    if det.n_boot and det.strata is not None:
-        named.append(("detection.bootstrap.strata", det.strata,
+    if det.bootstrap.n_boot and det.bootstrap.strata is not None:
+        named.append(("detection.bootstrap.strata", det.bootstrap.strata,
                       "name a column such as site, or leave strata out"))
     if det.adjusted is not None:
-        named.append(("detection.adjusted.group", det.adjusted["group"],
+        named.append(("detection.adjusted.group", det.adjusted.group,
                       "name the clustering column, e.g. site"))
     for key, column, fix in named:
         if column not in cases.columns:
             raise PlanError(MSG_PLAN_COLUMN.format(
-                plan=plan.path, key=key, column=column, cases=plan.cases, fix=fix,
+                plan=plan.where, key=plan.key(key), column=column, cases=plan.cases, fix=fix,
                 columns=", ".join(map(str, cases.columns[:20]))))
     if det.adjusted is not None:
         from stats.formula import parse_formula
 
-        _from_stats(_Checker(str(plan.path)), "detection.adjusted.formula",
-                    lambda: parse_formula(det.adjusted["formula"]).check_columns(
-                        cases.columns, source=f"the cases table ({plan.cases})"))
+        from_stats(plan.where, plan.key("detection.adjusted.formula"),
+                   lambda: parse_formula(det.adjusted.formula).check_columns(
+                       cases.columns, source=f"the cases table ({plan.cases})"))
     _check_test_split(cases, plan)
 
 
@@ -225,45 +228,47 @@ def _check_plan_against_data(plan: Plan, study: Tables) -> None:
     sizes (``stats.limits``), and the scheduler's address."""
     from stats import limits
 
-    c = _Checker(str(plan.path))
+    c = plan.where
     det, crs = plan.detection, plan.crs
-    if det is not None and det.n_boot and study.cases is not None:
+    if det is not None and det.bootstrap.n_boot and study.cases is not None:
         rows = study.cases
         if "split" in rows.columns:
             rows = rows[rows["split"] == "test"]
-        axes = list(det.subgroups) + ([tuple(det.failure_map)] if det.failure_map else [])
+        axes = list(det.subgroups) + ([(det.failure_map.rows, det.failure_map.cols)]
+                                      if det.failure_map else [])
         cells = 1 + sum(_n_levels(rows, axis) for axis in axes)
         work = limits.cluster_bootstrap_work(
-            det.n_boot, rows["patient_id"].nunique(), cells, rows["model"].nunique(),
+            det.bootstrap.n_boot, rows["patient_id"].nunique(), cells, rows["model"].nunique(),
             setting="detection.bootstrap.n_boot", what="the bootstrap")
-        _from_stats(c, "detection.bootstrap.n_boot", limits.check, work)
+        from_stats(c, plan.key("detection.bootstrap.n_boot"), limits.check, work)
     if crs is not None and study.runs is not None:
         n_enc = int(study.runs.groupby("regime")["encoder"].nunique().max())
         if crs.k > n_enc:
-            raise PlanError(MSG_K_ENCODERS.format(plan=plan.path, k=crs.k, n=n_enc,
+            raise PlanError(MSG_K_ENCODERS.format(plan=plan.where, key=plan.key("crs.k"), k=crs.k,
+                                                  n=n_enc,
                                                   runs=plan.runs))
         if crs.n_weights:
             work = limits.ranking_stability_work(crs.n_weights, n_enc, setting="crs.n_weights")
-            _from_stats(c, "crs.n_weights", limits.check, work)
+            from_stats(c, plan.key("crs.n_weights"), limits.check, work)
         regimes = []
         for _, part in study.runs.groupby("regime", sort=True):
             by_ds = part.groupby("dataset", sort=True)
             regimes.append((part["encoder"].nunique(), list(by_ds["seed"].nunique()),
                             list(by_ds[["label_fraction", "condition", "severity"]]
                                  .apply(lambda d: len(d.drop_duplicates())))))
-        work = limits.crs_bootstrap_work(crs.n_boot, regimes, setting="crs.bootstrap.n_boot",
+        work = limits.crs_bootstrap_work(crs.bootstrap.n_boot, regimes, setting="crs.bootstrap.n_boot",
                                          what="the CRS bootstrap")
-        _from_stats(c, "crs.bootstrap.n_boot", limits.check, work)
+        from_stats(c, plan.key("crs.bootstrap.n_boot"), limits.check, work)
     opts = plan.metadata_options
     if (opts is not None and opts.label_error is not None and det is not None
             and study.cases is not None):
         work = limits.imputation_work(opts.n_imputations, len(study.cases),
                                       setting="metadata.n_imputations")
-        _from_stats(c, "metadata.n_imputations", limits.check, work)
+        from_stats(c, plan.key("metadata.n_imputations"), limits.check, work)
     if plan.scheduler is not None:
         from stats._parallel import connect
 
-        _from_stats(c, "scheduler", lambda: connect(plan.scheduler).close())
+        from_stats(c, plan.key("scheduler"), lambda: connect(plan.scheduler).close())
 
 
 def _n_levels(rows: pd.DataFrame, axis: tuple[str, ...]) -> int:

@@ -18,7 +18,8 @@ def _wants(plan, tables) -> bool:
 
 def settings(plan) -> dict:
     crs = plan.crs
-    return {"n_boot": crs.n_boot, "seed": crs.seed, "k": crs.k,
+    return {"n_boot": crs.bootstrap.n_boot, "seed": plan.seed_for("crs_bootstrap"),
+            "stability_seed": plan.seed_for("crs_stability"), "k": crs.k,
             "conf_level": crs.conf_level, "n_weights": crs.n_weights}
 
 
@@ -28,14 +29,16 @@ def crs(results) -> dict[str, pd.DataFrame]:
     and dataset the seeds a replicate redraws, and the equally likely seed draws they
     allow), regime_differences (frozen and adapted runs only), stability (n_weights >
     0)}``."""
-    from ..crs import crs_axes, crs_scores
-    from ..crs_resample import crs_bootstrap
-    from ..ranking import ranking_stability
+    from stats.crs import crs_axes, crs_scores
+    from stats.crs_resample import crs_bootstrap
+    from stats.ranking import ranking_stability
 
     s = settings(results.plan)
     runs, ref = results.tables.runs, results.tables.reference
     results.decide("crs.bootstrap.n_boot", s["n_boot"])
     results.decide("seeds.crs_bootstrap", s["seed"])
+    if s["n_weights"]:
+        results.decide("seeds.crs_stability", s["stability_seed"])
     results.decide("crs.reference_hash", getattr(ref, "hash", None))
     out = {"axes": crs_axes(runs)}
     if s["n_boot"] > 0:
@@ -54,6 +57,6 @@ def crs(results) -> dict[str, pd.DataFrame]:
     else:
         out["scores"] = crs_scores(runs, ref)
     if s["n_weights"] > 0:
-        out["stability"] = ranking_stability(runs, ref, n_weights=s["n_weights"], seed=s["seed"],
+        out["stability"] = ranking_stability(runs, ref, n_weights=s["n_weights"], seed=s["stability_seed"],
                                              k=s["k"], conf_level=s["conf_level"])
     return out

@@ -23,8 +23,6 @@ from .core import analysis
 #: equal-width bins of the reliability table (the ECE keeps its own 15 bins)
 RELIABILITY_BINS = 10
 ECE_BINS = 15
-DEFAULT_BOOT = 1000
-DEFAULT_SEED = 0
 CAL_SPLITS = ("validation", "calibration")
 #: per-run ECEs closer than this to the runs table's count as the same number
 SAME_ECE = 1e-12
@@ -53,7 +51,7 @@ def probe_rows(tables) -> pd.DataFrame | None:
     """The probe predictions that define an encoder's ECE: clean runs at label fraction 1
     (``stats.calibration.protocol_runs``); None when there are none, or when a split column
     marks none of them as test rows."""
-    from ..calibration import protocol_runs
+    from stats.calibration import protocol_runs
 
     pp = tables.probe_predictions
     need = {"encoder", "label", "prob", "condition", "label_fraction"}
@@ -66,25 +64,21 @@ def probe_rows(tables) -> pd.DataFrame | None:
 
 
 def boot_settings(plan) -> tuple[int, int]:
-    """(replicates, seed) of the detection models' ECE intervals: ``calibration.bootstrap``
-    of the plan; without a seed there, the detection bootstrap's, else ``DEFAULT_SEED``."""
-    cal = getattr(plan, "calibration", None)
-    n = DEFAULT_BOOT if cal is None else cal.n_boot
-    seed = None if cal is None else cal.seed
-    if seed is None:   # the detection bootstrap's seed when the plan gave one
-        det = getattr(plan, "detection", None)
-        given = det is not None and det.seed is not None and not getattr(det, "seed_drawn", False)
-        seed = det.seed if given else DEFAULT_SEED
-    return int(n), int(seed)
+    """(replicates, seed) of the detection models' ECE intervals: the plan's
+    ``calibration.bootstrap`` replicates and the run's ``calibration_bootstrap`` stream
+    (``Plan.seed_for``: its own seed, or the root's stream)."""
+    return (int(plan.calibration.bootstrap.n_boot),
+            int(plan.seed_for("calibration_bootstrap")))
 
 
 def encoder_boot_settings(plan) -> tuple[int, int, str]:
-    """(replicates, seed, plan key) of the encoders' paired-seed bootstrap: the CRS
-    bootstrap's when the plan has a ``crs`` block with a seed (the same replicates as the
-    CRS table's calibration axis), else :func:`boot_settings`."""
+    """(replicates, seed, plan key) of the encoders' paired-seed bootstrap: with a ``crs``
+    block that bootstraps, the CRS bootstrap's replicates and stream (the same draws as the
+    CRS table's calibration axis, by declaration: one stream, ``crs_bootstrap``), else the
+    calibration bootstrap's."""
     crs = getattr(plan, "crs", None)
-    if crs is not None and crs.seed is not None and not getattr(crs, "seed_drawn", False):
-        return int(crs.n_boot), int(crs.seed), "crs.bootstrap"
+    if crs is not None and crs.bootstrap.n_boot >= 2:
+        return int(crs.bootstrap.n_boot), int(plan.seed_for("crs_bootstrap")), "crs.bootstrap"
     return (*boot_settings(plan), "calibration.bootstrap")
 
 
@@ -96,7 +90,7 @@ def _scaled_runs(rows: pd.DataFrame):
     """Per run: the test rows with ``prob_after`` (the run's temperature, fitted on its
     calibration rows, applied; NaN without them) and the run's temperature. Without a
     split column every row is a test row and nothing is scaled."""
-    from ..calibration import temperature_scale
+    from stats.calibration import temperature_scale
 
     if "split" not in rows.columns:
         return rows.assign(prob_after=np.nan), pd.DataFrame()
@@ -117,7 +111,7 @@ def _scaled_runs(rows: pd.DataFrame):
 
 def _encoders(results, rows: pd.DataFrame):
     """The encoder rows of the summary, the pooled reliability tables and the per-run ECEs."""
-    from ..calibration import encoder_ece, protocol_runs, reliability_table
+    from stats.calibration import encoder_ece, protocol_runs, reliability_table
 
     n_boot, seed, key = encoder_boot_settings(results.plan)
     results.decide("calibration.encoder_ece", "seed-mean of per-run ECE (15 equal-width "
@@ -178,7 +172,7 @@ ECE_INTERVAL = "basic"
 def calibration(results) -> dict[str, pd.DataFrame]:
     """``{"summary": ECE/Brier/NLL before and after scaling with ECE CIs,
     "reliability": reliability tables, "encoder_runs": per-run ECEs}`` per source x unit."""
-    from ..calibration import ece_ci_many, reliability_table, temperature_scale
+    from stats.calibration import ece_ci_many, reliability_table, temperature_scale
 
     summary, rel, series = [], [], []
     det = groups(results.plan, results.tables)
@@ -233,6 +227,6 @@ def wants_repair(plan, tables) -> bool:
 @analysis("calibration_repair", wanted=wants_repair)
 def calibration_repair(results) -> pd.DataFrame:
     """ECE before and after temperature scaling from the runs table."""
-    from ..calibration import calibration_repair as compute
+    from stats.calibration import calibration_repair as compute
 
     return compute(results.tables.runs)
