@@ -97,8 +97,20 @@ def write_file(ast: dict, to: str, output: Path, *, extra_args=(), cwd: Path) ->
     done = subprocess.run(args, input=json.dumps(ast).encode(), cwd=str(cwd),
                           capture_output=True, timeout=600, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"pandoc could not write {output.name}: "
-                           f"{done.stderr.decode(errors='replace')[:500]}")
+        err = done.stderr.decode(errors="replace")
+        _raise_no_space(err, output)
+        raise RuntimeError(f"pandoc could not write {output.name}: {err[:500]}")
+
+
+def _raise_no_space(message: str, output: Path) -> None:
+    """A tool's message of a full disk or quota (pandoc: ``resource exhausted (No space
+    left on device)``; typst: ``(os error 28)``) as the ``OSError`` Python would raise,
+    naming ``output``: the output layer reports it with the fix (``clinrel.outputs``)."""
+    from clinrel.outputs import no_space
+
+    full = no_space(RuntimeError(message))
+    if full is not None:
+        raise OSError(full.errno, full.strerror, str(output))
 
 
 def set_table_widths(ast: dict, widths: dict[str, list[float]]) -> dict:
