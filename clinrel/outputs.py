@@ -192,10 +192,12 @@ def no_space_error(err: OSError, out, option: str, tmp: Path | None = None) -> O
         if tmp is not None and _inside(failed, Path(tmp).absolute()):
             rel = failed.relative_to(Path(tmp).absolute())
             what = str(rel) if str(rel) != "." else what
-        elif any(_BUILD.match(part) for part in failed.parts):
+        elif (any(_BUILD.match(part) for part in failed.parts)
+              or failed == Path(tempfile.gettempdir()).absolute()):
+            temp = Path(tempfile.gettempdir()).absolute()
             return OutputError(MSG_NO_SPACE_TEMP.format(
-                option=option, out=_shown(out), reason=reason, what=failed.name, fix=fix,
-                where=Path(tempfile.gettempdir()).absolute()))
+                option=option, out=_shown(out), reason=reason, fix=fix, where=temp,
+                what=failed.name if failed != temp else "the report's build folder"))
         else:
             what, where = str(failed), failed.parent
     return OutputError(MSG_NO_SPACE.format(option=option, out=_shown(out), reason=reason,
@@ -697,7 +699,7 @@ def build_dir() -> Iterator[Path]:
                 shutil.rmtree(p, ignore_errors=True)
     tmp = None
     try:
-        with held():
+        with held(), named(base):   # a full temporary folder is named as such
             tmp = _temp_dir(base, "clinrel-build-")
         yield tmp
     finally:
@@ -790,10 +792,10 @@ def atomic_dir(out, *, force: bool = False, inputs: Iterable = (), option: str =
             tmp.chmod(0o777 & ~mask)
         yield tmp
         with held():
-            with _unwritable_as_output_error(out, option, work):
+            with _unwritable_as_output_error(given, option, work):
                 stamp(tmp, command)
             check_out_dir(given, force=force, inputs=inputs, option=option)
-            with _unwritable_as_output_error(out, option, work):
+            with _unwritable_as_output_error(given, option, work):
                 _swap(tmp, out)
             tmp, made = None, []
     except BaseException as exc:
@@ -801,7 +803,7 @@ def atomic_dir(out, *, force: bool = False, inputs: Iterable = (), option: str =
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
             _remove_empty(made)
-        _as_no_space(exc, out, option, work)
+        _as_no_space(exc, given, option, work)
         raise
 
 
@@ -893,11 +895,9 @@ def atomic_files(outs: Iterable[tuple[str, object]], *,
         if failure is not None and pairs:
             full = no_space(failure)
             where = _failed_path(full) if full is not None else None
-            option, out, folder = next(
-                ((o, p, f) for (o, p), f in zip(pairs, folders)
-                 if where is not None and _inside(where.absolute(), f)),
-                (*pairs[0], folders[0] if folders else None))
-            _as_no_space(failure, out, option, folder)
+            i = next((i for i, f in enumerate(folders)
+                      if where is not None and _inside(where.absolute(), f)), 0)
+            _as_no_space(failure, outs[i][1], outs[i][0], folders[i] if folders else None)
 
 
 @contextlib.contextmanager
