@@ -21,7 +21,7 @@ imports is handled too) makes both signals
 
 A :class:`Terminated` that lands where Python cannot raise it (a ``__del__``, a weakref
 callback: "Exception ignored in ...", with a traceback) is not printed: the signal is sent
-again, to be raised in ordinary code. After the program's work is done (:func:`finish`),
+again :data:`RESEND_SECONDS` later, to be raised in ordinary code. After the program's work is done (:func:`finish`),
 a signal ends the process at once (``os._exit``), so that none can land in the
 interpreter's own shutdown. A signal ignored when clinrel starts (``nohup``, a background
 job of a non-interactive shell) stays ignored.
@@ -161,11 +161,25 @@ def _end_child(signum: int) -> None:
 def _unraisable(unraisable) -> None:
     exc = getattr(unraisable, "exc_value", None)
     if isinstance(exc, Terminated) and installed() and not _state.finished:
-        _state.raised = False   # it did not get through: raise it again, elsewhere
-        with contextlib.suppress(OSError):
-            os.kill(os.getpid(), exc.signum)
+        # it did not get through: the signal again in a moment, from another thread (sent
+        # from here it would be handled here, inside the hook), to land in ordinary code
+        import threading
+
+        _state.raised = False
+        timer = threading.Timer(RESEND_SECONDS, _resend, (exc.signum,))
+        timer.daemon = True
+        timer.start()
         return
     (_state.previous_unraisable or sys.__unraisablehook__)(unraisable)
+
+
+#: how long after a swallowed Terminated the signal is sent again
+RESEND_SECONDS = 0.05
+
+
+def _resend(signum: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(os.getpid(), signum)
 
 
 def running_as_program() -> bool:
