@@ -171,6 +171,22 @@ def test_a_signal_at_each_moment_of_a_report_ends_it_cleanly(tmp_path, kind, mom
     _stopped_cleanly(tmp_path, proc, sig)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("after", [3.0, 6.0, 10.0])
+@pytest.mark.parametrize("kind", ["SIGTERM", "ctrl-c"])
+def test_a_signal_while_blocks_run_on_a_dask_cluster_ends_cleanly(tmp_path, kind, after):
+    """``--scheduler ADDRESS``: the report's client is closed on the way out, quietly."""
+    distributed = pytest.importorskip("distributed")
+    sig, group = KINDS[kind]
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  protocol="tcp",
+                                  dashboard_address=None, silence_logs=50) as cluster:
+        proc, _ = _start(tmp_path, "--scheduler", cluster.scheduler_address)
+        time.sleep(after)
+        _send(proc, sig, group)
+        _stopped_cleanly(tmp_path, proc, sig)
+
+
 # --------------------------------------------------------------------------- the rules
 
 def _script(body: str, **kw) -> subprocess.CompletedProcess:
