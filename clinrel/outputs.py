@@ -618,8 +618,7 @@ def clean_stale(parent: Path) -> list[Path]:
             if p.is_symlink() or not p.is_dir():
                 continue  # files and links: never ours to remove
             if (m := _TMP.match(p.name)) is not None:
-                if _partial_of_dead_run(p, int(m["pid"])):
-                    _restore_parked(p)
+                if _partial_of_dead_run(p, int(m["pid"])) and _restore_parked(p):
                     shutil.rmtree(p)
                     handled.append(p)
             elif (m := _OLD.match(p.name)) is not None:
@@ -638,16 +637,21 @@ def _plain_name(name) -> bool:
             and "\0" not in name and (os.sep == "/" or os.sep not in name))
 
 
-def _restore_parked(folder: Path) -> None:
+def _restore_parked(folder: Path) -> bool:
     """Put back the old output a dead run parked in ``folder`` (its marker's ``restore``)
-    when nothing has taken its place."""
+    when nothing has taken its place; False when ``folder`` holds a parked ``old`` that is
+    not (or no longer) a complete clinrel output: then it is not removed at all."""
     info = _read_json(folder / PARTIAL) or {}
     name, old = info.get("restore"), folder / "old"
-    if not _plain_name(name) or old.is_symlink() or not old.is_dir():
-        return
+    if "restore" not in info or not (old.exists() or old.is_symlink()):
+        return True
+    if not _plain_name(name) or old.is_symlink() or not old.is_dir() \
+            or classify(old)[0] != "clinrel":
+        return False
     target = folder.parent / name
-    if not (target.exists() or target.is_symlink()) and classify(old)[0] == "clinrel":
+    if not (target.exists() or target.is_symlink()):
         old.rename(target)
+    return True
 
 
 def _make_parents(folder: Path) -> list[Path]:

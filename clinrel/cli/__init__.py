@@ -49,9 +49,9 @@ def one_blas_thread_everywhere() -> None:
 
 #: a fault of the environment around a command (a full disk, standard output)
 EXIT_ENVIRONMENT = 2
-MSG_NO_SPACE = ("{reason}{where}; nothing unfinished is kept; free space there (a "
-                "temporary folder: or set TMPDIR to a folder on a disk with space), or "
-                "choose another --out")
+MSG_NO_SPACE = ("{reason}{where}; nothing unfinished is kept; free space on that disk, or "
+                "choose another --out (for the temporary folder: set TMPDIR to a folder on "
+                "a disk with space)")
 
 
 def main() -> None:  # console-script entry point
@@ -111,7 +111,8 @@ def _run():
     except SystemExit as done:
         if _signals.received():
             return 128 + _signals.received()
-        return _stdout_failed() or done.code
+        failed = _stdout_failed()
+        return done.code if done.code not in (0, None) else (failed or done.code)
     except _stdio.StdoutError:
         return 128 + _signals.received() if _signals.received() else _stdout_failed()
     except Exception as exc:

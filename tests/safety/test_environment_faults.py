@@ -483,8 +483,12 @@ def test_a_parked_output_is_never_put_over_a_new_one_nor_taken_from_a_live_run(s
     live = _parked(study, "e", os.getpid())            # a run still going: untouched
     assert outputs.clean_stale(study) == [] and live.exists()
     odd = _parked(study, "f", dead_pid())              # a marker naming no plain name
-    (odd / outputs.PARTIAL).write_text(json.dumps({"pid": int(odd.name.split("-")[-2]),
-                                                   "host": socket.gethostname(),
-                                                   "restore": "../f"}))
-    assert outputs.clean_stale(study) == [odd]
-    assert not (study / "f").exists() and not (study.parent / "f").exists()
+    info = json.loads((odd / outputs.PARTIAL).read_text())
+    (odd / outputs.PARTIAL).write_text(json.dumps({**info, "restore": "../f"}))
+    want = snapshot(odd)
+    assert outputs.clean_stale(study) == []           # nothing moved, nothing removed
+    assert snapshot(odd) == want and not (study.parent / "f").exists()
+    (odd / outputs.PARTIAL).write_text(json.dumps(info))
+    (odd / "old" / "mine.txt").write_text("added by the user")   # not clinrel's any more
+    want = snapshot(odd)
+    assert outputs.clean_stale(study) == [] and snapshot(odd) == want
