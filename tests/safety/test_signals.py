@@ -296,3 +296,26 @@ def test_forked_workers_stop_their_subprocesses_before_the_program_ends(tmp_path
     pids = [int((tmp_path / f"pid{i}").read_text()) for i in (0, 1)]
     assert all(_stat(p) is None or _stat(p)[1] == "Z" for p in pids), pids
     assert (tmp_path / "workers").read_text() == ""
+
+
+def test_pandocs_version_probe_runs_with_the_signals_held():
+    """pypandoc probes ``pandoc --version`` without capturing its stderr: a Ctrl-C then
+    would add pandoc's ``pandoc: interrupted``; the probe runs with SIGINT and SIGTERM
+    blocked (pandoc inherits the mask), and the signal stops clinrel right after."""
+    r = _script("""
+        import pypandoc
+        from reports import sandbox
+
+        def probe():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            print("probe done", signal.SIGINT in blocked, signal.SIGTERM in blocked, flush=True)
+            return "3.0"
+
+        pypandoc.get_pandoc_version = probe
+        sandbox.find_pandoc()
+        print("not reached", flush=True)
+    """)
+    _clean(r, signal.SIGINT)
+    assert r.stdout == "probe done True True\n"
