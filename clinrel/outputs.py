@@ -26,19 +26,33 @@ fix.
 **Nothing half-written survives.** Work happens in a temporary sibling folder
 ``.NAME.tmp-PID-*`` that holds a ``.clinrel-partial`` marker naming its process and host
 (a folder output is built in it; a file output is written as ``NAME`` inside it), moved
-into place only when complete; an old folder output is parked as ``.NAME.old-PID`` for
-the instant of the swap. A command writing several files (:func:`write_tables`) checks
-all of them, writes all to temporaries and only then moves them into place, undoing the
-moves already made if one fails: all of them or none. An error or SIGTERM removes the
-temporaries at once. After a SIGKILL, the next clinrel run that writes into the same
-folder removes the leftovers whose process is dead, and the next report removes dead
-runs' ``clinrel-build-PID-*`` folders from the temporary directory. Nothing else is
-touched (:func:`clean_stale` says why).
+into place only when complete; an old folder output is parked, for the instant of the
+swap, as ``old`` inside another such marked folder whose marker names NAME (so that a
+later run can put it back). A command writing several files (:func:`write_tables`)
+checks all of them, writes all to temporaries and only then moves them into place,
+undoing the moves already made if one fails: all of them or none. An error, SIGTERM or
+Ctrl-C removes the temporaries at once (the bookkeeping itself is never cut in half by
+a signal: ``clinrel._signals.held``). After a SIGKILL, the next clinrel run that writes
+into the same folder removes the leftovers whose process is dead, and the next report
+removes dead runs' ``clinrel-build-PID-*`` folders from the temporary directory. Nothing
+else is touched (:func:`clean_stale` says why).
+
+**Any legal name.** A temporary's name is bounded whatever NAME is: NAME itself when it
+is short enough (:data:`MAX_SHOWN_NAME_BYTES`), else its start and a hash of it, so a
+name up to the file system's limit (``NAME_MAX``, 255 bytes on most) works; a longer name
+(or path) is refused up front with the limit (``MSG_NAME_TOO_LONG``).
+
+**A full disk or quota** (``ENOSPC``, ``EDQUOT``, in clinrel's own writes or in pandoc's
+and typst's) removes the temporaries like any error and is reported as
+``MSG_NO_SPACE`` (exit 2): the output, the file being written where known, and the fix
+(free space there, or another ``--out``); a full temporary folder (the report's build
+folder) as ``MSG_NO_SPACE_TEMP`` (free space there, or set ``TMPDIR``).
 """
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
@@ -48,6 +62,8 @@ import socket
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from ._signals import held
 
 MANIFEST = "manifest.json"
 GENERATOR = "clinrel"
@@ -85,6 +101,16 @@ MSG_SAME_OUTPUT = ("{option} {out}: the same file as {other}; give each output i
                    "file name")
 MSG_UNWRITABLE = ("{option} {out}: cannot write there ({reason}); give {option} in a folder "
                   "you can write to")
+MSG_NAME_TOO_LONG = ("{option} {out}: the name {name} is {n} bytes long; this file system "
+                     "allows at most {limit} bytes in one name; give {option} a shorter name")
+MSG_PATH_TOO_LONG = ("{option} {out}: the path is {n} bytes long; this system allows at most "
+                     "{limit}; give {option} a shorter path")
+MSG_NO_SPACE = ("{option} {out}: {reason} while writing {what}; nothing was written and no "
+                "temporary file is left; {fix} on the disk that holds {where}, or choose another "
+                "{option} on a disk with space")
+MSG_NO_SPACE_TEMP = ("{option} {out}: {reason} in the temporary folder {where} while writing "
+                     "{what}; nothing was written and no temporary file is left; {fix} in "
+                     "{where}, or set TMPDIR to a folder on a disk with space")
 
 
 class OutputError(ValueError):
@@ -107,6 +133,135 @@ def _shown(out) -> str:
 def _names(names: list[str], limit: int = 5) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+# --------------------------------------------------------------------------- environment
+
+#: errno values of a full disk (ENOSPC) and of an exhausted quota (EDQUOT)
+NO_SPACE_ERRNOS = tuple(e for e in (getattr(errno, "ENOSPC", None), getattr(errno, "EDQUOT", None))
+                        if e is not None)
+_OS_ERROR_NUMBER = re.compile(r"\(os error (\d+)\)")   # typst's (Rust's) way of naming errno
+
+
+def no_space(exc: BaseException | None) -> OSError | None:
+    """The ``OSError`` (``errno`` ENOSPC or EDQUOT) behind ``exc`` (itself, its cause or
+    its context), else None. An error whose text is the system's message for them
+    (pandoc's ``resource exhausted (No space left on device)``, typst's ``(os error
+    28)``, pyarrow's ``[errno 28]``) counts: it is returned as an ``OSError`` with that
+    errno."""
+    texts = {os.strerror(e): e for e in NO_SPACE_ERRNOS}
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS:
+            return exc
+        if isinstance(exc, (OSError, RuntimeError)):
+            text = str(exc)
+            number = _OS_ERROR_NUMBER.search(text)
+            if number and int(number.group(1)) in NO_SPACE_ERRNOS:
+                return OSError(int(number.group(1)), os.strerror(int(number.group(1))))
+            for message, code in texts.items():
+                if message in text:
+                    return OSError(code, message)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _failed_path(err: OSError) -> Path | None:
+    """The file a write failed on (``filename2`` is the destination of a copy)."""
+    for name in (getattr(err, "filename2", None), err.filename):
+        if isinstance(name, (str, bytes, os.PathLike)) and name:
+            return Path(os.fsdecode(name))
+    return None
+
+
+def no_space_error(err: OSError, out, option: str, tmp: Path | None = None) -> OutputError:
+    """``MSG_NO_SPACE`` (or ``MSG_NO_SPACE_TEMP`` for the report's build folder in the
+    temporary directory) for ``err`` met while writing ``out``; ``tmp``: the temporary
+    folder the output was being built in (a file in it is named by its path in the
+    output)."""
+    quota = getattr(errno, "EDQUOT", None) is not None and err.errno == errno.EDQUOT
+    reason = ("the disk quota is exhausted (Disk quota exceeded)" if quota
+              else "the disk is full (No space left on device)")
+    fix = "free space (or ask for a larger quota)" if quota else "free space"
+    where = Path(out).absolute().parent
+    what = "the output"
+    failed = _failed_path(err)
+    if failed is not None:
+        failed = failed.absolute()
+        if tmp is not None and _inside(failed, Path(tmp).absolute()):
+            rel = failed.relative_to(Path(tmp).absolute())
+            what = str(rel) if str(rel) != "." else what
+        elif (any(_BUILD.match(part) for part in failed.parts)
+              or failed == Path(tempfile.gettempdir()).absolute()):
+            temp = Path(tempfile.gettempdir()).absolute()
+            return OutputError(MSG_NO_SPACE_TEMP.format(
+                option=option, out=_shown(out), reason=reason, fix=fix, where=temp,
+                what=failed.name if failed != temp else "the report's build folder"))
+        else:
+            what, where = str(failed), failed.parent
+    return OutputError(MSG_NO_SPACE.format(option=option, out=_shown(out), reason=reason,
+                                           what=what, fix=fix, where=where))
+
+
+#: the longest name (bytes) a temporary keeps in full; a longer one is cut and hashed
+MAX_SHOWN_NAME_BYTES = 200
+
+
+def _short(name: str) -> str:
+    """``name`` when it has at most :data:`MAX_SHOWN_NAME_BYTES` bytes, else its first
+    characters (up to 180 bytes) and ``~`` and 12 hex digits of its sha256: temporaries
+    next to any legal name stay within ``NAME_MAX``."""
+    raw = os.fsencode(name)
+    if len(raw) <= MAX_SHOWN_NAME_BYTES:
+        return name
+    head, size = [], 0
+    for ch in name:
+        size += len(os.fsencode(ch))
+        if size > 180:
+            break
+        head.append(ch)
+    return "".join(head) + "~" + hashlib.sha256(raw).hexdigest()[:12]
+
+
+def _tmp_prefix(name: str) -> str:
+    return f".{_short(name)}.tmp-"
+
+
+def _limits(path: Path) -> tuple[int, int]:
+    """``(NAME_MAX, PATH_MAX)`` of the file system holding ``path``'s nearest existing
+    folder (255 and 4096 where the system does not say)."""
+    probe = path.parent
+    while probe.parent != probe:
+        try:
+            if probe.is_dir():
+                break
+        except OSError:
+            pass
+        probe = probe.parent
+    limits = []
+    for key, default in (("PC_NAME_MAX", 255), ("PC_PATH_MAX", 4096)):
+        try:
+            value = os.pathconf(probe, key)
+        except (OSError, ValueError, AttributeError):
+            value = -1
+        limits.append(value if value and value > 0 else default)
+    return limits[0], limits[1]
+
+
+def _check_length(out, option: str) -> None:
+    """Refuse a path with a name longer than the file system allows, or too long a path
+    (``ENAMETOOLONG`` would otherwise come from the first look at it)."""
+    full = Path(out).absolute()
+    name_max, path_max = _limits(full)
+    for part in full.parts:
+        n = len(os.fsencode(part))
+        if n > name_max:
+            shown = repr(part[:40] + "..." if len(part) > 43 else part)
+            _refuse(MSG_NAME_TOO_LONG, option=option, out=out, name=shown, n=n, limit=name_max)
+    n = len(os.fsencode(str(full)))
+    if n >= path_max:
+        _refuse(MSG_PATH_TOO_LONG, option=option, out=out, n=n, limit=path_max - 1)
 
 
 # --------------------------------------------------------------------------- ownership
@@ -264,6 +419,7 @@ def check_out_dir(out, *, force: bool = False, inputs: Iterable = (),
     """Refuse (:class:`OutputError`) a folder output clinrel may not write; see the module
     docstring for the rules. Returns the absolute path."""
     given = Path(out)
+    _check_length(given, option)
     out = given.absolute()
     real = out.resolve()
     if out.is_symlink():
@@ -293,6 +449,7 @@ def check_out_file(out, *, force: bool = False, inputs: Iterable = (), option: s
     """Refuse (:class:`OutputError`) a file output clinrel may not write: an unknown
     suffix, an input, a folder, an existing file without ``force``, an unwritable place."""
     out = Path(out)
+    _check_length(out, option)
     if out.is_dir():
         example = out / ("result" + (suffixes[0] if suffixes else ".csv"))
         _refuse(MSG_FILE_IS_DIR, option=option, out=out, example=example)
@@ -436,9 +593,14 @@ def clean_stale(parent: Path) -> list[Path]:
     - ``.NAME.tmp-PID-*`` *folders* holding a ``.clinrel-partial`` marker that names
       process PID on this host, when that process is gone. Every temporary clinrel makes,
       a single output file included, is such a folder (a file is written as ``NAME``
-      inside it), so the marker is the proof of ownership;
-    - ``.NAME.old-PID`` folders that are complete clinrel outputs (:func:`classify`) of a
-      dead process: moved back to NAME when NAME is missing, else removed.
+      inside it), so the marker is the proof of ownership. NAME may be cut and hashed
+      (:func:`_short`): the marker, not the name, proves whose it is. When the marker
+      names a folder to ``restore`` (an old output parked during a swap) and that
+      folder's ``old`` is a complete clinrel output (:func:`classify`), ``old`` is moved
+      back to it if it is missing, before the rest is removed;
+    - ``.NAME.old-PID`` folders (where clinrel before this version parked an old output)
+      that are complete clinrel outputs of a dead process: moved back to NAME when NAME
+      is missing, else removed.
 
     A *file* is never removed, whatever its name: a file named like a temporary
     (``.thesis.docx.tmp-31337-autosave``) may be the user's, and nothing in a bare file
@@ -452,11 +614,11 @@ def clean_stale(parent: Path) -> list[Path]:
     except OSError:
         return handled
     for p in entries:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError), held():
             if p.is_symlink() or not p.is_dir():
                 continue  # files and links: never ours to remove
             if (m := _TMP.match(p.name)) is not None:
-                if _partial_of_dead_run(p, int(m["pid"])):
+                if _partial_of_dead_run(p, int(m["pid"])) and _restore_parked(p):
                     shutil.rmtree(p)
                     handled.append(p)
             elif (m := _OLD.match(p.name)) is not None:
@@ -468,6 +630,28 @@ def clean_stale(parent: Path) -> list[Path]:
                         p.rename(target)
                     handled.append(p)
     return handled
+
+
+def _plain_name(name) -> bool:
+    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+            and "\0" not in name and (os.sep == "/" or os.sep not in name))
+
+
+def _restore_parked(folder: Path) -> bool:
+    """Put back the old output a dead run parked in ``folder`` (its marker's ``restore``)
+    when nothing has taken its place; False when ``folder`` holds a parked ``old`` that is
+    not (or no longer) a complete clinrel output: then it is not removed at all."""
+    info = _read_json(folder / PARTIAL) or {}
+    name, old = info.get("restore"), folder / "old"
+    if "restore" not in info or not (old.exists() or old.is_symlink()):
+        return True
+    if not _plain_name(name) or old.is_symlink() or not old.is_dir() \
+            or classify(old)[0] != "clinrel":
+        return False
+    target = folder.parent / name
+    if not (target.exists() or target.is_symlink()):
+        old.rename(target)
+    return True
 
 
 def _make_parents(folder: Path) -> list[Path]:
@@ -492,10 +676,18 @@ def _remove_empty(folders: Iterable[Path]) -> None:
             d.rmdir()
 
 
-def _temp_dir(parent: Path, prefix: str) -> Path:
+def _temp_dir(parent: Path, prefix: str, **info) -> Path:
+    """A new folder ``PREFIXPID-*`` in ``parent`` holding the marker (pid, host and
+    ``info``); removed again when the marker cannot be written (a full disk). Call it
+    :func:`held`, so that a signal cannot come between the folder and its marker or
+    before the caller has recorded it."""
     tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
-    (tmp / PARTIAL).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}),
-                               encoding="utf-8")
+    try:
+        (tmp / PARTIAL).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                               **info}), encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return tmp
 
 
@@ -507,41 +699,74 @@ def build_dir() -> Iterator[Path]:
     for p in base.glob("clinrel-build-*"):
         m = _BUILD.match(p.name)
         if m and p.is_dir() and not p.is_symlink() and _partial_of_dead_run(p, int(m["pid"])):
-            shutil.rmtree(p, ignore_errors=True)
-    tmp = _temp_dir(base, "clinrel-build-")
+            with held():
+                shutil.rmtree(p, ignore_errors=True)
+    tmp = None
     try:
+        with held(), named(base):   # a full temporary folder is named as such
+            tmp = _temp_dir(base, "clinrel-build-")
         yield tmp
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            with held():
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- writers
 
 @contextlib.contextmanager
-def _unwritable_as_output_error(out: Path, option: str) -> Iterator[None]:
+def _unwritable_as_output_error(out: Path, option: str, tmp: Path | None = None) -> Iterator[None]:
+    """An ``OSError`` becomes an :class:`OutputError`: ``MSG_NO_SPACE`` for a full disk or
+    quota (:func:`no_space`), else ``MSG_UNWRITABLE``."""
     try:
         yield
     except OutputError:
         raise
     except OSError as exc:
+        if (full := no_space(exc)) is not None:
+            raise no_space_error(full, out, option, tmp) from None
         raise OutputError(MSG_UNWRITABLE.format(option=option, out=_shown(out),
                                                 reason=exc.strerror or type(exc).__name__)) from None
 
 
+@contextlib.contextmanager
+def named(path) -> Iterator[None]:
+    """An ``OSError`` raised while writing ``path`` that names no file (a failed
+    ``write``, as on a full disk) is given ``path`` as its file name, so that the message
+    can say which output it was."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
+
+
+def _as_no_space(exc: BaseException, out: Path, option: str, tmp: Path | None) -> None:
+    """Raise ``MSG_NO_SPACE`` when ``exc`` is a full disk or quota (else return; a
+    signal's ``SystemExit`` is never replaced)."""
+    if (isinstance(exc, Exception) and not isinstance(exc, OutputError)
+            and (full := no_space(exc)) is not None):
+        raise no_space_error(full, out, option, tmp) from None
+
+
 def _swap(tmp: Path, out: Path) -> None:
-    """Move the finished ``tmp`` to ``out``; an existing ``out`` is parked as
-    ``.NAME.old-PID`` for the instant of the swap, then removed."""
-    if not out.exists():
+    """Move the finished ``tmp`` to ``out``; an existing ``out`` is parked as ``old``
+    inside a marked folder (its marker names ``out`` to restore: :func:`clean_stale`)
+    for the instant of the swap, then removed. Call it :func:`held`."""
+    if not (out.exists() or out.is_symlink()):
         tmp.rename(out)
         return
-    backup = out.parent / f".{out.name}.old-{os.getpid()}"
-    out.rename(backup)
+    park = _temp_dir(out.parent, _tmp_prefix(out.name), restore=out.name)
     try:
-        tmp.rename(out)
-    except BaseException:
-        backup.rename(out)
-        raise
-    shutil.rmtree(backup, ignore_errors=True)
+        out.rename(park / "old")
+        try:
+            tmp.rename(out)
+        except BaseException:
+            (park / "old").rename(out)
+            raise
+    finally:
+        shutil.rmtree(park, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -554,30 +779,40 @@ def atomic_dir(out, *, force: bool = False, inputs: Iterable = (), option: str =
     exception the temporary folder is removed and ``out`` is left as it was. The yielded
     path is absolute, so tools that change directory still write inside it.
     """
-    given, out = out, Path(os.path.realpath(Path(out).absolute().parent)) / Path(out).name
+    given = out
+    out = Path(os.path.realpath(Path(out).absolute().parent)) / Path(out).name
     inputs = list(inputs)
     clean_stale(out.parent)
     check_out_dir(given, force=force, inputs=inputs, option=option)
     made: list[Path] = []
-    tmp = None
+    tmp = work = None
     try:
-        with _unwritable_as_output_error(out, option):
+        with held(), _unwritable_as_output_error(out, option):
             made = _make_parents(out.parent)
-            tmp = _temp_dir(out.parent, f".{out.name}.tmp-")
+            tmp = work = _temp_dir(out.parent, _tmp_prefix(out.name))
             # mkdtemp makes it 0700: the finished folder gets the mode mkdir would give
             mask = os.umask(0)
             os.umask(mask)
             tmp.chmod(0o777 & ~mask)
         yield tmp
-        stamp(tmp, command)
-        check_out_dir(given, force=force, inputs=inputs, option=option)
-        with _unwritable_as_output_error(out, option):
-            _swap(tmp, out)
-    except BaseException:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        _remove_empty(made)
+        with held():
+            with _unwritable_as_output_error(given, option, work):
+                stamp(tmp, command)
+            check_out_dir(given, force=force, inputs=inputs, option=option)
+            with _unwritable_as_output_error(given, option, work):
+                _swap(tmp, out)
+            tmp, made = None, []
+    except BaseException as exc:
+        with held():
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            _remove_empty(made)
+        _as_no_space(exc, given, option, work)
         raise
+
+
+#: the name of the earlier file kept inside a file output's temporary folder (:func:`_commit`)
+_KEPT = ".clinrel-old"
 
 
 def _keep_old(out: Path, backup: Path) -> None:
@@ -598,10 +833,11 @@ def _commit(moves: list[tuple[str, Path, Path]]) -> None:
     done: list[tuple[Path, Path | None]] = []
     try:
         for option, out, tmp in moves:
-            with _unwritable_as_output_error(out, option):
+            with _unwritable_as_output_error(out, option, tmp.parent):
                 backup = None
                 if out.exists() or out.is_symlink():
-                    backup = tmp.parent / f".old-{out.name}"
+                    # a fixed name (any NAME fits beside it), never NAME itself
+                    backup = tmp.parent / (_KEPT if out.name != _KEPT else _KEPT + "-")
                     _keep_old(out, backup)
                 os.replace(tmp, out)
             done.append((out, backup))
@@ -636,25 +872,36 @@ def atomic_files(outs: Iterable[tuple[str, object]], *,
     folders: list[Path] = []
     made: list[Path] = []
     ok = False
+    failure = None
     try:
         tmps = []
         for option, out in pairs:
             clean_stale(out.parent)
-            with _unwritable_as_output_error(out, option):
+            with held(), _unwritable_as_output_error(out, option):
                 made += _make_parents(out.parent)
-                folder = _temp_dir(out.parent, f".{out.name}.tmp-")
-            folders.append(folder)
-            tmps.append(folder / out.name)
+                folders.append(_temp_dir(out.parent, _tmp_prefix(out.name)))
+            tmps.append(folders[-1] / out.name)
         yield tmps
         if recheck is not None:
             check_out_files(outs, **recheck)
-        _commit([(option, out, tmp) for (option, out), tmp in zip(pairs, tmps)])
-        ok = True
+        with held():
+            _commit([(option, out, tmp) for (option, out), tmp in zip(pairs, tmps)])
+            ok = True
+    except Exception as exc:
+        failure = exc
+        raise
     finally:
-        for folder in folders:
-            shutil.rmtree(folder, ignore_errors=True)
-        if not ok:
-            _remove_empty(sorted(made, key=lambda d: len(d.parts), reverse=True))
+        with held():
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
+            if not ok:
+                _remove_empty(sorted(made, key=lambda d: len(d.parts), reverse=True))
+        if failure is not None and pairs:
+            full = no_space(failure)
+            where = _failed_path(full) if full is not None else None
+            i = next((i for i, f in enumerate(folders)
+                      if where is not None and _inside(where.absolute(), f)), 0)
+            _as_no_space(failure, outs[i][1], outs[i][0], folders[i] if folders else None)
 
 
 @contextlib.contextmanager
@@ -688,7 +935,8 @@ def write_tables(tables: Iterable[tuple[str, object, object]], *, force: bool = 
     check_out_files(outs, **check)
     with atomic_files(outs, recheck=check) as tmps:
         for (_, _, df), tmp in zip(tables, tmps):
-            _write_one(df, tmp)
+            with named(tmp):
+                _write_one(df, tmp)
 
 
 def write_table(df, out, *, force: bool = False, inputs: Iterable = (),

@@ -16,6 +16,8 @@ while the workers run the others.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -59,18 +61,22 @@ def run_tasks(tasks: Sequence[Callable[[], Any]], *, jobs: int = 1,
     _TASKS[:] = tasks
     try:
         with ProcessPoolExecutor(min(jobs, len(away)), mp_context=mp.get_context("fork")) as pool:
-            futures = [pool.submit(_call, i) for i in away]
-            for i in order:
-                if i in here:
-                    out[i] = tasks[i]()
-                    done()
             try:
-                for fut in as_completed(futures):
-                    i, value = fut.result()
-                    out[i] = value
-                    done()
-            except BrokenProcessPool:   # a worker died (killed, out of memory)
-                pass
+                futures = [pool.submit(_call, i) for i in away]
+                for i in order:
+                    if i in here:
+                        out[i] = tasks[i]()
+                        done()
+                try:
+                    for fut in as_completed(futures):
+                        i, value = fut.result()
+                        out[i] = value
+                        done()
+                except BrokenProcessPool:   # a worker died (killed, out of memory)
+                    pass
+            except BaseException:
+                _stop_workers(pool)
+                raise
     finally:
         _TASKS.clear()
     for i in order:                     # what a dead worker left undone
@@ -78,3 +84,31 @@ def run_tasks(tasks: Sequence[Callable[[], Any]], *, jobs: int = 1,
             out[i] = tasks[i]()
             done()
     return [out[i] for i in range(len(tasks))]
+
+
+#: seconds a stopped worker may take to end (its own subprocesses first) before it is killed
+STOP_SECONDS = 10.0
+
+
+def _stop_workers(pool) -> None:
+    """End every worker of ``pool`` before an error (or SIGTERM, Ctrl-C) goes on, so that
+    none writes into the report's temporary folder once that is being removed: SIGTERM
+    (a worker of the clinrel program stops its subprocesses and exits,
+    ``clinrel._signals``), SIGKILL after :data:`STOP_SECONDS`; then the pool is shut down
+    without waiting for tasks that will never run."""
+    import signal
+
+    from clinrel._signals import held
+
+    with held():
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        for p in procs:
+            if p.is_alive():
+                with contextlib.suppress(OSError, ValueError):
+                    os.kill(p.pid, signal.SIGTERM)
+        for p in procs:
+            p.join(STOP_SECONDS)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        pool.shutdown(wait=True, cancel_futures=True)

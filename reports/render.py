@@ -29,6 +29,7 @@ exceptions are ``created_utc`` and ``timings_s`` in ``manifest.json``.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -43,6 +44,7 @@ from pathlib import Path
 
 from analysis import Plan, load_plan
 from analysis.inputs import plan_limits
+from clinrel.outputs import named
 
 from . import sandbox, text
 from ._fork import run_tasks
@@ -242,7 +244,9 @@ def _pandoc_html(md: str, folder: Path, build: Path) -> None:
     import pypandoc
 
     header = build / "style.html"
-    header.write_text("<style>\n" + _template_text("appendix.css") + "</style>\n", encoding="utf-8")
+    with named(header):
+        header.write_text("<style>\n" + _template_text("appendix.css") + "</style>\n",
+                          encoding="utf-8")
     ast = sandbox.embed_figures(sandbox.to_ast(md, build), folder)
     html = pypandoc.convert_text(
         json.dumps(ast), "html5", format="json",
@@ -251,7 +255,8 @@ def _pandoc_html(md: str, folder: Path, build: Path) -> None:
                     f"--resource-path={build}", "--metadata=lang:en"],
         cworkdir=str(build))
     sandbox.check_html(html)
-    (folder / "appendix.html").write_text(html, encoding="utf-8")
+    with named(folder / "appendix.html"):
+        (folder / "appendix.html").write_text(html, encoding="utf-8")
 
 
 def _pandoc_pdf(md: str, folder: Path, build: Path, epoch: int = DEFAULT_EPOCH) -> None:
@@ -266,12 +271,18 @@ def _pandoc_pdf(md: str, folder: Path, build: Path, epoch: int = DEFAULT_EPOCH) 
                                 cworkdir=str(build))
     sandbox.check_typst(typ)  # no package import: typst would fetch it from the network
     src = folder / ".appendix.typ"
-    src.write_text(typ, encoding="utf-8")
+    with named(src):
+        src.write_text(typ, encoding="utf-8")
     try:
-        typst.compile(str(src), output=str(folder / "appendix.pdf"), root=str(folder),
-                      ignore_system_fonts=True, timestamp=epoch)
+        try:
+            typst.compile(str(src), output=str(folder / "appendix.pdf"), root=str(folder),
+                          ignore_system_fonts=True, timestamp=epoch)
+        except Exception as exc:   # typst's OSError names no errno: "(os error 28)"
+            sandbox._raise_no_space(str(exc), folder / "appendix.pdf")
+            raise
     finally:
-        shutil.copyfile(src, build / "appendix.typ")
+        with contextlib.suppress(OSError):   # a copy for debugging, in the build folder
+            shutil.copyfile(src, build / "appendix.typ")
         src.unlink()
 
 
@@ -311,9 +322,12 @@ def default_jobs() -> int:
 
 
 def source_date_epoch() -> int:
-    """``SOURCE_DATE_EPOCH`` from the environment, else ``DEFAULT_EPOCH``."""
-    raw = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    return int(raw) if raw.isdigit() else DEFAULT_EPOCH
+    """``SOURCE_DATE_EPOCH`` from the environment, else ``DEFAULT_EPOCH``; a value that is
+    not a whole number of seconds from 0 to year 9999 raises ``ValueError`` naming the
+    variable and the fix (``clinrel._env.MSG_SOURCE_DATE_EPOCH``)."""
+    from clinrel._env import source_date_epoch as read
+
+    return read(DEFAULT_EPOCH)
 
 
 def default_reference_docx() -> Path:
@@ -433,13 +447,14 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
         (tmp / "tables").mkdir()
         (tmp / "figures").mkdir()
         t1 = time.perf_counter()
-        for t in tables:
-            write_csv(t.data, tmp / "tables" / f"{t.name}.csv", lineterminator="\n")
+        csvs = [(t.data, tmp / "tables" / f"{t.name}.csv") for t in tables]
+        csvs += [(df, tmp / "results" / f"{name}.csv")
+                 for name, df in study.results.tidy_tables().items()]
+        csvs += [(f.data, tmp / "tables" / f"fig_{f.name}.csv") for f in figures]
         (tmp / "results").mkdir()
-        for name, df in study.results.tidy_tables().items():
-            write_csv(df, tmp / "results" / f"{name}.csv", lineterminator="\n")
-        for f in figures:
-            write_csv(f.data, tmp / "tables" / f"fig_{f.name}.csv", lineterminator="\n")
+        for df, path in csvs:
+            with named(path):
+                write_csv(df, path, lineterminator="\n")
         if draw:
             with progress("drawing figures", total=len(figures), quiet=quiet) as advance:
                 save_figures(figures, tmp / "figures", jobs=jobs, advance=advance)

@@ -79,10 +79,37 @@ def embed_figures(ast: dict, folder: Path) -> dict:
 
 
 @functools.lru_cache(maxsize=1)
+def find_pandoc() -> str:
+    """pypandoc's pandoc, found (and its version read) once per process with SIGINT and
+    SIGTERM blocked: pypandoc runs ``pandoc --version`` on every candidate path without
+    capturing its stderr, so a Ctrl-C at that instant would add pandoc's own
+    ``pandoc: interrupted`` to clinrel's one line. Blocked, the signal waits (for pandoc
+    too, which inherits the mask; and held by clinrel, ``clinrel._signals.held``, where
+    another thread receives it) until the probe is done, then stops clinrel as usual."""
+    import signal
+
+    import pypandoc
+
+    from clinrel._signals import held
+
+    mask = {signal.SIGINT, signal.SIGTERM}
+    with held():
+        old = (signal.pthread_sigmask(signal.SIG_BLOCK, mask)
+               if hasattr(signal, "pthread_sigmask") else None)
+        try:
+            pypandoc.get_pandoc_version()
+            return pypandoc.get_pandoc_path()
+        finally:
+            if old is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@functools.lru_cache(maxsize=1)
 def api_version() -> list:
     """The ``pandoc-api-version`` of the bundled Pandoc (for ASTs built in Python)."""
     import pypandoc
 
+    find_pandoc()
     return json.loads(pypandoc.convert_text("", "json", format="markdown",
                                             extra_args=list(SANDBOX_ARGS)))["pandoc-api-version"]
 
@@ -90,15 +117,25 @@ def api_version() -> list:
 def write_file(ast: dict, to: str, output: Path, *, extra_args=(), cwd: Path) -> None:
     """Pandoc (in ``--sandbox``: it reads only the files its command line names) writes
     ``ast`` (JSON on stdin) as ``to`` into ``output``."""
-    import pypandoc
-
-    args = [pypandoc.get_pandoc_path(), *SANDBOX_ARGS, "--from=json", f"--to={to}",
+    args = [find_pandoc(), *SANDBOX_ARGS, "--from=json", f"--to={to}",
             f"--output={output}", *extra_args]
     done = subprocess.run(args, input=json.dumps(ast).encode(), cwd=str(cwd),
                           capture_output=True, timeout=600, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"pandoc could not write {output.name}: "
-                           f"{done.stderr.decode(errors='replace')[:500]}")
+        err = done.stderr.decode(errors="replace")
+        _raise_no_space(err, output)
+        raise RuntimeError(f"pandoc could not write {output.name}: {err[:500]}")
+
+
+def _raise_no_space(message: str, output: Path) -> None:
+    """A tool's message of a full disk or quota (pandoc: ``resource exhausted (No space
+    left on device)``; typst: ``(os error 28)``) as the ``OSError`` Python would raise,
+    naming ``output``: the output layer reports it with the fix (``clinrel.outputs``)."""
+    from clinrel.outputs import no_space
+
+    full = no_space(RuntimeError(message))
+    if full is not None:
+        raise OSError(full.errno, full.strerror, str(output))
 
 
 def set_table_widths(ast: dict, widths: dict[str, list[float]]) -> dict:
@@ -116,6 +153,7 @@ def set_table_widths(ast: dict, widths: dict[str, list[float]]) -> dict:
 def to_ast(md: str, cwd: Path, *extra_args: str) -> dict:
     import pypandoc
 
+    find_pandoc()
     return json.loads(pypandoc.convert_text(md, "json", format="markdown",
                                             extra_args=[*SANDBOX_ARGS, *extra_args],
                                             cworkdir=str(cwd)))

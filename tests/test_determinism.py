@@ -104,8 +104,11 @@ def test_pdf_dates_follow_source_date_epoch(tmp_path, monkeypatch):
                        render.source_date_epoch())
     meta = PdfReader(str(tmp_path / "appendix.pdf")).metadata
     assert meta["/CreationDate"] == "D:20231114221320Z"
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", "not a number")
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
     assert render.source_date_epoch() == render.DEFAULT_EPOCH
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "not a number")   # refused, not ignored
+    with pytest.raises(ValueError, match=r"^SOURCE_DATE_EPOCH='not a number': not a whole"):
+        render.source_date_epoch()
 
 
 def test_reports_in_one_process_with_forked_workers_finish(tmp_path):

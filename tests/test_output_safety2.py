@@ -243,7 +243,8 @@ def test_write_tables_failing_midway_writes_nothing(tmp_path):
     (tmp_path / "old.csv").write_text("old\n")
     outputs._record_written([tmp_path / "old.csv"])     # clinrel's: --force may replace it
     before = _snapshot(tmp_path)
-    with pytest.raises(OSError):
+    # a full disk is a message naming the output that failed (clinrel.outputs.MSG_NO_SPACE)
+    with pytest.raises(outputs.OutputError, match=r"--b-out .*b\.parquet.*the disk is full"):
         outputs.write_tables([("--out", tmp_path / "old.csv", df),
                               ("--a-out", tmp_path / "new" / "a.csv", df),
                               ("--b-out", tmp_path / "new" / "b.parquet", _Unwritable())],
