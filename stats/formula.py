@@ -24,10 +24,11 @@ A formula in ``plan.yaml`` or ``clinrel adjust --formula`` is data, read in thre
 Anything else raises :class:`FormulaError` (a :class:`stats.schema.ContractError`: the CLI
 exits 2) naming the term and the character position and listing what is allowed. patsy
 then builds the design from code :class:`ParsedFormula` writes from the matched tree
-(names re-quoted, numbers as scanned) in :func:`closed_environment`: the closed function
-list, no Python builtins. Term names stay patsy's (``phase[T.delayed]``,
-``np.log(tumor_size_mm)``, ``C(phase, Treatment('venous'))[T.arterial]``): estimates and
-names equal a direct patsy fit of the same valid formula (tests/test_safety_formula.py). formulaic is not used: a new
+(names re-quoted, numbers as scanned; a column name no plain literal can hold is refused)
+in :func:`closed_environment`: the closed function list, no Python builtins, no private
+attributes. Term names stay patsy's (``phase[T.delayed]``, ``np.log(tumor_size_mm)``,
+``C(phase, Treatment('venous'))[T.arterial]``): estimates and names equal a direct patsy
+fit of the same valid formula (tests/test_safety_formula.py). formulaic is not used: a new
 dependency for the same operator parse (its factors are Python code too, so the scan and
 the allowlist would remain), while patsy builds the design either way.
 """
@@ -75,6 +76,8 @@ MSG_NO_TERMS = ("formula {formula!r}: the right-hand side has no terms and no in
 MSG_UNKNOWN_COLUMNS = ("{source}: the formula {formula!r} names column(s) {columns} that the "
                        "table lacks{hint} (columns present: {present}); fix the formula or "
                        "add the columns")
+MSG_UNQUOTABLE = ("column {name!r} cannot be named in a formula (both quote characters, a "
+                  "backslash or a control character); rename the column")
 
 # problems (the {problem} of MSG_FORMULA)
 P_CHAR = "character {char!r} (U+{code:04X}) is not allowed{why}"
@@ -146,7 +149,8 @@ CLOSED_NAMESPACE = _closed_namespace()
 class ClosedEnvironment(patsy.EvalEnvironment):
     """patsy's evaluation environment limited to :data:`CLOSED_NAMESPACE`: no Python
     builtins (``__import__``, ``open``, ``eval`` ...), no patsy extras (splines, other
-    contrasts). Only code written by :class:`ParsedFormula` is evaluated in it."""
+    contrasts), no private attributes (``C.__globals__`` holds the builtins). Only code
+    written by :class:`ParsedFormula` (and patsy's own ``.transform`` calls) runs in it."""
 
     def with_outer_namespace(self, outer_namespace):
         return self  # patsy would add its builtins; the closed list already has ours
@@ -156,7 +160,10 @@ class ClosedEnvironment(patsy.EvalEnvironment):
         return ClosedEnvironment([{n: vld[n] for n in names}], self.flags)
 
     def eval(self, expr, source_name="<string>", inner_namespace={}):  # noqa: B006 (patsy's)
-        code = compile(expr, source_name, "eval", self.flags, False)
+        tree = ast.parse(expr.strip(), mode="eval")
+        if any(isinstance(n, ast.Attribute) and n.attr.startswith("_") for n in ast.walk(tree)):
+            raise patsy.PatsyError(f"refused to evaluate {expr!r}: private attributes")
+        code = compile(tree, source_name, "eval", self.flags, False)
         return eval(code, {"__builtins__": {}},  # noqa: S307 - code written by this module
                     VarLookupDict([inner_namespace] + self._namespaces))
 
@@ -168,7 +175,9 @@ def closed_environment() -> ClosedEnvironment:
 
 def _quote(text: str, prefer: str = "") -> str:
     """``text`` as a string literal, in the ``prefer``-red quote when it can (patsy's
-    names keep the user's spelling)."""
+    names keep the user's spelling); refused when no plain literal holds it."""
+    if re.search(r"[\\\x00-\x1f\x7f]", text) or {"'", '"'} <= set(text):
+        raise FormulaError(MSG_UNQUOTABLE.format(name=text))
     q = prefer if prefer and prefer not in text else '"' if '"' not in text else "'"
     return f"{q}{text}{q}"
 

@@ -195,6 +195,35 @@ def test_closed_environment_has_no_builtins(small):
         "Intercept", "np.log(age)"]
 
 
+#: a column name that, written into code as Q('...') by naive quoting, is an expression
+#: reaching the builtins through a closed function's __globals__
+ESCAPE = ("' if C.__globals__[\"__builtins__\"][\"__import__\"](\"pathlib\")"
+          ".Path(\"PWNED\").touch() else '")
+
+
+def test_closed_environment_refuses_private_attributes(small, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(patsy.PatsyError, match="private attributes"):
+        patsy.dmatrix(f"Q('{ESCAPE}')", small.assign(**{"": 1.0}), eval_env=closed_environment())
+    assert not (tmp_path / "PWNED").exists()
+    # scale() and center() are patsy's stateful transforms: its own .transform calls pass
+    assert "scale(age)" in patsy.dmatrix("scale(age)", small,
+                                         eval_env=closed_environment()).design_info.column_names
+
+
+def test_hostile_group_column_is_not_written_into_code(small, tmp_path, monkeypatch):
+    """method='fixed' adds the group as a term: a name no literal can hold is refused."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FormulaError, match="cannot be named in a formula"):
+        fit_adjusted(small.assign(**{ESCAPE: small.site}), "detected ~ phase", population=None,
+                     method="fixed", group=ESCAPE)
+    assert not (tmp_path / "PWNED").exists()
+    odd = "site 'B' or C"   # one kind of quote: a literal holds it, the name is kept
+    fit = fit_adjusted(small.assign(**{odd: small.site}), "detected ~ phase", population=None,
+                       method="fixed", group=odd)
+    assert any(t.startswith("Q(\"site 'B' or C\")") for t in fit.fits["all"].design.terms)
+
+
 def _old_patsy(rhs: str, data: pd.DataFrame):
     env = patsy.EvalEnvironment([{"np": np, "log": np.log, "sqrt": np.sqrt, "log2": np.log2}])
     return patsy.dmatrix(rhs, data, return_type="dataframe", eval_env=env)
