@@ -1,54 +1,52 @@
-"""clinrel's own model-formula grammar: user text is parsed here, never evaluated.
+"""Model formulas: user text is parsed here, never evaluated.
 
-A formula in ``plan.yaml`` or ``clinrel adjust --formula`` is data. This module reads it
-with a small tokenizer and recursive-descent parser (no ``eval``, no ``ast``, no patsy on
-the user's text) into a :class:`ParsedFormula`; the design matrix is then built from code
-that :class:`ParsedFormula` writes itself, from known names only, and patsy evaluates that
-code in :data:`CLOSED_ENVIRONMENT` (the closed function list, no Python builtins).
+A formula in ``plan.yaml`` or ``clinrel adjust --formula`` is data, read in three steps:
 
-Grammar (R / patsy habits)::
+1. A character scan (:meth:`_Reader.scan`) admits ASCII names, decimal numbers, quoted
+   text without backslashes or control characters, ``~ + - * / : ** ( ) , = | .``; ``.``
+   only in ``np.<transform>``, a name before ``(`` only if it is an allowed function,
+   no Python keywords or ``__`` names. It stays hand-written because the maintained
+   tokenizers accept what it refuses: Python's (which patsy uses) takes non-ASCII names,
+   which the ``ast`` then folds (``ｐhase`` is ``phase``), and backslash escapes; patsy
+   reports an odd character only as "error tokenizing input".
+2. patsy's own formula parser (``patsy.parse_formula``, with ``|`` added for lme4's
+   ``(1 | group)``) gives the operator tree. clinrel walks it: ``a*b`` is ``a + b + a:b``,
+   ``1``/``0``/``- 1`` set the intercept, ``(1 | group)`` once at the top level is the
+   random intercept; ``-`` otherwise, ``/``, ``**`` and numbers as terms are refused, and
+   the terms are counted while they are expanded (patsy's ``ModelDesc`` would expand
+   ``x1*...*x40`` before anyone could count).
+3. Each factor's text is parsed by Python's ``ast`` and must match the allowlist:
+   ``column``, ``Q("odd name")``, ``C(column)``, ``C(column, Treatment([reference=]level))``,
+   ``I(column op number)``, ``f(column)``, ``f(column op number)``; ``f`` one of np.log log
+   np.log2 log2 np.log10 log10 np.sqrt sqrt np.exp exp scale center, ``op`` one of
+   ``+ - * / **``.
 
-    formula   := [column] "~" sum
-    sum       := item (("+" | "-") item)*          item: a product, 1, 0 (or -1), (1 | group)
-    product   := inter ("*" inter)*                a*b = a + b + a:b
-    inter     := atom (":" atom)*                  a:b = the interaction
-    atom      := "(" sum ")" | factor
-    factor    := column
-               | C(column) | C(column, Treatment(level)) | C(column, Treatment(reference=level))
-               | f(column) | f(column op number)   f: np.log log np.log2 log2 np.log10 log10
-                                                      np.sqrt sqrt np.exp exp scale center
-               | I(column op number)               op: + - * / **
-    column    := name | Q("any column name")       name: ASCII letters, digits, _
-    level     := "text" | 'text' | number
-
-Column names that are not plain ASCII identifiers (spaces, dots, accents, a Python
-keyword) are quoted as patsy does: ``Q("tumor size")``, ``Q('age.group')`` (no
-backslashes inside quotes). ``1`` / ``+ 1`` keeps the intercept, ``0`` / ``+ 0`` / ``- 1``
-removes it, and ``(1 | site)`` (at most once, at the top level) is lme4's random intercept.
-Anything else -- other functions, attribute access (``os.system``, ``np.random``),
-subscripts, lambdas, comprehensions, keywords, string literals outside ``Q()`` and
-``Treatment()``, f-strings, ``:=``, numbers where a term is expected, ``-`` other than
-``- 1``, ``/`` nesting, ``^`` -- raises :class:`FormulaError` (a
-:class:`stats.schema.ContractError`: the CLI exits 2) naming the term and the character
-position and listing what is allowed.
-
-Term names stay patsy's (``phase[T.delayed]``, ``np.log(tumor_size_mm)``,
-``C(phase, Treatment('venous'))[T.arterial]``): the generated code is patsy's own
-spacing of the user's factor, so estimates and names equal a direct patsy fit of the same
-valid formula (tested in tests/test_safety_formula.py).
+Anything else raises :class:`FormulaError` (a :class:`stats.schema.ContractError`: the CLI
+exits 2) naming the term and the character position and listing what is allowed. patsy
+then builds the design from code :class:`ParsedFormula` writes from the matched tree
+(names re-quoted, numbers as scanned; a column name no plain literal can hold is refused)
+in :func:`closed_environment`: the closed function list, no Python builtins, no private
+attributes. Term names stay patsy's (``phase[T.delayed]``, ``np.log(tumor_size_mm)``,
+``C(phase, Treatment('venous'))[T.arterial]``): estimates and names equal a direct patsy
+fit of the same valid formula (tests/test_safety_formula.py). formulaic is not used: a new
+dependency for the same operator parse (its factors are Python code too, so the scan and
+the allowlist would remain), while patsy builds the design either way.
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import keyword
 import re
 import types
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 import patsy
 from patsy.eval import VarLookupDict
+from patsy.infix_parser import Operator
+from patsy.parse_formula import parse_formula as _patsy_parse
 
 from stats.schema import ContractError
 
@@ -78,6 +76,8 @@ MSG_NO_TERMS = ("formula {formula!r}: the right-hand side has no terms and no in
 MSG_UNKNOWN_COLUMNS = ("{source}: the formula {formula!r} names column(s) {columns} that the "
                        "table lacks{hint} (columns present: {present}); fix the formula or "
                        "add the columns")
+MSG_UNQUOTABLE = ("column {name!r} cannot be named in a formula (both quote characters, a "
+                  "backslash or a control character); rename the column")
 
 # problems (the {problem} of MSG_FORMULA)
 P_CHAR = "character {char!r} (U+{code:04X}) is not allowed{why}"
@@ -92,40 +92,45 @@ P_STRING = "quoted text is allowed only as Q(\"column\") or a Treatment('level')
 P_UNTERMINATED = "the quoted text is not closed"
 P_QUOTE_CHAR = "quoted text may not hold backslashes or control characters"
 P_NUMBER_TERM = "the number {text} is not a term (numbers go inside I(), e.g. I(age / 10))"
-P_BAD_NUMBER = "malformed number {text!r}"
-P_INTERCEPT_INSIDE = "the intercept (1, 0, -1) may appear only at the top level, not {where}"
+P_BAD_NUMBER = "malformed number {text!r} (write decimals such as 10, 0.5 or 1e-3)"
+P_ASSIGN = "assignment ':=' is not allowed"
+P_DEPTH = f"more than {MAX_DEPTH} nested parentheses"
 P_MINUS = "'-' may only remove the intercept ('- 1'); leave a term out instead of subtracting it"
 P_EXPECTED = "expected {what}, found {found}"
 P_RANDOM = "only a random intercept '(1 | group)' is supported, once, at the top level"
 P_ARGUMENTS = "{name}() takes {takes}"
 P_SECOND_TILDE = "a second '~'"
-
-_HINTS = {
-    "[": " (subscripts are not allowed)", "]": "", "{": "", "}": "",
-    "`": " (backquoted names are not supported: quote odd column names as Q(\"name\"))",
-    "^": " ('^' is not supported: write the interactions out, e.g. (a + b)*c)",
-    "#": " (comments are not allowed)", ";": "", "@": "", "%": "", "!": "", "<": "", ">": "",
-    "&": "", "$": "", "?": "", "\\": "",
-}
+P_SYNTAX = "{found} is not a column, a number or an allowed function call ({why})"
+_TAKES = {"C": "a column and optionally Treatment('reference level')",
+          "I": "'column op number', op one of + - * / **",
+          "Q": "one quoted column name, e.g. Q(\"tumor size\")"}
+#: operator-tree nodes that are not terms
+P_NODE = {"ONE": "the intercept (1, 0, -1) may appear only at the top level of the sum",
+          "-": P_MINUS, "|": P_RANDOM, "/": "'/' (nesting) is not supported; write a + a:b",
+          "**": "'**' is allowed only inside I(), e.g. I(age ** 2)"}
+P_NODE["ZERO"] = P_NODE["ONE"]
+_QUOTE_HINT = " (quote odd column names as Q(\"name\"))"
+_HINTS = {"[": " (subscripts are not allowed)", "#": " (comments are not allowed)",
+          "`": " (backquoted names are not supported: quote odd column names as Q(\"name\"))",
+          "^": " ('^' is not supported: write the interactions out, e.g. (a + b)*c)"}
 
 # --------------------------------------------------------------------------- names
 
 _NP = types.SimpleNamespace(log=np.log, log2=np.log2, log10=np.log10, sqrt=np.sqrt, exp=np.exp)
+_LOG = ("the log of zero or a negative value is not finite",
+        "or shift the values, e.g. {f}({col} + 1)")
+_SQRT = (np.sqrt, "the square root of a negative value is not defined", "")
+_EXP = (np.exp, "exp overflows for values above 709", "or rescale, e.g. I(col / 100)")
 #: elementwise transforms: name as written -> (numpy function, what breaks, the fix)
-_LOG_FIX = ("the log of zero or a negative value is not finite",
-            "or shift the values, e.g. {f}({col} + 1)")
 TRANSFORMS: dict[str, tuple] = {
-    "np.log": (np.log, *_LOG_FIX), "log": (np.log, *_LOG_FIX),
-    "np.log2": (np.log2, *_LOG_FIX), "log2": (np.log2, *_LOG_FIX),
-    "np.log10": (np.log10, *_LOG_FIX), "log10": (np.log10, *_LOG_FIX),
-    "np.sqrt": (np.sqrt, "the square root of a negative value is not defined", ""),
-    "sqrt": (np.sqrt, "the square root of a negative value is not defined", ""),
-    "np.exp": (np.exp, "exp overflows for values above 709", "or rescale, e.g. I(col / 100)"),
-    "exp": (np.exp, "exp overflows for values above 709", "or rescale, e.g. I(col / 100)"),
+    "np.log": (np.log, *_LOG), "log": (np.log, *_LOG), "np.log2": (np.log2, *_LOG),
+    "log2": (np.log2, *_LOG), "np.log10": (np.log10, *_LOG), "log10": (np.log10, *_LOG),
+    "np.sqrt": _SQRT, "sqrt": _SQRT, "np.exp": _EXP, "exp": _EXP,
     "scale": (None, "scale() of a constant column divides by a zero SD", "or leave it unscaled"),
-    "center": (None, "", ""),
-}
+    "center": (None, "", "")}
+_FUNCTIONS = {n for n in TRANSFORMS if "." not in n} | {"C", "I", "Q", "Treatment"}
 _ARITH = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "**": np.power}
+_AST_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
 
 
 def _closed_namespace() -> dict:
@@ -139,14 +144,13 @@ def _closed_namespace() -> dict:
 #: Every name the generated code may use besides data columns (patsy's stateful
 #: ``scale``/``center``, ``C``, ``Treatment``, ``I``, ``Q`` and the numpy transforms).
 CLOSED_NAMESPACE = _closed_namespace()
-_RESERVED = set(CLOSED_NAMESPACE) | {"np"}
-_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class ClosedEnvironment(patsy.EvalEnvironment):
     """patsy's evaluation environment limited to :data:`CLOSED_NAMESPACE`: no Python
     builtins (``__import__``, ``open``, ``eval`` ...), no patsy extras (splines, other
-    contrasts). Only code written by :class:`ParsedFormula` is evaluated in it."""
+    contrasts), no private attributes (``C.__globals__`` holds the builtins). Only code
+    written by :class:`ParsedFormula` (and patsy's own ``.transform`` calls) runs in it."""
 
     def with_outer_namespace(self, outer_namespace):
         return self  # patsy would add its builtins; the closed list already has ours
@@ -156,7 +160,10 @@ class ClosedEnvironment(patsy.EvalEnvironment):
         return ClosedEnvironment([{n: vld[n] for n in names}], self.flags)
 
     def eval(self, expr, source_name="<string>", inner_namespace={}):  # noqa: B006 (patsy's)
-        code = compile(expr, source_name, "eval", self.flags, False)
+        tree = ast.parse(expr.strip(), mode="eval")
+        if any(isinstance(n, ast.Attribute) and n.attr.startswith("_") for n in ast.walk(tree)):
+            raise patsy.PatsyError(f"refused to evaluate {expr!r}: private attributes")
+        code = compile(tree, source_name, "eval", self.flags, False)
         return eval(code, {"__builtins__": {}},  # noqa: S307 - code written by this module
                     VarLookupDict([inner_namespace] + self._namespaces))
 
@@ -167,10 +174,16 @@ def closed_environment() -> ClosedEnvironment:
 
 
 def _quote(text: str, prefer: str = "") -> str:
-    """``text`` as a Python string literal (it holds no backslash or control character):
-    in the ``prefer``-red quote when it can, so patsy's names keep the user's spelling."""
+    """``text`` as a string literal, in the ``prefer``-red quote when it can (patsy's
+    names keep the user's spelling); refused when no plain literal holds it."""
+    if re.search(r"[\\\x00-\x1f\x7f]", text) or {"'", '"'} <= set(text):
+        raise FormulaError(MSG_UNQUOTABLE.format(name=text))
     q = prefer if prefer and prefer not in text else '"' if '"' not in text else "'"
     return f"{q}{text}{q}"
+
+
+def _uniq(items: Iterable) -> tuple:
+    return tuple(dict.fromkeys(items))
 
 
 # --------------------------------------------------------------------------- the tree
@@ -184,8 +197,9 @@ class Column:
 
     @property
     def code(self) -> str:
-        if not self.quote and _BARE.match(self.name) and not keyword.iskeyword(self.name) \
-                and self.name not in _RESERVED and not self.name.startswith("__"):
+        bare = re.fullmatch(r"[A-Za-z_]\w*", self.name, re.ASCII) and not self.quote
+        if bare and not keyword.iskeyword(self.name) and self.name not in CLOSED_NAMESPACE \
+                and not self.name.startswith("__"):
             return self.name
         return f"Q({_quote(self.name, self.quote)})"
 
@@ -232,14 +246,10 @@ class Factor:
     @property
     def code(self) -> str:
         """patsy code of this factor in patsy's own spacing (so term names stay patsy's)."""
-        if self.kind == "column":
-            return self.arg.code
-        if self.kind == "categorical":
-            extra = f", Treatment({self.reference_code})" if self.reference_code else ""
-            return f"C({self.arg.code}{extra})"
-        if self.kind == "identity":
-            return f"I({self.arg.code})"
-        return f"{self.function}({self.arg.code})"
+        arg = self.arg.code
+        ref = f", Treatment({self.reference_code})" if self.reference_code else ""
+        return {"column": arg, "categorical": f"C({arg}{ref})", "identity": f"I({arg})"}.get(
+            self.kind, f"{self.function}({arg})")
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -255,8 +265,7 @@ class Factor:
         x = self.arg.values(frame)
         if self.kind != "transform":
             return x
-        func = TRANSFORMS[self.function][0]
-        if func is not None:
+        if (func := TRANSFORMS[self.function][0]) is not None:
             return func(x)
         centred = x - np.mean(x)
         return centred if self.function == "center" else centred / np.std(centred)
@@ -290,14 +299,10 @@ class Term:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(c for f in self.factors for c in f.columns))
+        return _uniq(c for f in self.factors for c in f.columns)
 
 
-def _uniq(items: Iterable) -> tuple:
-    return tuple(dict.fromkeys(items))
-
-
-def _interact(left: Sequence[Term], right: Sequence[Term]) -> tuple[Term, ...]:
+def _interact(left, right) -> tuple[Term, ...]:
     return _uniq(Term(_uniq(a.factors + b.factors)) for a in left for b in right)
 
 
@@ -316,22 +321,15 @@ class ParsedFormula:
     intercept: bool = True
     random_group: Column | None = None
 
-    # ------------------------------------------------------------- what it names
     def rhs_columns(self) -> list[str]:
         """The source data columns of the right-hand side's fixed-effect terms, in order
         of first use (``np.log(tumor_size_mm)`` -> ``tumor_size_mm``)."""
         return list(_uniq(c for t in self.terms for c in t.columns))
 
-    def term_columns(self) -> list[tuple[str, ...]]:
-        """Per fixed-effect term, its source columns."""
-        return [t.columns for t in self.terms]
-
     def columns(self) -> list[str]:
         """Every column the formula names: response, right-hand side, random group."""
-        out = [self.response.name] if self.response else []
-        out += self.rhs_columns()
-        out += [self.random_group.name] if self.random_group else []
-        return list(_uniq(out))
+        return list(_uniq([c.name for c in (self.response,) if c] + self.rhs_columns()
+                          + [c.name for c in (self.random_group,) if c]))
 
     def term_names(self) -> list[str]:
         """patsy's names of the fixed-effect terms (``Intercept`` not included)."""
@@ -350,7 +348,6 @@ class ParsedFormula:
     def numeric_factors(self) -> list[Factor]:
         return list(_uniq(f for t in self.terms for f in t.factors if f.numeric))
 
-    # ------------------------------------------------------------- generated code
     @property
     def patsy_rhs(self) -> str:
         """patsy code of the fixed-effect right-hand side, written from the tree."""
@@ -360,14 +357,11 @@ class ParsedFormula:
     @property
     def formula(self) -> str:
         """The fixed-effect formula, canonical (``detected ~ phase + sex``)."""
-        lhs = self.response.code + " " if self.response else ""
-        return f"{lhs}~ {self.patsy_rhs}"
+        return f"{self.response.code + ' ' if self.response else ''}~ {self.patsy_rhs}"
 
     def __str__(self) -> str:
-        rand = f" + (1 | {self.random_group.code})" if self.random_group else ""
-        return self.formula + rand
+        return self.formula + (f" + (1 | {self.random_group.code})" if self.random_group else "")
 
-    # ------------------------------------------------------------- new formulas
     def with_response(self, name: str) -> ParsedFormula:
         return replace(self, response=Column(name))
 
@@ -412,386 +406,247 @@ class ParsedFormula:
 
 
 class FormulaError(ContractError):
-    """A formula outside clinrel's grammar, or naming columns the data lacks."""
+    """A formula outside the allowlist, or naming columns the data lacks."""
 
 
-# --------------------------------------------------------------------------- tokens
+# --------------------------------------------------------------------------- reading
 
-_NUMBER = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_OPS = ("**", ":=", "~", "+", "-", "*", "/", ":", "(", ")", ",", "=", "|", ".")
-
-
-@dataclass(frozen=True)
-class _Tok:
-    kind: str      # name | number | string | op | end
-    text: str
-    pos: int       # 0-based offset in the formula
-    end: int
+_LEX = re.compile(r"""(?P<space>[ \t\r\n]+)|(?P<string>(['"])(?P<body>.*?)\3|['"])
+    |(?P<name>[A-Za-z_]\w*)|(?P<number>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?[\w.]*)
+    |(?P<op>\*\*|:=|[~+\-*/:(),=|.])""", re.ASCII | re.DOTALL | re.VERBOSE)
+_NEXT = re.compile(r"\s*(\(|[A-Za-z_]\w*)?", re.ASCII)
+_RANDOM_OP = [Operator("|", 2, 50)]    # below '+': '(1 | g)' needs its parentheses
 
 
-class _Parser:
+class _Reader:
     def __init__(self, text: str):
-        self.text = text
-        self.term_start = 0
-        self.tokens = self._tokenize()
-        self.i = 0
-        self.depth = 0
+        self.text, self.norm = text, re.sub(r"[\t\r\n]", " ", text)  # patsy reads one line
+        self.lead = len(self.norm) - len(self.norm.lstrip())   # patsy strips the text
+        self.src, self.base = "", 0                            # the factor being matched
 
-    # ---------------------------------------------------------------- errors
     def fail(self, problem: str, pos: int):
-        raise FormulaError(MSG_FORMULA.format(formula=self.text, problem=problem,
-                                              term=self._term_text(), pos=pos + 1))
+        """Raise :data:`MSG_FORMULA` for ``pos``, with the top-level term (between + and ~)
+        that holds it."""
+        depth, quote, cuts = 0, "", [-1]
+        for i, ch in enumerate(self.text):
+            if quote or ch in "'\"":
+                quote = "" if ch == quote else quote or ch
+            elif ch in "([{)]}":
+                depth += 1 if ch in "([{" else -1
+            elif ch in "+~" and depth <= 0:
+                cuts.append(i)
+        lo = max(c for c in cuts if c < pos) + 1
+        term = self.text[lo:min([c for c in cuts if c >= pos] + [len(self.text)])].strip()
+        term = term or self.text.partition("~")[2].strip() or self.text
+        raise FormulaError(MSG_FORMULA.format(formula=self.text, problem=problem, pos=pos + 1,
+                                              term=term if len(term) <= 80 else term[:77] + "..."))
 
-    def _term_text(self) -> str:
-        """The user's text of the top-level term being read (up to the next + or ~)."""
-        depth, quote, out = 0, "", []
-        for ch in self.text[self.term_start:]:
-            if quote:
-                quote = "" if ch == quote else quote
-            elif ch in "'\"":
-                quote = ch
-            elif ch in "([{":
-                depth += 1
-            elif ch in ")]}":
-                depth -= 1
-            elif ch in "+~" and depth <= 0 and out:
-                break
-            out.append(ch)
-        term = "".join(out).strip() or self.text.partition("~")[2].strip() or self.text
-        return term if len(term) <= 80 else term[:77] + "..."
-
-    # ---------------------------------------------------------------- tokenizer
-    def _tokenize(self) -> list[_Tok]:
-        text, i, out = self.text, 0, []
+    # ---------------------------------------------------------------- 1. characters
+    def scan(self) -> None:
+        text, i, depth, tildes, prev = self.norm, 0, 0, 0, None
         while i < len(text):
-            ch = text[i]
-            if ch in " \t\r\n":
-                i += 1
-                continue
-            if not out or (out[-1].kind == "op" and out[-1].text in ("+", "~")):
-                self.term_start = i
-            if ch in "'\"":
-                end = text.find(ch, i + 1)
-                if end < 0:
-                    self.fail(P_UNTERMINATED, i)
-                body = text[i + 1:end]
-                bad = [k for k, c in enumerate(body) if c == "\\" or ord(c) < 32 or ord(c) == 127]
-                if bad:
-                    self.fail(P_QUOTE_CHAR, i + 1 + bad[0])
-                out.append(_Tok("string", body, i, end + 1))
-                i = end + 1
-                continue
-            m = _NAME.match(text, i)
-            if m:
-                out.append(_Tok("name", m.group(), i, m.end()))
-                i = m.end()
-                continue
-            m = _NUMBER.match(text, i)
-            if m:
-                end = m.end()
-                if end < len(text) and (text[end].isalnum() or text[end] in "_."):
-                    while end < len(text) and (text[end].isalnum() or text[end] in "_."):
-                        end += 1
-                    self.fail(P_BAD_NUMBER.format(text=text[i:end]), i)
-                out.append(_Tok("number", m.group(), i, end))
-                i = end
-                continue
-            op = next((o for o in _OPS if text.startswith(o, i)), None)
-            if op == ":=":
-                self.fail("assignment ':=' is not allowed", i)
-            if op is None:
-                why = _HINTS.get(ch, "" if ch.isascii() else
-                                 " (quote odd column names as Q(\"name\"))")
+            m = _LEX.match(text, i)
+            if m is None:
+                ch = text[i]
+                why = _HINTS.get(ch, "" if ch.isascii() else _QUOTE_HINT)
                 self.fail(P_CHAR.format(char=ch, code=ord(ch), why=why), i)
-            out.append(_Tok("op", op, i, i + len(op)))
-            i += len(op)
-        out.append(_Tok("end", "", len(text), len(text)))
-        self.term_start = 0
-        return out
+            kind, tok, after = m.lastgroup, m.group(), _NEXT.match(text, m.end()).group(1)
+            if kind == "string":
+                bad = re.search(r"[\\\x00-\x1f\x7f]", m.group("body") or "")
+                if len(tok) == 1:
+                    self.fail(P_UNTERMINATED, i)
+                if prev and prev.lastgroup == "string":   # Python would join 'a' 'b'
+                    self.fail(P_EXPECTED.format(what="')'", found="more quoted text"), i)
+                if prev and prev.lastgroup == "name" and prev.end() == i:
+                    self.fail(P_PREFIX.format(name=prev.group()), prev.start())
+                if bad:
+                    self.fail(P_QUOTE_CHAR, i + 1 + bad.start())
+            elif kind == "name":
+                np_name = prev is not None and prev.group() == "."   # checked at the '.'
+                for problem, hit in ((P_KEYWORD, keyword.iskeyword(tok)),
+                                     (P_UNKNOWN_FUNCTION, after == "(" and tok not in _FUNCTIONS
+                                      and not np_name), (P_DUNDER, tok.startswith("__"))):
+                    if hit:
+                        self.fail(problem.format(name=tok), i)
+            elif kind == "number" and (not re.fullmatch(r"(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", tok)
+                                       or len(tok) > 32 or not np.isfinite(float(tok))):
+                self.fail(P_BAD_NUMBER.format(text=tok), i)
+            elif tok == "." and (prev is None or prev.group() != "np"):
+                name = f"{prev.group()}." if prev and prev.lastgroup == "name" else f".{after}"
+                self.fail(P_ATTRIBUTE.format(name=name), i)
+            elif tok == "." and f"np.{after}" not in TRANSFORMS:
+                self.fail(P_NP_FUNCTION.format(name=f"np.{after or ''}"), prev.start())
+            elif tok == ":=":
+                self.fail(P_ASSIGN, i)
+            depth += (tok == "(") - (tok == ")")
+            tildes += tok == "~"
+            if depth > MAX_DEPTH or tildes > 1:
+                self.fail(P_DEPTH if depth > MAX_DEPTH else P_SECOND_TILDE, i)
+            prev, i = (m if kind != "space" else prev), m.end()
+        if not tildes:
+            raise FormulaError(MSG_NO_TILDE.format(formula=self.text))
 
-    # ---------------------------------------------------------------- helpers
-    @property
-    def tok(self) -> _Tok:
-        return self.tokens[self.i]
-
-    def peek(self, k: int = 1) -> _Tok:
-        return self.tokens[min(self.i + k, len(self.tokens) - 1)]
-
-    def is_op(self, text: str, tok: _Tok | None = None) -> bool:
-        t = tok or self.tok
-        return t.kind == "op" and t.text == text
-
-    def take(self) -> _Tok:
-        t = self.tok
-        self.i += 1
-        return t
-
-    def expect(self, text: str, what: str) -> _Tok:
-        if not self.is_op(text):
-            self.fail(P_EXPECTED.format(what=what, found=self._found()), self.tok.pos)
-        return self.take()
-
-    def _found(self, tok: _Tok | None = None) -> str:
-        t = tok or self.tok
-        if t.kind == "end":
-            return "the end of the formula"
-        if t.kind == "string":
-            return "quoted text"
-        return repr(t.text)
-
-    # ---------------------------------------------------------------- grammar
+    # ---------------------------------------------------------------- 2. operators
     def formula(self) -> ParsedFormula:
+        self.scan()
+        try:
+            tree = _patsy_parse(self.norm, extra_operators=_RANDOM_OP)
+        except patsy.PatsyError as exc:
+            problem = exc.message.replace("a noun", "a term").replace(", not '", ", found '")
+            problem = problem.replace("but instead the expression ended", "found the end of the formula")
+            self.fail(problem, self.lead + (exc.origin.start if exc.origin else 0))
         response = None
-        if not self.is_op("~"):
-            if not any(self.is_op("~", t) for t in self.tokens):
-                raise FormulaError(MSG_NO_TILDE.format(formula=self.text))
-            response = self.column("the outcome column before '~'")
-            if not self.is_op("~"):
-                self.fail(P_EXPECTED.format(what="'~' after the outcome column",
-                                            found=self._found()), self.tok.pos)
-        self.take()
-        terms, intercept, group = self.sum(top=True)
-        if self.tok.kind != "end":
-            what = P_SECOND_TILDE if self.is_op("~") else P_EXPECTED.format(
-                what="'+', ':', '*' or the end of the formula", found=self._found())
-            if self.is_op("."):
-                what = P_ATTRIBUTE.format(name="." + self.peek().text)
-            self.fail(what, self.tok.pos)
+        if len(tree.args) == 2:
+            response = self.column(self.expr(tree.args[0], "the outcome column before '~'"),
+                                   "the outcome column before '~'")
+        terms, intercept, group = self.sum(tree.args[-1])
         if not terms and not intercept:
             raise FormulaError(MSG_NO_TERMS.format(formula=self.text))
-        return ParsedFormula(text=self.text, response=response, terms=terms,
-                             intercept=intercept, random_group=group)
+        return ParsedFormula(self.text, response, terms, intercept, group)
 
-    def sum(self, *, top: bool):
-        terms: tuple[Term, ...] = ()
-        intercept, group = True, None
-        sign = "+"
-        if self.is_op("-") or self.is_op("+"):
-            sign = self.take().text
-        while True:
-            if top:
-                self.term_start = self.tok.pos
-            t = self.tok
-            if t.kind == "number" and t.text in ("0", "1") and (
-                    self.peek().kind == "end" or self.peek().text in ("+", "-", ")")):
-                if not top:
-                    self.fail(P_INTERCEPT_INSIDE.format(where="inside parentheses"), t.pos)
-                if sign == "-" and t.text == "0":
-                    self.fail(P_MINUS, t.pos)
-                self.take()
-                intercept = (t.text == "1") == (sign == "+")
+    def pos(self, node) -> int:
+        return self.lead + node.token.origin.start
+
+    def limit(self, terms: tuple) -> tuple:
+        if len(terms) > MAX_TERMS:
+            raise FormulaError(MSG_TOO_MANY_TERMS.format(formula=self.text, n=len(terms),
+                                                         limit=MAX_TERMS))
+        return terms
+
+    def sum(self, node):
+        """The top-level sum: its terms, the intercept and the random group."""
+        items = []
+        while node.type in ("+", "-") and len(node.args) == 2:
+            items.append((node.type, node.args[1]))
+            node = node.args[0]
+        terms, intercept, group = (), True, None
+        for sign, item in reversed(items + [("+", node)]):
+            if item.type in ("+", "-") and len(item.args) == 1 and sign == "+":
+                sign, item = item.type, item.args[0]
+            if item.type == "ONE" or item.type == "ZERO" and sign == "+":
+                intercept = (item.type == "ONE") == (sign == "+")
             elif sign == "-":
-                self.fail(P_MINUS, t.pos)
-            elif self._random_ahead():
-                if not top or group is not None:
-                    self.fail(P_RANDOM, t.pos)
-                group = self.random()
+                self.fail(P_MINUS, self.pos(item))
+            elif item.type == "|":
+                if group is not None or item.args[0].type != "ONE":
+                    self.fail(P_RANDOM, self.pos(item))
+                group = self.column(self.expr(item.args[1], P_RANDOM), "the group column")
             else:
-                terms = _uniq(terms + self.product())
-                if len(terms) > MAX_TERMS:
-                    raise FormulaError(MSG_TOO_MANY_TERMS.format(
-                        formula=self.text, n=len(terms), limit=MAX_TERMS))
-            if not (self.is_op("+") or self.is_op("-")):
-                return terms, intercept, group
-            sign = self.take().text
+                terms = self.limit(_uniq(terms + self.expand(item)))
+        return terms, intercept, group
 
-    def _random_ahead(self) -> bool:
-        return self.is_op("(") and self.peek().text == "1" and self.is_op("|", self.peek(2))
+    def expand(self, node) -> tuple[Term, ...]:
+        """The terms of ``node``; a chain (``a:b:...``) is walked, not recursed into."""
+        while node.type == "+" and len(node.args) == 1:
+            node = node.args[0]
+        op = node.type
+        if op == "PYTHON_EXPR":
+            return (Term((self.factor(self.expr(node)),)),)
+        if op not in ("+", "*", ":") or len(node.args) != 2:
+            number = op == "NUMBER" and P_NUMBER_TERM.format(text=node.token.extra)
+            self.fail(P_NODE.get(op) or number or P_EXPECTED.format(
+                what="a term", found=repr(node.origin.relevant_code())), self.pos(node))
+        parts = []
+        while node.type == op and len(node.args) == 2:
+            parts.append(node.args[1])
+            node = node.args[0]
+        out = self.expand(node)
+        for part in reversed(parts):
+            right = self.expand(part)
+            out = self.limit(_uniq(out + right) if op == "+" else _interact(out, right)
+                             if op == ":" else _uniq(out + right + _interact(out, right)))
+        return out
 
-    def random(self) -> Column:
-        self.take()
-        self.take()
-        self.take()
-        group = self.column("the group column of '(1 | group)'")
-        if self.is_op("/") or self.is_op(":") or self.is_op("+"):
-            self.fail(P_RANDOM, self.tok.pos)
-        self.expect(")", "')' closing '(1 | group)'")
-        if self.is_op(":") or self.is_op("*"):
-            self.fail(P_RANDOM, self.tok.pos)
-        return group
+    # ---------------------------------------------------------------- 3. factors
+    def expr(self, node, what: str = "a term") -> ast.expr:
+        """The ``ast`` of a factor's text (parsed, not evaluated)."""
+        if node.type != "PYTHON_EXPR":
+            self.fail(P_RANDOM if what == P_RANDOM else P_EXPECTED.format(
+                what=what, found=repr(node.origin.relevant_code())), self.pos(node))
+        start = self.lead + node.origin.start
+        self.src, self.base = self.norm[start:self.lead + node.origin.end], start
+        try:
+            return ast.parse(self.src, mode="eval").body
+        except SyntaxError as exc:
+            self.fail(P_SYNTAX.format(found=repr(self.src), why=exc.msg),
+                      start + max((exc.offset or 1) - 1, 0))
 
-    def product(self) -> tuple[Term, ...]:
-        left = self.inter()
-        while self.is_op("*"):
-            self.take()
-            right = self.inter()
-            left = _uniq(left + right + _interact(left, right))
-            if len(left) > MAX_TERMS:
-                raise FormulaError(MSG_TOO_MANY_TERMS.format(formula=self.text, n=len(left),
-                                                             limit=MAX_TERMS))
-        if self.is_op("/"):
-            self.fail("'/' (nesting) is not supported; write a + a:b", self.tok.pos)
-        if self.is_op("**"):
-            self.fail("'**' is allowed only inside I(), e.g. I(age ** 2)", self.tok.pos)
-        if self.is_op("|"):
-            self.fail(P_RANDOM, self.tok.pos)
-        return left
+    def at(self, e: ast.AST) -> int:
+        """Position of ``e`` in the formula (``col_offset`` counts UTF-8 bytes)."""
+        return self.base + len(self.src.encode()[:e.col_offset].decode(errors="ignore"))
 
-    def inter(self) -> tuple[Term, ...]:
-        left = self.atom()
-        while self.is_op(":"):
-            self.take()
-            left = _interact(left, self.atom())
-        return left
+    def found(self, e: ast.AST) -> str:
+        if isinstance(e, ast.Call):
+            return ast.get_source_segment(self.src, e.func) + "(...)"
+        return "quoted text" if isinstance(e, ast.Constant) and isinstance(e.value, str) else \
+            repr(ast.get_source_segment(self.src, e))
 
-    def atom(self) -> tuple[Term, ...]:
-        t = self.tok
-        if self.is_op("("):
-            if self._random_ahead():
-                self.fail(P_RANDOM, t.pos)
-            self.depth += 1
-            if self.depth > MAX_DEPTH:
-                self.fail(f"more than {MAX_DEPTH} nested parentheses", t.pos)
-            self.take()
-            if self.is_op("-"):
-                self.fail(P_MINUS, self.tok.pos)
-            terms, _, _ = self.sum(top=False)
-            if self.is_op("|"):
-                self.fail(P_RANDOM, self.tok.pos)
-            self.expect(")", "')'")
-            self.depth -= 1
-            return terms
-        if t.kind == "number":
-            if t.text in ("0", "1"):
-                self.fail(P_INTERCEPT_INSIDE.format(where="inside an interaction"), t.pos)
-            self.fail(P_NUMBER_TERM.format(text=t.text), t.pos)
-        if t.kind == "name":
-            return (Term((self.factor(),)),)
-        if t.kind == "string":
-            self.fail(P_STRING, t.pos)
-        self.fail(P_EXPECTED.format(what="a term", found=self._found()), t.pos)
+    def column(self, e: ast.expr, what: str = "a column") -> Column:
+        match e:
+            case ast.Name(id=name):
+                return Column(name)
+            case ast.Call(func=ast.Name(id="Q"), args=[ast.Constant(value=str(name)) as s],
+                          keywords=[]):
+                return Column(name, quote=self.src[self.at(s) - self.base])
+            case ast.Call(func=ast.Name(id="Q")):
+                self.fail(P_ARGUMENTS.format(name="Q", takes=_TAKES["Q"]),
+                          self.at((e.args + [e])[0]))
+            case ast.Constant(value=str()):
+                self.fail(P_STRING, self.at(e))
+        self.fail(P_EXPECTED.format(what=what, found=self.found(e)), self.at(e))
 
-    # ---------------------------------------------------------------- factors
-    def _name_checks(self, t: _Tok) -> None:
-        nxt = self.peek()
-        if nxt.kind == "string" and nxt.pos == t.end:
-            self.fail(P_PREFIX.format(name=t.text), t.pos)
-        if keyword.iskeyword(t.text):
-            self.fail(P_KEYWORD.format(name=t.text), t.pos)
-        if t.text.startswith("__"):
-            self.fail(P_DUNDER.format(name=t.text), t.pos)
+    def number(self, e: ast.expr) -> str:
+        neg = isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub)
+        c = e.operand if neg else e
+        if not (isinstance(c, ast.Constant) and type(c.value) in (int, float)):
+            self.fail(P_EXPECTED.format(what="a number", found=self.found(e)), self.at(e))
+        return "-" * neg + ast.get_source_segment(self.src, c)
 
-    def factor(self) -> Factor:
-        t = self.tok
-        name = t.text
-        if self.is_op("(", self.peek()) and name not in TRANSFORMS and name not in ("C", "I", "Q"):
-            self.fail(P_UNKNOWN_FUNCTION.format(name=name), t.pos)
-        self._name_checks(t)
-        if name == "Q":
-            return Factor("column", self.column("a column"))
-        if self.is_op(".", self.peek()):
-            after = self.peek(2)
-            if name != "np" or after.kind != "name":
-                self.fail(P_ATTRIBUTE.format(name=name + "."), self.peek().pos)
-            name = f"np.{after.text}"
-            if name not in TRANSFORMS:
-                self.fail(P_NP_FUNCTION.format(name=name), t.pos)
-            self.i += 2
-        if not self.is_op("(", self.peek()):
-            if name in TRANSFORMS and "." in name:
-                self.fail(P_EXPECTED.format(what=f"'(' after {name}", found=self._found(
-                    self.peek())), self.peek().pos)
-            return Factor("column", self.column("a column"))
-        self.take()
-        self.take()
-        if name == "C":
-            return self.categorical()
-        if name == "I":
-            arg = self.arith("I")
-            self.expect(")", "')' closing I(")
-            return Factor("identity", arg)
-        if name in TRANSFORMS:
-            arg = self.arith(name)
-            self.expect(")", f"')' closing {name}(")
-            return Factor("transform", arg, function=name)
-        self.fail(P_UNKNOWN_FUNCTION.format(name=name), t.pos)
-
-    def column(self, what: str) -> Column:
-        t = self.tok
-        if t.kind != "name":
-            self.fail(P_EXPECTED.format(what=what, found=self._found()), t.pos)
-        if self.is_op("(", self.peek()) and t.text != "Q":
-            self.fail(P_UNKNOWN_FUNCTION.format(name=t.text) if t.text not in TRANSFORMS
-                      and t.text not in ("C", "I") else
-                      P_EXPECTED.format(what=what, found=f"{t.text}(...)"), t.pos)
-        if t.text == "np" and self.is_op(".", self.peek()) and self.peek(2).kind == "name":
-            self.fail(P_EXPECTED.format(what=what, found=f"np.{self.peek(2).text}(...)"), t.pos)
-        self._name_checks(t)
-        if t.text == "Q" and self.is_op("(", self.peek()):
-            self.take()
-            self.take()
-            s = self.tok
-            if s.kind != "string":
-                self.fail(P_ARGUMENTS.format(name="Q", takes="one quoted column name, "
-                                             "e.g. Q(\"tumor size\")"), s.pos)
-            self.take()
-            self.expect(")", "')' closing Q(")
-            return Column(s.text, quote=self.text[s.pos])
-        if self.is_op(".", self.peek()):
-            self.fail(P_ATTRIBUTE.format(name=t.text + "."), self.peek().pos)
-        self.take()
-        return Column(t.text)
-
-    def number(self) -> str:
-        sign = ""
-        if self.is_op("-"):
-            sign = self.take().text
-        t = self.tok
-        if t.kind != "number":
-            self.fail(P_EXPECTED.format(what="a number", found=self._found()), t.pos)
-        if len(t.text) > 32 or not np.isfinite(float(t.text)):
-            self.fail(P_BAD_NUMBER.format(text=t.text), t.pos)
-        self.take()
-        return sign + t.text
-
-    def arith(self, name: str) -> Column | Arith:
-        required = name == "I"
-        col = self.column("a column")
-        if not required and self.is_op(")"):
-            return col
-        op = self.tok
-        if op.kind != "op" or op.text not in _ARITH:
-            self.fail(P_ARGUMENTS.format(
-                name=name,
-                takes="'column op number', op one of + - * / **" if required else
-                "a column or 'column op number'"), op.pos)
-        self.take()
-        return Arith(col, op.text, self.number())
-
-    def categorical(self) -> Factor:
-        col = self.column("a column")
-        if self.is_op(")"):
-            self.take()
-            return Factor("categorical", col)
-        self.expect(",", "')' or ', Treatment(level)' in C(")
-        t = self.tok
-        if t.kind != "name" or t.text != "Treatment" or not self.is_op("(", self.peek()):
-            self.fail(P_ARGUMENTS.format(name="C", takes="a column and optionally "
-                                         "Treatment('reference level')"), t.pos)
-        self.take()
-        self.take()
-        kw = ""
-        if self.tok.kind == "name" and self.tok.text == "reference" and self.is_op("=", self.peek()):
-            self.take()
-            self.take()
-            kw = "reference="
-        lit = self.tok
-        if lit.kind == "string":
-            self.take()
-            level, code = lit.text, _quote(lit.text, self.text[lit.pos])
+    def factor(self, e: ast.expr) -> Factor:
+        f = e.func if isinstance(e, ast.Call) else None
+        np_attr = isinstance(f, ast.Attribute) and getattr(f.value, "id", "") == "np"
+        name = f.id if isinstance(f, ast.Name) else f"np.{f.attr}" if np_attr else ""
+        if name not in ("C", "I") and name not in TRANSFORMS:
+            return Factor("column", self.column(e, "a term" if name else "a column"))
+        extra = e.args[1:] + e.keywords
+        takes = P_ARGUMENTS.format(name=name,
+                                   takes=_TAKES.get(name, "a column or 'column op number'"))
+        if name != "C":
+            if extra or not e.args:
+                self.fail(takes, self.at((extra + [e])[0]))
+            arg = e.args[0]
+            if isinstance(arg, ast.BinOp) and type(arg.op) in _AST_OPS:
+                arg = Arith(self.column(arg.left), _AST_OPS[type(arg.op)], self.number(arg.right))
+            elif name == "I":
+                self.fail(takes, self.at(arg))
+            else:
+                arg = self.column(arg)
+            return Factor("identity", arg) if name == "I" else Factor("transform", arg, name)
+        match e.args:
+            case [col] if not e.keywords:
+                return Factor("categorical", self.column(col))
+            case [_, _, wrong, *_]:
+                self.fail(P_EXPECTED.format(what="')' closing C(", found=self.found(wrong)),
+                          self.at(wrong))
+            case [col, ast.Call(func=ast.Name(id="Treatment"), args=[level], keywords=[])] \
+                    if not e.keywords:
+                kw = ""
+            case [col, ast.Call(func=ast.Name(id="Treatment"), args=[], keywords=[
+                    ast.keyword(arg="reference", value=level)])] if not e.keywords:
+                kw = "reference="
+            case _:
+                self.fail(takes, self.at((extra + [e])[0]))
+        col = self.column(col)
+        if isinstance(level, ast.Constant) and isinstance(level.value, str):
+            ref, code = level.value, _quote(level.value, self.src[self.at(level) - self.base])
         else:
-            code = self.number()
-            level = float(code)
-            level = int(level) if level.is_integer() and "." not in code and "e" not in code.lower() \
-                else level
-        self.expect(")", "')' closing Treatment(")
-        self.expect(")", "')' closing C(")
-        return Factor("categorical", col, reference=level, reference_code=kw + code)
+            code = self.number(level)
+            ref = int(code) if re.fullmatch(r"-?\d+", code) else float(code)
+        return Factor("categorical", col, reference=ref, reference_code=kw + code)
 
 
 def parse_formula(text: str, columns: Iterable | None = None) -> ParsedFormula:
-    """Parse a model formula with clinrel's grammar (module docstring); nothing is evaluated.
+    """Parse a model formula (module docstring); nothing is evaluated.
 
     Parameters
     ----------
@@ -812,14 +667,14 @@ def parse_formula(text: str, columns: Iterable | None = None) -> ParsedFormula:
     Raises
     ------
     FormulaError
-        Text outside the grammar (the message names the term, the character position
+        Text outside the allowlist (the message names the term, the character position
         and what is allowed), or columns the data lacks (named, with the data's columns).
     """
     if not isinstance(text, str):
         raise FormulaError(MSG_NOT_TEXT.format(got=text))
     if len(text) > MAX_LENGTH:
         raise FormulaError(MSG_TOO_LONG.format(n=len(text), limit=MAX_LENGTH))
-    parsed = _Parser(text).formula()
+    parsed = _Reader(text).formula()
     if columns is not None:
         parsed.check_columns(columns)
     return parsed

@@ -155,8 +155,8 @@ def _formula_term(column: str) -> str | None:
     from stats.formula import Column, parse_formula
     from stats.schema import ContractError
 
-    code = Column(column).code
     try:
+        code = Column(column).code
         parsed = parse_formula("detected ~ " + code)
     except ContractError:
         return None
