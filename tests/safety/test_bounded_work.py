@@ -235,7 +235,7 @@ def test_simulate_sizes_are_capped(tmp_path):
     rc, out = cli("simulate", "benchx", "--scale", 10 ** 12, "--out", tmp_path / "s.csv")
     assert rc == 2 and "--scale 1,000,000,000,000" in out and "cap of 10,000,000" in out
     rc, out = cli("simulate", "crs", "--scale", 10 ** 6, "--out", tmp_path / "s.csv")
-    assert rc == 2 and "cap of 1,000 simulated encoders" in out
+    assert rc == 2 and "cap of 10,000 simulated encoders" in out
     assert not (tmp_path / "s.csv").exists()
 
 
@@ -271,3 +271,8 @@ def test_every_cap_is_in_the_one_table_and_in_the_docs():
                          re.MULTILINE), cap.name
     for key in limits.ESTIMATED:                 # bounded by the estimates, named there
         assert f"`{key}`" in table
+    from analysis.plan import keys               # the plan's list caps, declared with them
+    for k in keys():
+        if k.cap:
+            assert re.search(rf"^\| `{re.escape(k.path)}` \| {k.cap[0]:,} \|", table,
+                             re.MULTILINE), k.path
