@@ -1316,26 +1316,31 @@ def _planned_work(plan: Plan, file: str) -> None:
     row) already needs this much, so an absurd count is refused before any input is read,
     naming the key, the estimate and the cap to raise."""
     from stats import limits
+    from stats.bootstrap import cluster_bootstrap_work
+    from stats.calibration import ece_bootstrap_work
+    from stats.crs_resample import crs_bootstrap_work
+    from stats.label_error import imputation_work
+    from stats.ranking import ranking_stability_work
 
     s = plan.spec
     floor = "a lower bound, before the data are read"
     works = []
     if s.detection is not None and s.detection.bootstrap.n_boot:
         n = s.detection.bootstrap.n_boot
-        works.append(("detection.bootstrap.n_boot", limits.cluster_bootstrap_work(
+        works.append(("detection.bootstrap.n_boot", cluster_bootstrap_work(
             n, 1, 1, 1, setting="detection.bootstrap.n_boot", what="the bootstrap")))
     if s.crs is not None:
-        works.append(("crs.bootstrap.n_boot", limits.crs_bootstrap_work(
+        works.append(("crs.bootstrap.n_boot", crs_bootstrap_work(
             s.crs.bootstrap.n_boot, [(1, [1], [1])], setting="crs.bootstrap.n_boot",
             what="the CRS bootstrap")))
         if s.crs.n_weights:
-            works.append(("crs.n_weights", limits.ranking_stability_work(
+            works.append(("crs.n_weights", ranking_stability_work(
                 s.crs.n_weights, 1, setting="crs.n_weights")))
-    works.append(("calibration.bootstrap.n_boot", limits.ece_bootstrap_work(
+    works.append(("calibration.bootstrap.n_boot", ece_bootstrap_work(
         s.calibration.bootstrap.n_boot, 1, 1, "uniform", setting="calibration.bootstrap.n_boot",
         what="the ECE bootstrap")))
     if s.metadata is not None and s.metadata.label_error is not None:
-        works.append(("metadata.n_imputations", limits.imputation_work(
+        works.append(("metadata.n_imputations", imputation_work(
             s.metadata.n_imputations, 1, setting="metadata.n_imputations")))
     with limits.using(plan.limits, file):
         for k, work in works:

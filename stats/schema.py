@@ -20,18 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from stats.errors import ContractError  # noqa: F401  (re-exported: stats.schema.ContractError)
+
 # --------------------------------------------------------------------------- errors
-
-
-class ContractError(ValueError):
-    """A table breaks its contract. The message says where, what and how to fix it."""
-
-    def __init__(self, message: str, *, source: str | None = None, column: str | None = None,
-                 rows: Sequence[int] | None = None):
-        super().__init__(message)
-        self.source = source
-        self.column = column
-        self.rows = list(rows) if rows is not None else []
 
 
 MSG_MISSING_FILE = "{source}: file not found; check the path (relative paths are read from {cwd})"

@@ -106,7 +106,7 @@ def test_user_file_named_like_a_temporary_survives_in_the_parent_of_out(study):
 
 KILLED_WRITER = """
 import os, signal, sys
-from clinrel.outputs import atomic_file
+from reports.outputs import atomic_file
 with atomic_file(sys.argv[1]) as tmp:
     tmp.write_text("half")
     print(tmp, flush=True)
@@ -243,7 +243,7 @@ def test_write_tables_failing_midway_writes_nothing(tmp_path):
     (tmp_path / "old.csv").write_text("old\n")
     outputs._record_written([tmp_path / "old.csv"])     # clinrel's: --force may replace it
     before = _snapshot(tmp_path)
-    # a full disk is a message naming the output that failed (clinrel.outputs.MSG_NO_SPACE)
+    # a full disk is a message naming the output that failed (reports.outputs.MSG_NO_SPACE)
     with pytest.raises(outputs.OutputError, match=r"--b-out .*b\.parquet.*the disk is full"):
         outputs.write_tables([("--out", tmp_path / "old.csv", df),
                               ("--a-out", tmp_path / "new" / "a.csv", df),

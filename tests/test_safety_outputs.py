@@ -27,7 +27,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from clinrel._csvsafe import FORMULA_START, neutralise, neutralise_text, write_csv
+from reports.csvsafe import FORMULA_START, neutralise, neutralise_text, write_csv
 from clinrel.cli import app
 from clinrel import outputs
 from stats import simulate
@@ -398,7 +398,7 @@ def test_neutralise_text(value, expected):
 
 
 def test_numbers_have_twelve_significant_digits_and_text_is_neutralised(tmp_path):
-    """Numbers are written at 12 significant digits (clinrel._csvsafe.SIGNIFICANT_DIGITS),
+    """Numbers are written at 12 significant digits (reports.csvsafe.SIGNIFICANT_DIGITS),
     whole numbers without a decimal point, -0.0 as 0, floats held in text columns too."""
     x = np.array([-0.1234567890123456789, -1e-300, 2.0 / 3.0, np.nan])
     df = pd.DataFrame({"estimate": x, "n": [-1, 2, 3, 4], "ok": [True, False, True, False],

@@ -32,7 +32,7 @@ later run can put it back). A command writing several files (:func:`write_tables
 checks all of them, writes all to temporaries and only then moves them into place,
 undoing the moves already made if one fails: all of them or none. An error, SIGTERM or
 Ctrl-C removes the temporaries at once (the bookkeeping itself is never cut in half by
-a signal: ``clinrel._signals.held``). After a SIGKILL, the next clinrel run that writes
+a signal: ``reports._signals.held``). After a SIGKILL, the next clinrel run that writes
 into the same folder removes the leftovers whose process is dead, and the next report
 removes dead runs' ``clinrel-build-PID-*`` folders from the temporary directory. Nothing
 else is touched (:func:`clean_stale` says why).
@@ -914,7 +914,7 @@ def atomic_file(out, *, option: str = "--out") -> Iterator[Path]:
 
 
 def _write_one(df, tmp: Path) -> None:
-    from clinrel._csvsafe import write_csv
+    from reports.csvsafe import write_csv
 
     if tmp.suffix.lower() == ".csv":
         write_csv(df, tmp)
