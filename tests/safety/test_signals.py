@@ -190,7 +190,7 @@ def test_a_signal_while_blocks_run_on_a_dask_cluster_ends_cleanly(tmp_path, kind
 # --------------------------------------------------------------------------- the rules
 
 def _script(body: str, **kw) -> subprocess.CompletedProcess:
-    code = "import os, signal, sys, time\nfrom clinrel import _signals\n_signals.install()\n"
+    code = "import os, signal, sys, time\nfrom reports import _signals\n_signals.install()\n"
     return subprocess.run([sys.executable, "-c", code + textwrap.dedent(body)],
                           capture_output=True, text=True, env=ENV, timeout=300, **kw)
 
