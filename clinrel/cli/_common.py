@@ -60,7 +60,8 @@ def plan_option(key: str, *decls: str, **kw):
     if d.default:
         text += f" Default: {d.default.replace('`', '')}."
     help_text = kw.pop("help", f"{text} (plan key {key})")
-    return typer.Option(*(decls or (d.cli,)), help=help_text, **kw)
+    default = kw.pop("default", ...)   # "...": the default is the parameter's (Annotated)
+    return typer.Option(default, *(decls or (d.cli,)), help=help_text, **kw)
 
 
 def check_seed(value: int | None, option: str = "--seed") -> None:
