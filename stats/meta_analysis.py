@@ -9,16 +9,21 @@ denominator. As metafor's ``escalc(measure = "PLO")``:
 
 with 0.5 added to ``x_i`` and ``n_i - x_i`` of a site with a zero cell (``x_i`` of 0 or
 ``n_i``, decided on the exact counts) and to no other site (``to = "only0"``). The model
-``y_i ~ N(mu, v_i + tau2)`` is fitted by REML (``rma(method = "REML")``): Fisher scoring
-from the Hedges start ``max(0, (sum (y_i - ybar)^2 - (1 - 1/k) sum v_i) / (k - 1))``,
-
-    tau2 <- max(0, tau2 + (y'PPy - tr P) / tr PP),   P = W - w w' / sum w,  w_i = 1/(v_i + tau2)
-
-(``y'PPy = sum w_i^2 (y_i - mu)^2``, ``tr P = sum w - sum w^2 / sum w``, ``tr PP = sum w^2 -
-2 sum w^3 / sum w + (sum w^2)^2 / (sum w)^2``) until a step changes ``tau2`` by less than
-1e-12; all analyses (models x cells) are iterated at once, one array per quantity (no
-loop over sites or analyses). metafor halves a step that would go below 0 where this
-projects it onto 0; both stop at the same estimate (metafor within its threshold).
+``y_i ~ N(mu, v_i + tau2)`` is fitted by REML (``rma(method = "REML")``). The REML score
+(twice the derivative of the restricted log-likelihood) is ``y'PPy - tr P`` with
+``P = W - w w' / sum w``, ``w_i = 1/(v_i + tau2)`` (``y'PPy = sum w_i^2 (y_i - mu)^2``,
+``tr P = sum w - sum w^2 / sum w``, ``tr PP = sum w^2 - 2 sum w^3 / sum w + (sum w^2)^2 /
+(sum w)^2``). Where the score at 0 is not positive the estimate is 0 (the boundary
+optimum). Elsewhere it is the root of the score, found by Fisher scoring,
+``tau2 <- tau2 + (y'PPy - tr P) / tr PP``, from metafor's Hedges start
+``max(0, (sum (y_i - ybar)^2 - (1 - 1/k) sum v_i) / (k - 1))``, safeguarded: every score
+evaluated narrows a bracket around the root, and a step that leaves the bracket is
+replaced by its midpoint, until a step changes ``tau2`` by less than 1e-12 (at most 1,000
+steps, else flag ``not_converged``). Fisher scoring alone (metafor's) can cycle without
+converging (tests/r/data/meta_analysis_counts.csv, "overshoot"; metafor converges there
+with ``control = list(stepadj = 0.5)``); where it converges, to the same root. All
+analyses (models x cells) are iterated at once, one array per quantity (no loop over
+sites or analyses).
 ``se(tau2) = sqrt(2 / tr PP)``.
 
 * **pooled**: ``mu = sum w_i y_i / sum w_i`` with Knapp & Hartung's variance
@@ -67,8 +72,11 @@ Viechtbauer W (2010) Conducting meta-analyses in R with the metafor package. J S
 36(3). Korn EL, Graubard BI (1998) Survey Methodology 24:193-201.
 
 Validated against R's metafor 3.8-1 ``rma(escalc(measure = "PLO"), method = "REML",
-test = "knha")`` and ``predict(transf = plogis)``, and survey 4.1-1 for the clustered
-per-site variances (tests/r/meta_analysis.R; tests/stats/test_meta_analysis.py).
+test = "knha")``, ``predict(transf = plogis)`` and ``weights`` run to convergence (seven
+count datasets, incl. zero cells, strong heterogeneity, k = 2 and a cycling Fisher
+scoring), and survey 4.1-1 for the clustered per-site variances (patients with 1-4 scans,
+overall and per phase): tested to 1e-6, measured at most 4e-12 (tests/r/meta_analysis.R;
+tests/stats/test_meta_analysis.py).
 """
 from __future__ import annotations
 
@@ -245,7 +253,7 @@ def site_meta_analysis(cases: pd.DataFrame, *, estimand: Estimand = "sensitivity
 
 
 def _reml_knha(Y: np.ndarray, V: np.ndarray, conf_level: float) -> dict[str, np.ndarray]:
-    """REML tau2 (Fisher scoring), Knapp-Hartung pooled logit, Q and I2 for every row of
+    """REML tau2 (safeguarded Fisher scoring), Knapp-Hartung pooled logit, Q and I2 for every row of
     ``Y`` (analyses x sites; NaN where a site is left out) at once (module docstring)."""
     mask = np.isfinite(Y) & np.isfinite(V)
     k = mask.sum(axis=1).astype(float)
@@ -259,17 +267,25 @@ def _reml_knha(Y: np.ndarray, V: np.ndarray, conf_level: float) -> dict[str, np.
         rss = (mask * (y - ybar[:, None]) ** 2).sum(1)
         tau2 = np.maximum(0.0, (rss - (1 - 1 / kk) * (v * mask).sum(1)) / (kk - 1))
         tau2 = np.where(ok, tau2, 0.0)
-        converged = ~ok
+        # the REML optimum is at 0 where the score at 0 is not positive (the restricted
+        # likelihood falls from its boundary); elsewhere it is a root of the score,
+        # bracketed in (lo, hi): a Fisher step is taken when it stays inside the bracket,
+        # else the bracket is bisected (Fisher scoring alone can cycle, as metafor's does
+        # on tests/r/data/meta_analysis_counts.csv's "overshoot")
+        score0, _ = _score(y, v, mask, np.zeros_like(tau2))
+        boundary = ok & ~(score0 > 0)
+        tau2 = np.where(boundary, 0.0, tau2)
+        converged = ~ok | boundary
+        lo, hi = np.zeros_like(tau2), np.full_like(tau2, np.inf)
         iters = 0
         while not converged.all() and iters < MAX_ITER:
             iters += 1
-            w = mask / (v + tau2[:, None])
-            sw, sw2, sw3 = w.sum(1), (w ** 2).sum(1), (w ** 3).sum(1)
-            mu = (w * y).sum(1) / sw
-            ypp = (w ** 2 * (y - mu[:, None]) ** 2).sum(1)
-            tr_p = sw - sw2 / sw
-            tr_pp = sw2 - 2 * sw3 / sw + sw2 ** 2 / sw ** 2
-            new = np.maximum(0.0, tau2 + (ypp - tr_p) / tr_pp)
+            score, adj = _score(y, v, mask, tau2)
+            up = score > 0
+            lo, hi = np.where(up, np.maximum(lo, tau2), lo), np.where(up, hi, np.minimum(hi, tau2))
+            new = tau2 + adj
+            inside = (new > lo) & (new < hi)
+            new = np.where(inside, new, np.where(np.isfinite(hi), (lo + hi) / 2, 2 * tau2))
             new = np.where(converged, tau2, new)
             converged = converged | (np.abs(new - tau2) < TOL)
             tau2 = new
@@ -304,6 +320,18 @@ def _reml_knha(Y: np.ndarray, V: np.ndarray, conf_level: float) -> dict[str, np.
             "h2": h2 * nan, "zero_var": zero_var, "weight": np.where(mask & ok[:, None],
                                                                      weight, np.where(mask, np.nan, 0.0)),
             "converged": converged}
+
+
+def _score(y: np.ndarray, v: np.ndarray, mask: np.ndarray, tau2: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """The REML score ``y'PPy - tr P`` (twice the derivative of the restricted
+    log-likelihood in tau2) and the Fisher step ``(y'PPy - tr P) / tr PP`` at ``tau2``, per
+    row (module docstring)."""
+    w = mask / (v + tau2[:, None])
+    sw, sw2, sw3 = w.sum(1), (w ** 2).sum(1), (w ** 3).sum(1)
+    mu = (w * y).sum(1) / sw
+    score = (w ** 2 * (y - mu[:, None]) ** 2).sum(1) - (sw - sw2 / sw)
+    return score, score / (sw2 - 2 * sw3 / sw + sw2 ** 2 / sw ** 2)
 
 
 def _join(*parts: np.ndarray) -> np.ndarray:

@@ -9,7 +9,9 @@
 #   fit  <- rma(yi, vi, data = dat, method = "REML", test = "knha", control = <control>)
 #   pred <- predict(fit, transf = plogis)
 # with control "tight" (threshold = 1e-13, maxiter = 10000: Fisher scoring run to
-# convergence) and "default" (metafor's threshold 1e-5, maxiter 100).
+# convergence; where it does not converge, as on "overshoot", with stepadj = 0.5,
+# metafor's remedy, recorded as quantity stepadj) and "default" (metafor's threshold
+# 1e-5, maxiter 100; quantity converged = 0 and nothing else where it fails).
 # Part 2, tests/r/data/meta_analysis_scans.csv (a cases table, patients with 1-4 scans):
 # per estimand (sensitivity: positives, y = pred; specificity: negatives, y = 1 - pred)
 # and group (overall; each phase), per site: x, n, clusters C (patients), the ratio
@@ -38,7 +40,19 @@ tight <- list(threshold = 1e-13, maxiter = 10000)
 
 meta <- function(xi, ni, sites, dataset, estimand, group, control, extra = NULL) {
   dat <- escalc(measure = "PLO", xi = xi, ni = ni)
-  fit <- rma(yi, vi, data = dat, method = "REML", test = "knha", control = control$list)
+  fit <- tryCatch(rma(yi, vi, data = dat, method = "REML", test = "knha",
+                      control = control$list), error = function(e) NULL)
+  stepadj <- 1
+  if (is.null(fit) && control$name == "default") {   # Fisher scoring did not converge
+    add(dataset, estimand, group, control$name, "", "converged", 0)
+    return(invisible(NULL))
+  }
+  if (is.null(fit)) {   # metafor's remedy: halve every Fisher step
+    stepadj <- 0.5
+    fit <- rma(yi, vi, data = dat, method = "REML", test = "knha",
+               control = c(control$list, list(stepadj = stepadj)))
+  }
+  add(dataset, estimand, group, control$name, "", "stepadj", stepadj)
   pr <- predict(fit, transf = plogis)
   sm <- summary(dat, transf = plogis)
   w <- weights(fit)

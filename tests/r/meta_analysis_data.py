@@ -11,7 +11,9 @@ Two files under tests/r/data/:
   tau2 at its boundary 0), ``zero_cell`` (7 sites, two with x = n and one with x = 0:
   escalc's 0.5 correction), ``two_sites`` (k = 2), ``many_sites`` (25 sites, seed
   20261232), ``identical`` (4 sites of 17 / 20: Q = 0 and the Knapp-Hartung variance 0),
-  ``small`` (5 sites of 3-9 scans).
+  ``small`` (5 sites of 3-9 scans), ``overshoot`` (8 sites, six with x = n: from the
+  Hedges start 0 a Fisher step overshoots below 0, and metafor halves it; a projection
+  onto 0 would cycle between 0 and 0.81).
 * ``meta_analysis_scans.csv``: a cases table (one model, 9 sites, 835 scans of 380
   patients with 1-4 scans each; seed 20261233): each patient's probability of a correct
   call is Beta-distributed around the site's (intra-patient correlation 0.4), so
@@ -34,6 +36,7 @@ counts = {
     "two_sites": ([40, 22], [45, 35]),
     "identical": ([17, 17, 17, 17], [20, 20, 20, 20]),
     "small": ([2, 5, 7, 3, 8], [3, 6, 9, 5, 9]),
+    "overshoot": ([6, 3, 2, 6, 12, 7, 8, 12], [6, 3, 2, 6, 13, 7, 12, 12]),
 }
 rng = np.random.default_rng(20261232)
 n_many = rng.integers(15, 120, 25)

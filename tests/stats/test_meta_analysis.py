@@ -8,7 +8,7 @@ Fixture: tests/r/meta_analysis.R -> tests/r/meta_analysis.csv (metafor 3.8-1, su
   variances, weights (percent) and intervals; pooled logit, KH SE, tau2, se(tau2), I2 (as
   a proportion), H2, Q and its p-value, the back-transformed pooled value, interval and
   prediction interval; I2 and the weights, in percent, compared as proportions); measured
-  at most 4.0e-12 (H2 of zero_cell) over the six count datasets;
+  at most 4.0e-12 (H2 of zero_cell) over the seven count datasets;
 * metafor's default control (threshold 1e-5 on tau2): DEFAULT_TOL = 1e-4 (its Fisher
   scoring stops earlier); measured at most 5.1e-5 (H2 of zero_cell);
 * the clustered part (survey's SE, Korn-Graubard effective counts, then metafor): TOL;
@@ -103,7 +103,13 @@ def test_counts_equal_metafor(dataset):
     ref = ref[(ref["dataset"] == dataset)]
     g = gaps(ours, ref[ref["control"] == "tight"])
     assert max(g.values()) < TOL, g
-    g = gaps(ours, ref[ref["control"] == "default"])
+    default = ref[ref["control"] == "default"]
+    if (default["quantity"] == "converged").any():   # metafor's own iteration cycles
+        assert dataset == "overshoot"
+        assert ref.loc[ref["quantity"] == "stepadj", "value"].eq(0.5).all()
+        assert ours["flag"].eq("").all()   # converged here (safeguarded Fisher scoring)
+        return
+    g = gaps(ours, default)
     assert max(g.values()) < DEFAULT_TOL, g
 
 
