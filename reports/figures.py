@@ -342,13 +342,17 @@ def meta_forest_plot(sites: pd.DataFrame, pooled: pd.DataFrame, *, xlab: str,
     """
     import plotnine as p9
 
-    pool_label, pi_label = "Pooled (random effects)", "Prediction interval"
+    pool_label, pi_label = "Pooled (RE)", "Prediction interval"
     labels = _ordered(sites["label"]) + [pool_label, pi_label]
     n = len(labels)
     ys = {lab: float(n - i) for i, lab in enumerate(labels)}
     s = sites.assign(y=sites["label"].map(ys))
     p = pooled.assign(y=ys[pool_label], y_pi=ys[pi_label])
     drawn = s[s["estimate"].notna()]
+    # a square's area in proportion to its weight (the largest study 4.5 pt across; a
+    # study of an analysis that pooled nothing, weight NaN, drawn at full size)
+    w = drawn["weight"].fillna(100.0)
+    drawn = drawn.assign(size=4.5 * (w / w.max()) ** 0.5 if len(w) else w)
     shown = p[p["estimate"].notna()]
     diamond = pd.concat([shown.assign(x=shown[c], y=shown["y"] + dy, corner=k)
                          for k, (c, dy) in enumerate((("conf_low", 0.0), ("estimate", 0.32),
@@ -365,7 +369,7 @@ def meta_forest_plot(sites: pd.DataFrame, pooled: pd.DataFrame, *, xlab: str,
     n_panels = min(2, max(1, s[facet].nunique()))
     label_in = _LABEL_CHAR_IN * max(len(str(v)) for v in labels) + 0.3
     panel_in = max(1.0, (width - label_in - 0.15 * n_panels) / n_panels)
-    chars = [max(len(h), *(len(t) for t in col)) + 2 for h, col in zip(heads, texts)]
+    chars = [max(len(h), *(len(t) for t in col)) + 1 for h, col in zip(heads, texts)]
     k = min(0.7, sum(chars) * _CHAR_IN / panel_in)
     xmax = (FOREST_TEXT_X + 0.02 * k) / (1 - k)
     per_char = (xmax + 0.02) / panel_in * _CHAR_IN
@@ -384,7 +388,7 @@ def meta_forest_plot(sites: pd.DataFrame, pooled: pd.DataFrame, *, xlab: str,
                       data=pi_bar, size=2.2, color="#d1495b", alpha=0.55)
             + errorbarh(p9.aes(xmin="conf_low", xmax="conf_high", y="y"), data=drawn,
                         height=0.3, color="#2e4057")
-            + p9.geom_point(p9.aes(x="estimate", y="y", size="weight"), data=drawn,
+            + p9.geom_point(p9.aes(x="estimate", y="y", size="size"), data=drawn,
                             shape="s", color="#1b5e8a", fill="#1b5e8a")
             + p9.geom_polygon(p9.aes(x="x", y="y", group=facet), data=diamond,
                               fill="#2e4057", color="#2e4057")
@@ -394,7 +398,7 @@ def meta_forest_plot(sites: pd.DataFrame, pooled: pd.DataFrame, *, xlab: str,
                            size=6.5, fontweight="bold")
             + p9.geom_text(p9.aes(x="x", y="y", label="note"), data=note, ha="left",
                            va="bottom", size=6, color="#4a5560")
-            + p9.scale_size_continuous(range=(1.0, 4.0), guide=None)
+            + p9.scale_size_identity()
             + p9.facet_wrap(f"~{facet}", ncol=n_panels)
             + p9.scale_x_continuous(limits=(-0.02, xmax), breaks=[0, 0.5, 1],
                                     labels=["0", "0.5", "1"], expand=(0, 0))

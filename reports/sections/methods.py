@@ -160,8 +160,9 @@ def _site_meta(study) -> str:
                f"logit from the cluster-robust variance of its proportion over "
                f"{text.md(dec.cluster)} clusters (Korn & Graubard's effective counts, never "
                f"below the binomial variance)." if dec.cluster else "")
+    verb = "is" if len(block.estimands) == 1 else "are"
     return (f"Meta-analysis across sites: per model, each site is a study and its {names} "
-            f"is pooled on the logit scale{by} (escalc's 0.5 correction for a site with a "
+            f"{verb} pooled on the logit scale{by} (escalc's 0.5 correction for a site with a "
             f"zero cell only) by a random-effects model with REML tau², a Knapp-Hartung "
             f"confidence interval and a prediction interval for a new site, both with t on "
             f"k - 1 degrees of freedom (k sites), back-transformed; heterogeneity as "

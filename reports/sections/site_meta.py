@@ -103,8 +103,8 @@ def figure(study, ma: pd.DataFrame, estimand: str) -> ReportFigure:
         name=f"site_meta_{estimand}",
         caption=f"Meta-analysis of {name} across sites, per model ({text.human_list(models)}): "
                 f"each site's {name} with its {conf}% Wald interval on the logit scale "
-                f"(square sized by its random-effects weight), the pooled {name} (diamond: "
-                f"REML, Knapp-Hartung {conf}% CI) and the {conf}% prediction interval for a "
+                f"(square's area in proportion to its random-effects weight), the pooled "
+                f"{name} (RE, diamond: REML, Knapp-Hartung {conf}% CI) and the {conf}% prediction interval for a "
                 f"new site (bar); counts {COUNT_LABELS[estimand]}, weights and estimate [CI] "
                 f"beside each row; under each panel the number of sites k, tau\u00b2 (logit "
                 f"scale), I\u00b2 and Cochran's Q."
