@@ -307,6 +307,12 @@ def _pooled(cases, draw):
     return call(cases, "phase", cluster=None)
 
 
+def _meta(cases, draw):
+    return call(cases, estimand=draw(st.sampled_from(["sensitivity", "specificity", "ppv"])),
+                by=draw(st.sampled_from([None, "phase", ["phase", ("sex", "phase")]])),
+                cluster=draw(st.sampled_from(["auto", None])))
+
+
 @st.composite
 def _counts_call(draw):
     """Two arrays of counts ``(x, n)`` with x <= n, possibly with one defect: a bad
@@ -599,6 +605,8 @@ CALLS: dict[str, st.SearchStrategy] = {
     "describe": _simple(_describe, max_levels=whole_bad(1)),
     "heterogeneity_test": _simple(lambda c, d: call(c, ["phase"], cluster=None)),
     "pooled_subgroup_metrics": _simple(_pooled, conf_level=level_bad, threshold=thr_bad),
+    "site_meta_analysis": _simple(_meta, conf_level=level_bad, threshold=thr_bad,
+                                  estimand=st.sampled_from(["auc", "f1", 3, None])),
     "precision_table": st.one_of(_simple(_precision, conf_level=level_bad, threshold=thr_bad),
                                s_precision_subgroups()),
     "extractor_agreement": s_evidence_fn(kw_bad={"conf_level": level_bad}),
