@@ -185,7 +185,7 @@ def run(plan, tables: Tables, *, scheduler=None, only: Iterable[str] | None = No
     order within a lane), then the ``AFTER`` lane (joins of the others' results). ``jobs > 1`` (and no scheduler, on a system that can fork)
     computes the other lanes in a forked process while this one computes the main lane;
     its tables, decisions and notes are merged as if computed here after the main lane,
-    so every result is the same whatever ``jobs`` is (tests/test_analysis.py).
+    so every result is the same whatever ``jobs`` is (tests/analysis/test_analysis.py).
     """
     from stats._parallel import can_fork, forked
 

@@ -33,7 +33,7 @@ reference). Reported: coverage of each nominal 95% interval; ``SE ratio`` the me
 ``SE / SD`` the root mean square of the clustered SE over the standard deviation of the
 estimates across studies (1 when the variance estimator is right); ``bias`` the mean
 estimate minus the truth; the Monte Carlo SE of a coverage is ``sqrt(0.95 * 0.05 / reps)``.
-``tests/test_auc_cluster.py`` runs :func:`coverage` (a quick check, and a slow one at more
+``tests/stats/test_auc_cluster.py`` runs :func:`coverage` (a quick check, and a slow one at more
 replicates).
 """
 from __future__ import annotations

@@ -45,7 +45,7 @@ truth is below ``0.025^(1/n)``; in rows where it is under one half (high sensiti
 scans) two-sided coverage is 100% minus the upper-tail error, and coverage below 96.5% would
 need an upper-tail error of 3.5% or more. The first summary splits the rows there. The
 Monte Carlo SE of a coverage is ``sqrt(0.95 * 0.05 / reps)``
-(0.22% at the default 10,000). ``tests/test_clustered.py::test_coverage_fast`` (slow) runs :func:`coverage` at fewer replicates. A second table gives
+(0.22% at the default 10,000). ``tests/stats/test_clustered.py::test_coverage_fast`` (slow) runs :func:`coverage` at fewer replicates. A second table gives
 the type-I error of ``subgroup_vs_rest(cluster=)`` (:func:`type_one`); a third the coverage
 of a design effect borrowed from the whole axis, an alternative not offered, with one
 patient SD for the axis and with a cell whose patients vary more or less than the rest's
@@ -505,7 +505,7 @@ elsewhere) and the default's effective size without its cap at n (`uncapped`: a 
 effect estimated below 1 narrows the interval; 45 of 48, still 96.9-97.0% with 8 patients
 at sensitivity 0.90). The cluster bootstrap's Wilson interval
 (`boot_ci="wilson"`) uses the effective-n construction with a bootstrap variance and no
-degrees-of-freedom factor (tests/test_coverage.py); it needs replicates and adds nothing
+degrees-of-freedom factor (tests/stats/test_coverage.py); it needs replicates and adds nothing
 here. Columns: `below` and `above` the default's error in each tail (the truth below its
 lower limit, above its upper limit), `known above` the same for the known-deff reference,
 `lower tail open` the share of studies whose truth is below 0.025^(1/n), `n_eff / n` the

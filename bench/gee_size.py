@@ -19,7 +19,7 @@ within site; test x at the 5% level with (a) the plain sandwich and a normal ref
 (geepack's default) and (b) the default of ``fit_gee(bias_reduced=None)``: Mancl-DeRouen
 with a t(G - p_between) reference below 20 clusters (``stats.models.gee``). Reported:
 rejection rate over ``reps`` replicates and its Monte Carlo SE.
-``tests/test_inference_fixes.py`` (slow) runs the same function at fewer replicates and
+``tests/stats/test_estimability.py`` (slow) runs the same function at fewer replicates and
 asserts (b) <= 7%, failed fits counted as rejections.
 """
 from __future__ import annotations

@@ -39,7 +39,7 @@ the same p-values (to 1e-9). Replicates where the test is not estimable (fewer t
 levels, or every scan detected) count as not rejecting and are counted. The Monte Carlo
 SE of a 5% rate is ``sqrt(0.05 * 0.95 / reps)`` (0.34% at the default 4,000); rows whose
 default rate is above 7% are rerun at five times the replicates (:func:`confirm`).
-``tests/test_heterogeneity.py::test_size_by_simulation`` (slow) runs
+``tests/stats/test_heterogeneity.py::test_size_by_simulation`` (slow) runs
 :func:`rejection_rates` at fewer replicates.
 """
 from __future__ import annotations

@@ -28,7 +28,7 @@ key column). Naive: Wilson intervals on the recorded labels. Coverage is the sha
 replicates whose interval contains the true sensitivity; the Monte Carlo SE of a 95%
 coverage over R replicates is sqrt(0.95 * 0.05 / R).
 
-``tests/test_label_error.py::test_coverage_small`` (slow) runs ``run()`` at fewer
+``tests/stats/test_label_error.py::test_coverage_small`` (slow) runs ``run()`` at fewer
 replicates.
 """
 from __future__ import annotations

@@ -18,12 +18,12 @@ function with ``cluster="patient_id"`` (design-effect inflation) and without.
 
 The count-level scenarios call ``stats.pooled._fit_cells``, the per-model fit that
 ``pooled_subgroup_metrics`` runs on a cases table's cell counts (the aggregation itself is
-tested against lme4 in tests/test_pooled.py). Reported per scenario and interval
+tested against lme4 in tests/stats/test_pooled.py). Reported per scenario and interval
 (``integrated``: cell SD integrated out, the default; ``conditional``: plug-in Wald): the
 coverage of nominal 95% intervals over every cell of every replicate and by cell size,
 its Monte Carlo SE (a cluster SE over replicates), the share of singular fits, the median
 interval width, and how often the interval misses the point estimate.
-``tests/test_pooled.py::test_coverage_fast`` (slow) runs the same function at fewer
+``tests/stats/test_pooled.py::test_coverage_fast`` (slow) runs the same function at fewer
 replicates.
 """
 from __future__ import annotations

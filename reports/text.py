@@ -135,7 +135,7 @@ def md(text, *, follow: str | None = None, wrap: bool = False) -> str:
     line at any space (a grid-table cell), so every word is treated as a line start.
     The result is one line (``plain``) and reads as exactly ``text`` wherever it is
     placed in a paragraph, including at the start of a line
-    (``tests/test_safety_injection.py``, and ``tests/test_docx.py`` for grid cells, check
+    (``tests/reports/test_escaping.py``, and ``tests/reports/test_docx.py`` for grid cells, check
     this with Pandoc on generated strings).
     """
     s = plain(text)

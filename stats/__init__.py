@@ -6,7 +6,7 @@ writes files (except the two readers that validate a user's table), prints, or r
 
 Every public name is imported explicitly below and listed in ``__all__`` (IDEs and type
 checkers see them). No public function shares its name with a submodule, so
-``import stats.<submodule>`` never replaces a function (tests/test_exports.py).
+``import stats.<submodule>`` never replaces a function (tests/stats/test_exports.py).
 Heavy optional pieces (dask, threadpoolctl) are imported inside the functions that use
 them; plotting, table rendering and torch are never imported by ``stats``.
 """

@@ -4,7 +4,7 @@ Every bootstrap in ``stats`` (cluster bootstrap, ECE bootstrap, paired-seed CRS
 bootstrap) takes its percentile limits here. The rule is numpy's default ("linear",
 Hyndman & Fan type 7) on each column's non-NaN replicates, computed as numpy computes it
 (the same interpolation formula, so the limits equal ``np.quantile`` / ``np.nanquantile``
-to the bit; tested in tests/test_properties.py). Replicates that are NaN (not estimable)
+to the bit; tested in tests/stats/test_properties.py). Replicates that are NaN (not estimable)
 are left out; a column without any finite replicate gives NaN.
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ ignore the within-patient correlation (``emmeans_from`` takes any covariance). F
 site-fixed model the ``site`` factor is in the grid, so its levels are averaged with
 equal weight, as emmeans does.
 
-Validated against R's emmeans 1.8.4 (tests/test_models_fit.py::test_emmeans_*,
+Validated against R's emmeans 1.8.4 (tests/stats/test_models_fit.py::test_emmeans_*,
 fixtures tests/r/models_glmer.R): on the same coefficients and covariance the grid and
 delta method reproduce emmeans to 1e-8 (glmer, and glm with the model-based covariance);
 from our own fits, probabilities, SEs and limits: glmer 2.9e-6 absolute against
@@ -47,7 +47,7 @@ component in the null space of the model matrix (R's ``estimability::is.estble``
 1e-8), ``standardized`` when any counterfactual row's prediction does. Estimable means
 do not depend on the reference levels. Validated against emmeans 1.8.4 and an R
 g-computation on an empty-cell fixture under two reference choices
-(tests/r/emmeans_nonest.R; tests/test_inference_fixes.py): same not-estimable levels;
+(tests/r/emmeans_nonest.R; tests/stats/test_estimability.py): same not-estimable levels;
 estimable probabilities 2.5e-13, SEs and limits 1.8e-8 (R's glm covariance at epsilon
 1e-10; tested to 1e-10 and 5e-8).
 """

@@ -16,7 +16,7 @@ sits in one cell per axis, and only its positive calls fill the tp/fp columns), 
 tenth of the multiply-adds of the dense product. Every entry and partial sum is an integer
 below 2**24, so the float32 product is exact in any summation order: the same counts as
 a dense BLAS product. The test suite shows this equals resampling the rows themselves
-with the same draws, count for count (``tests/test_bootstrap.py``).
+with the same draws, count for count (``tests/stats/test_bootstrap.py``).
 
 Replicate blocks are independent given their child seeds (``stats._rng.spawn``) and have a
 size fixed by the data, so running them on a Dask cluster (``scheduler=``) gives the
@@ -319,7 +319,7 @@ def wilson_deff_interval(estimate: np.ndarray, denominator: np.ndarray, se: np.n
     (1998), without their degrees-of-freedom factor, which over-covered here (97% at ~16
     positives from ~12 patients).
 
-    Coverage (``tests/test_coverage.py``; 2,000-4,000 cohorts each): 94.9-96.3% at ~16
+    Coverage (``tests/stats/test_coverage.py``; 2,000-4,000 cohorts each): 94.9-96.3% at ~16
     positives from ~12 patients with 1-3 scans, sensitivity 0.6-0.9; 94.4-94.6% at ~20
     positives from ~11 patients with 2-4 scans and a patient SD of 2 (plain Wilson 91%);
     94% at ~80 positives from 36 patients with 2-6 scans (plain Wilson 88%); 93.4-94.3%

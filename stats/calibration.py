@@ -18,7 +18,7 @@ a value equal to an inner edge falls in the lower bin (``np.searchsorted(edges[1
 which is the rule of ``sklearn.calibration.calibration_curve`` (both strategies) and the
 bins ``I_m = ((m - 1)/M, m/M]`` of Guo et al. (2017); repeated quantile edges leave empty
 bins. Checked against sklearn's ``calibration_curve`` on data with values exactly on the
-edges (ties) to 1e-12 (tests/test_calibration.py).
+edges (ties) to 1e-12 (tests/stats/test_calibration.py).
 
 ECE = sum_b (n_b / n) |acc_b - conf_b|;  MCE = max over non-empty bins |acc_b - conf_b|.
 
@@ -141,7 +141,7 @@ def ece(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform") -> flo
     Bins as the module docstring (an edge value falls in the lower bin, as sklearn).
     Checked against an independent recomputation (sklearn's ``calibration_curve`` per-bin
     means, bin counts from ``pandas.cut(right=True)``) to 1e-12, including data with many
-    values exactly on bin edges, and against hand examples (tests/test_calibration.py).
+    values exactly on bin edges, and against hand examples (tests/stats/test_calibration.py).
 
     Examples
     --------
@@ -615,7 +615,7 @@ def temperature_scale(scores_cal, label_cal, *, kind: Literal["auto", "logits", 
     (xtol 1e-14 on log beta, so T to ~1e-14 relative; a search on the NLL's value stops at
     ~1e-8, where the NLL is flat to rounding). An optimum at a bound (e.g. separable data)
     is flagged ``not_converged``. Checked against an independent derivative root to 1e-10
-    and a bounded search on the NLL value to 1e-7 relative (tests/test_calibration.py).
+    and a bounded search on the NLL value to 1e-7 relative (tests/stats/test_calibration.py).
     T is a monotone rescaling, so AUROC and top-label predictions are unchanged (tested).
     """
     func = "temperature_scale"

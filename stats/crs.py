@@ -503,7 +503,7 @@ def crs_scores(runs, reference, *, weights: Mapping[str, float] | None = None) -
     -----
     Formulas in the module docstring (DESIGN.md). Insertion invariance: a candidate's rows
     depend only on its own runs and the panel's, so adding candidates leaves every other
-    row bit-identical (hypothesis property test in tests/test_crs_property.py).
+    row bit-identical (hypothesis property test in tests/stats/test_crs_property.py).
 
     Examples
     --------

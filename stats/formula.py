@@ -28,7 +28,7 @@ then builds the design from code :class:`ParsedFormula` writes from the matched 
 in :func:`closed_environment`: the closed function list, no Python builtins, no private
 attributes. Term names stay patsy's (``phase[T.delayed]``, ``np.log(tumor_size_mm)``,
 ``C(phase, Treatment('venous'))[T.arterial]``): estimates and names equal a direct patsy
-fit of the same valid formula (tests/test_safety_formula.py). formulaic is not used: a new
+fit of the same valid formula (tests/safety/test_formula_code.py). formulaic is not used: a new
 dependency for the same operator parse (its factors are Python code too, so the scan and
 the allowlist would remain), while patsy builds the design either way.
 """

@@ -43,7 +43,7 @@ Validated against R 4.2.2 ``chisq.test(correct = FALSE)`` (statistic and p-value
 to 1e-10, measured 4e-14) and survey 4.1-1 ``svychisq(statistic = "F")`` (F, both df and
 p-value; tested to 1e-8 relative, measured 3e-15) and ``statistic = "Chisq"`` (design
 effect; tested to 1e-8, measured 7e-15) on simulated patients with 1-4 scans, for phase,
-age_group and their intersection (tests/r/heterogeneity.R; tests/test_heterogeneity.py).
+age_group and their intersection (tests/r/heterogeneity.R; tests/stats/test_heterogeneity.py).
 """
 from __future__ import annotations
 

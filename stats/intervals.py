@@ -11,10 +11,10 @@ Every function here is validated against R (``tests/r/intervals.R`` -> ``interva
 ``binom.test`` (Clopper-Pearson), ``prop.test(correct = FALSE)`` (Wilson), ``qbeta``
 (Jeffreys), ``binom.test`` on discordant pairs (exact McNemar), pROC 1.18 ``auc``,
 ``ci.auc(method = "delong")`` and ``roc.test(paired = TRUE, method = "delong")``;
-agreement is 1e-10 or better (see ``tests/test_intervals.py``). No R package in reach
+agreement is 1e-10 or better (see ``tests/stats/test_intervals.py``). No R package in reach
 implements Obuchowski's variance (pROC's ``method = "obuchowski"`` is another method); it
 is checked against a plain double-loop recomputation of the paper's definitions and
-against DeLong (pROC) with every cluster of size 1 (``tests/test_auc_cluster.py``).
+against DeLong (pROC) with every cluster of size 1 (``tests/stats/test_auc_cluster.py``).
 """
 from __future__ import annotations
 
@@ -504,7 +504,7 @@ def _auc_ci_from(auc, var, conf_level, scale: AucScale = "auc", clusters=None):
 
     Logit: ``expit(logit(A) +- q se / (A (1 - A)))`` (delta method), which stays inside
     (0, 1) and covers better in small cells (15 positives, AUC 0.65-0.85: 94-96% against
-    89-94% on the AUC scale; ``tests/test_coverage.py``); near the ceiling it too falls
+    89-94% on the AUC scale; ``tests/stats/test_coverage.py``); near the ceiling it too falls
     short (AUC 0.95: 91-93%).
 
     ``clusters``: per row the number of clusters C behind a clustered (Obuchowski)

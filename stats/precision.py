@@ -25,7 +25,7 @@ Definitions (``z = Phi^-1(1/2 + conf_level/2)``, ``q = 1 - p``):
   (specificity), rounded up; a subgroup holding a share ``s`` of the study's scans
   needs a study of ``scans / s`` scans (rounded up) for its target to be met.
 
-Checked in tests/test_precision.py against the closed form (Wilson root equals the integer
+Checked in tests/stats/test_precision.py against the closed form (Wilson root equals the integer
 search through :func:`stats.proportion_ci`, itself validated against R to 1e-10), against
 brute force over every ``n`` (Clopper-Pearson: ``w(N) <= h < w(N - 1)``), and by
 simulation (the design effect reproduces the variance inflation of simulated patients

@@ -47,7 +47,7 @@ def kendall_tau_b(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ``s = sign(x_i - x_j)``; i.e. ``(C - D) / sqrt((n0 - n1)(n0 - n2))`` (ties in a, b
     excluded from the denominators). NaN when either ranking is constant. Validated
     against R's ``cor(x, y, method = "kendall")`` (tests/r/crs_kendall.R) and
-    ``scipy.stats.kendalltau`` (variant "b") to 1e-12 (tests/test_ranking.py).
+    ``scipy.stats.kendalltau`` (variant "b") to 1e-12 (tests/stats/test_ranking.py).
     """
     sa, sb = _pair_signs(np.asarray(a, dtype=float)), _pair_signs(np.asarray(b, dtype=float))
     den = np.sqrt((sa ** 2).sum(-1) * (sb ** 2).sum(-1))

@@ -223,7 +223,7 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     prop.test, pROC) to 1e-10; cell counts against a pandas groupby recomputation; the
     cluster-robust SE and design effect against ``survey::svymean`` (tests/r/clustered.R);
     the clustered AUC variance against a plain recomputation of Obuchowski's definitions
-    (tests/test_auc_cluster.py). Coverage of "wilson-cluster": ``bench/cluster_coverage.md``;
+    (tests/stats/test_auc_cluster.py). Coverage of "wilson-cluster": ``bench/cluster_coverage.md``;
     of the clustered AUC intervals: ``bench/auc_cluster_coverage.md``.
 
     Examples

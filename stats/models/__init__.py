@@ -10,7 +10,7 @@ Mancl-DeRouen SEs), ``fixed`` (IRLS logistic, cluster-robust SEs), ``fit`` (the 
 object and its tidy tables); adjusted means live in ``stats.adjust``.
 
 Validated against R (tests/r/models_glmer.R -> tests/r/models_glmer.csv; tests in
-tests/test_models_fit.py), on simulator data (positives and negatives), lme4::cbpp,
+tests/stats/test_models_fit.py), on simulator data (positives and negatives), lme4::cbpp,
 geepack::ohio and lme4::VerbAgg. Each R fit is run twice: at R's default controls and
 converged (glmer ``glmerControl(tolPwrss = 1e-12, optimizer = "bobyqa", optCtrl =
 list(rhoend = 1e-10))``, glm ``epsilon = 1e-14``, geeglm ``epsilon = 1e-12``). Largest
@@ -454,7 +454,7 @@ def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] 
     ``method="fixed"``, whose linear predictor holds the site dummies). The reduced
     models are refitted on the full fit's own rows, whatever the cases index.
     Validated against R's ``anova(glmer, update(glmer, ...))`` (statistics to 5e-7 vs
-    converged lme4, 1.2e-2 vs default lme4; tests/test_models_fit.py).
+    converged lme4, 1.2e-2 vs default lme4; tests/stats/test_models_fit.py).
 
     ``full``: the full model already fitted (``fit_adjusted(cases, formula, group=group,
     method=method, **fit_kw)``, e.g. the report's primary fit), so it is not fitted twice.

@@ -30,7 +30,7 @@ all cluster-level this is G - p, as in Mancl & DeRouen's and Li & Redden's simul
 Method label ``gee-md-t``. With 6 to 12 sites and a null covariate that is constant within
 site, or whose prevalence varies by site, the 5% test rejects at most 7% of the time
 (measured 2.7-4.7%, 4.8% at most with non-converged fits counted as rejections: the
-test is conservative; bench/gee_size.md, tests/test_inference_fixes.py). ``df <= 0`` (no more clusters than
+test is conservative; bench/gee_size.md, tests/stats/test_estimability.py). ``df <= 0`` (no more clusters than
 between-cluster parameters) leaves every test undefined (NaN, flag ``not_estimable``).
 The plain sandwich keeps the normal reference (as geepack) and, below 20 clusters, the
 warning ``few_clusters``.
@@ -41,8 +41,8 @@ geepack 1.3.9 ``geeglm(..., corstr = "exchangeable")`` on simulator data,
 geepack::ohio and lme4::VerbAgg: estimates, SEs, alpha and scale tested to 1e-6 relative
 against geeglm run to convergence (``geese.control(epsilon = 1e-12)``; measured
 1.1e-10); against geeglm's default ``epsilon = 1e-4``, which stops early, the gap is
-4.2e-5 (tests/test_models_fit.py). The Mancl-DeRouen covariance against explicit
-``(I - H_ii)^-1`` matrices in numpy (tests/test_models_edge.py, 1e-8) and in R on
+4.2e-5 (tests/stats/test_models_fit.py). The Mancl-DeRouen covariance against explicit
+``(I - H_ii)^-1`` matrices in numpy (tests/stats/test_models_edge.py, 1e-8) and in R on
 geeglm's fit (tests/r/gee_md.R, 1e-6).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Inputs that cannot be analysed are refused (issue 28, item 7): each was accepted
+"""Inputs that cannot be analysed are refused: each was accepted
 before (exit 0) or answered with a misleading message; now exit 2, a message naming the
 file or option and the fix, no traceback, no output left."""
 from __future__ import annotations

@@ -5,7 +5,7 @@ hand-written hard cases, the fixed held-out split and the accuracy measurement.
 generated part; deterministic: the same bytes on every run) and
 ``metadata_corpus_accuracy.csv`` (per-field accuracy of both extractors on the tuning
 and held-out parts). ``metadata_corpus_hard.jsonl`` is written by hand and never
-regenerated. ``tests/test_metadata_corpus.py`` checks that both written files are what
+regenerated. ``tests/runner/test_metadata_corpus.py`` checks that both written files are what
 this script makes.
 
 Records (one JSON object a line): ``id``, ``site``, ``kind`` (``text``; ``dicom``: a

@@ -1,4 +1,4 @@
-# Kendall's tau-b reference values for tests/test_ranking.py (stats.ranking.kendall_tau_b).
+# Kendall's tau-b reference values for tests/stats/test_ranking.py (stats.ranking.kendall_tau_b).
 # R's cor(method = "kendall") computes tau-b (ties corrected).
 # Run from the repository root:  Rscript tests/r/crs_kendall.R
 set.seed(20261130)

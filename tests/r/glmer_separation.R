@@ -1,4 +1,4 @@
-# Reference values for a GLMM with one separated factor level (tests/test_models_edge.py).
+# Reference values for a GLMM with one separated factor level (tests/stats/test_models_edge.py).
 # Regenerate with   Rscript tests/r/glmer_separation.R   (from the repository root)
 # R 4.2.2, lme4 1.1-31. Writes tests/r/glmer_separation.csv (term, quantity, value).
 #

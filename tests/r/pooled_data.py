@@ -1,4 +1,4 @@
-"""Write the data that tests/r/pooled_lme4.R and tests/test_pooled.py read (run from the
+"""Write the data that tests/r/pooled_lme4.R and tests/stats/test_pooled.py read (run from the
 repository root):
 
     .venv/bin/python tests/r/pooled_data.py

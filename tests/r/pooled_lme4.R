@@ -1,4 +1,4 @@
-# Reference values for stats.pooled (tests/test_pooled.py). Regenerate with
+# Reference values for stats.pooled (tests/stats/test_pooled.py). Regenerate with
 #   .venv/bin/python tests/r/pooled_data.py && Rscript tests/r/pooled_lme4.R
 # (from the repository root). R 4.2.2, lme4 1.1-31.
 # Reads tests/r/data/pooled_sim.csv; writes tests/r/pooled_lme4.csv (long: model,

@@ -1,4 +1,4 @@
-"""Bounded work for every input (issue 28, item 3): input files are checked before they
+"""Bounded work for every input: input files are checked before they
 are read (size, header width, file type), the plan's counts and lists when the plan is
 read, and every refusal is exit 2 naming the file or key, the value, the cap and how to
 raise it; no report goes on without a section because of an allocation."""

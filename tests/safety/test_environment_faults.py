@@ -1,4 +1,4 @@
-"""Faults of the environment give a message, not a traceback (issue 28, item 5): a full
+"""Faults of the environment give a message, not a traceback: a full
 disk or quota while writing any output (pandoc's and typst's writes included), a closed or
 full standard output, a bad SOURCE_DATE_EPOCH, long legal names. Each: the exit code of
 its kind, a message naming the path or variable and the fix, nothing partial and no

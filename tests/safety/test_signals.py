@@ -1,4 +1,4 @@
-"""SIGTERM and Ctrl-C end the clinrel program the same way every time (issue 28, item 7):
+"""SIGTERM and Ctrl-C end the clinrel program the same way every time:
 one line on stderr, exit 128 + the signal (143, 130), no traceback, no output and no
 temporary left behind, and no process of its own left running (``reports._signals``).
 

@@ -1,4 +1,4 @@
-"""Ids and subgroup levels compared as Unicode text (issue 28, item 4).
+"""Ids and subgroup levels compared as Unicode text.
 
 The rule (docs/contracts.md, "Text and files"): a value stored NFD ('Montre\\u0301al') and
 its NFC form ('Montréal') are the same text by Unicode's canonical equivalence; they are

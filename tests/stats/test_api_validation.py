@@ -748,7 +748,7 @@ def test_public_function_validates_its_arguments(name, data):
 
 
 def test_old_keyword_names_warn_and_still_work():
-    """One name per concept (issue 29): auc_ci(scale=) -> auc_scale=, cluster_bootstrap
+    """One name per concept: auc_ci(scale=) -> auc_scale=, cluster_bootstrap
     (ci_method=) -> boot_ci=, ece_ci(interval=) -> boot_ci=; the old keyword works for one
     release with a DeprecationWarning naming the new one, and two that disagree are refused."""
     import warnings

@@ -1,6 +1,6 @@
 """The public API refuses bad arguments with a ContractError that names the function, the
-argument, the offending values and the fix (stats/_validate.py): the examples of issue 28
-item 6, each of which answered like numpy before (a p-value, an interval, a KeyError, a
+argument, the offending values and the fix (stats/_validate.py): examples
+each of which answered like numpy before (a p-value, an interval, a KeyError, a
 reshape error, an empty table, a table at a NaN threshold), and the empty inputs whose
 empty result is meaningful. The property over every public function is
 tests/stats/test_api_validation.py."""
