@@ -771,14 +771,21 @@ class _BatchNewton:
             eta = eta0 + th * uu[:, g]
             return self._seg(W * (y * eta - np.logaddexp(0.0, eta))) - 0.5 * uu * uu
 
-        f = pen(u)
+        f = None
         for _ in range(100):
             p = expit(eta0 + th * u[:, g])
             R = self._seg(W * (y - p))
             S = self._seg(W * p * (1.0 - p))
             step = np.clip((th * R - u) / (1.0 + th * th * S), -3.0, 3.0)
-            if np.max(np.abs(step), initial=0.0) < 1e-11:
+            step = np.where(np.isfinite(step), step, 0.0)   # a failed replicate: left
+            big = np.max(np.abs(step), initial=0.0)
+            if big < 1e-11:
                 break
+            if big < 0.1:   # close to the mode: plain Newton (the warm-started case)
+                u = u + step
+                f = None
+                continue
+            f = pen(u) if f is None else f
             t = np.ones_like(u)
             for _ in range(40):
                 cand = u + t * step
@@ -852,44 +859,26 @@ class _BatchNewton:
         if sep_b.any():
             W = np.where((sep_b.astype(float) @ self.Xbin.T) > 0, 0.0, W)
         b = len(W)
-        off = 1 if self.random else 0
         # columns without a row of positive weight (an empty level): held at their start
-        empty = np.concatenate([np.zeros((b, off), bool), (W @ self.absX) == 0], axis=1)
-        phi = np.tile(self.phi0, (b, 1))
-        u = np.tile(self.u0, (b, 1)) if self.random else None
-        active = np.arange(b)
-        done = np.zeros(b, dtype=bool)
-        info = None
-        for it in range(NEWTON_MAX_ITER):
-            if not len(active):
-                break
-            Wa, ua = W[active], None if u is None else u[active]
-            g, ua = self.score(phi[active], Wa, ua)
-            if info is None or not self.random or it < 3 or it % 3 == 0:
-                info = self.information(phi[active], Wa, ua)
-            ea = empty[active]
-            g = np.where(ea, 0.0, g)
-            eye = np.eye(g.shape[1], dtype=bool)[None]
-            info = np.where(ea[:, :, None] | ea[:, None, :], np.where(eye, 1.0, 0.0), info)
-            step, good = pd_solve_stack(info, g)
-            phi[active] += np.where(good[:, None], step, 0.0)
-            if u is not None:
-                u[active] = ua
-            big = np.max(np.abs(step) / (1.0 + np.abs(phi[active])), axis=1)
-            fin = good & (big < NEWTON_TOL)
-            done[active[fin]] = True
-            keep = good & ~fin
-            active = active[keep]
-            if self.random:
-                info = info[keep]
+        empty = (W @ self.absX) == 0
+        sites = None
+        if self.random:
+            phi, u, done, boundary = self._newton(W, empty, random=True)
+            if boundary.any():   # SD at 0 (lme4's boundary): the logistic model's fit
+                sub = np.flatnonzero(boundary)
+                pg, _, dg, _ = self._newton(W[sub], empty[sub], random=False)
+                phi[sub, 1:], phi[sub, 0], done[sub] = pg, 0.0, dg
+                u[sub] = 0.0
+        else:
+            phi, u, done, _ = self._newton(W, empty, random=False)
         failed = ~done | ~np.all(np.isfinite(phi), axis=1)
+        off = 1 if self.random else 0
         betas = phi[:, off:].copy()
         rr, cc = np.nonzero(sep_b)
         betas[rr, self.binary[cc]] = sign[rr, cc] * _SEPARATED
-        sites = None
         if self.random:
             theta = phi[:, 0]
-            ok = ~failed
+            ok = ~failed & (theta > 0)
             u_fin = np.zeros_like(u)
             if ok.any():
                 eta0 = np.einsum("np,bp->bn", self.X, phi[ok, 1:])
@@ -899,3 +888,81 @@ class _BatchNewton:
             sites = np.zeros((b, len(self.site_levels)))
         betas[failed] = np.nan
         return betas, sites, failed
+
+    def _newton(self, W, empty, *, random: bool):
+        """Newton iterations for every replicate at once (``random``: the GLMM in (SD,
+        beta), else the logistic model in beta). Where a replicate's information is not
+        positive definite (the GLMM's deviance is not convex in the SD near 0), the step
+        uses its absolute eigenvalues (a saddle-free Newton step). A GLMM replicate whose
+        SD falls below stats.models.glmm.SINGULAR_SD is on the boundary (returned
+        ``boundary``: refitted as the logistic model by the caller)."""
+        from stats.models.glmm import SINGULAR_SD
+
+        b = len(W)
+        was = self.random
+        self.random = random
+        try:
+            phi0 = self.phi0 if random else (self.phi0[1:] if was else self.phi0)
+            off = 1 if random else 0
+            ea_all = np.concatenate([np.zeros((b, off), bool), empty], axis=1)
+            phi = np.tile(phi0, (b, 1))
+            u = np.tile(self.u0, (b, 1)) if random else None
+            active = np.arange(b)
+            done = np.zeros(b, dtype=bool)
+            boundary = np.zeros(b, dtype=bool)
+            for _ in range(NEWTON_MAX_ITER):
+                if not len(active):
+                    break
+                Wa, ua = W[active], None if u is None else u[active]
+                g, ua = self.score(phi[active], Wa, ua)
+                info = self.information(phi[active], Wa, ua)
+                ea = ea_all[active]
+                g = np.where(ea, 0.0, g)
+                eye = np.eye(g.shape[1], dtype=bool)[None]
+                info = np.where(ea[:, :, None] | ea[:, None, :], np.where(eye, 1.0, 0.0), info)
+                step, good = pd_solve_stack(info, g)
+                if not good.all():   # saddle-free: |eigenvalues| (floored)
+                    bad = np.flatnonzero(~good & np.all(np.isfinite(info), axis=(1, 2)))
+                    if len(bad):
+                        lam, V = np.linalg.eigh(info[bad])
+                        lam = np.maximum(np.abs(lam), 1e-8 * np.max(np.abs(lam), axis=1,
+                                                                    keepdims=True))
+                        with np.errstate(all="ignore"):
+                            sf = np.einsum("bij,bj->bi", V, np.einsum("bji,bj->bi", V,
+                                                                      g[bad]) / lam)
+                        # a step along a nearly flat direction: at most 1 per parameter
+                        scale = np.maximum(1.0, np.max(np.abs(sf), axis=1))
+                        step[bad] = sf / scale[:, None]
+                        good[bad] = True
+                good &= np.all(np.isfinite(step), axis=1)
+                step = np.where(good[:, None], step, 0.0)
+                # a trust region: the SD moves by at most half its value (at least 0.05),
+                # a coefficient by at most 1 (a warm start is close; a full Newton step
+                # from a concave-in-SD region can jump far)
+                lim = np.full(step.shape, 1.0)
+                if random:
+                    lim[:, 0] = np.maximum(0.5 * phi[active, 0], 0.05)
+                shrink = np.min(np.minimum(1.0, lim / np.maximum(np.abs(step), 1e-300)),
+                                axis=1)
+                step = step * shrink[:, None]
+                new = phi[active] + step
+                if random:   # the deviance is even in the SD: keep it >= 0 (modes flip)
+                    neg = new[:, 0] < 0
+                    new[neg, 0] = -new[neg, 0]
+                    ua[neg] = -ua[neg]
+                phi[active] = new
+                if u is not None:
+                    u[active] = ua
+                big = np.max(np.abs(step) / (1.0 + np.abs(new)), axis=1)
+                fin = good & (big < NEWTON_TOL)
+                bnd = good & ~fin & (new[:, 0] < SINGULAR_SD) if random else np.zeros_like(fin)
+                done[active[fin]] = True
+                boundary[active[bnd]] = True
+                keep = good & ~fin & ~bnd
+                active = active[keep]
+                if random:
+                    info = info[keep]
+                    reuse = bool(np.max(big[keep], initial=0.0) < 1e-3)
+            return phi, u, done, boundary
+        finally:
+            self.random = was
