@@ -40,6 +40,7 @@ from .models import block_tests, fit_adjusted, fit_complete_case, likelihood_rat
 
 # attribution and transport
 from .gaps import decompose_gap
+from .raking import transport
 
 # calibration, CRS and ranking
 from .calibration import (brier, calibration_repair, ece, ece_ci, mce, nll, reliability_table,
@@ -66,7 +67,7 @@ __all__ = [
     # adjusted models
     "block_tests", "fit_adjusted", "fit_complete_case", "likelihood_ratio_test",
     # attribution and transport
-    "decompose_gap",
+    "decompose_gap", "transport",
     # calibration, CRS and ranking
     "brier", "calibration_repair", "crs_axes", "crs_bootstrap", "crs_scores", "ece", "ece_ci",
     "mce", "nll", "rank_agreement", "ranking_stability", "read_reference", "reliability_table",
