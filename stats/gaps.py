@@ -518,9 +518,18 @@ class _Setup:
             P[:, :, self.site_piece] = sites[:, self.site_code]
         return P
 
+    def _crude_only(self, W: np.ndarray) -> np.ndarray:
+        """The crude gap alone (the model's parts not estimable: NaN)."""
+        out = np.full((len(W), self.n_estimands), np.nan)
+        wR, wC = W[:, self.R], W[:, self.C]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[:, 0] = ((wC * self.y[self.C]).sum(axis=1) / wC.sum(axis=1)
+                         - (wR * self.y[self.R]).sum(axis=1) / wR.sum(axis=1))
+        return out
+
     def point(self) -> np.ndarray:
         if not self.estimable:
-            return np.full(self.n_estimands, np.nan)
+            return self._crude_only(np.ones((1, len(self.y))))[0]
         P = self.pieces(self.beta[None], None if self.site_effects is None
                         else self.site_effects[None])
         return _decompose(P, self.y, np.ones((1, len(self.y))), self.R, self.C,
@@ -531,7 +540,7 @@ class _Setup:
         B = len(W_all)
         out = np.full((B, self.n_estimands), np.nan)
         if not self.estimable:
-            return out, 0
+            return self._crude_only(W_all[:, self.clusters]), 0
         solver = _BatchNewton.for_setup(self)
         n, p = len(self.y), len(self.kept)
         per = max(1, _BLOCK_ELEMENTS // max(n * (p + self.k + 2), 1))
