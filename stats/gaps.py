@@ -97,10 +97,13 @@ __all__ = ["decompose_gap", "MAX_COVARIATES"]
 #: most covariates of one decomposition (exact Shapley enumeration: 2**k coalitions)
 MAX_COVARIATES = 10
 #: Newton iterations of a replicate's refit before it is refitted alone
-NEWTON_MAX_ITER = 50
+NEWTON_MAX_ITER = 150
 #: a replicate's refit has converged when its largest step is below this (relative to
 #: 1 + |parameter|)
 NEWTON_TOL = 1e-9
+#: a replicate's fitted probabilities have settled when they move less than this in one
+#: Newton step (quasi-complete separation: the coefficients diverge, the fit does not)
+SETTLED = 1e-10
 #: a level with fewer rows than this is flagged small_n
 SMALL_LEVEL = 10
 #: elements of one pattern-pair block (replicates x reference x comparison patterns)
@@ -919,12 +922,17 @@ class _BatchNewton:
             active = np.arange(b)
             done = np.zeros(b, dtype=bool)
             boundary = np.zeros(b, dtype=bool)
-            for _ in range(NEWTON_MAX_ITER):
+            info, reuse, p_prev = None, False, None
+            for it in range(NEWTON_MAX_ITER):
                 if not len(active):
                     break
                 Wa, ua = W[active], None if u is None else u[active]
                 g, ua = self.score(phi[active], Wa, ua)
-                info = self.information(phi[active], Wa, ua)
+                # the GLMM's finite-difference information costs 2k gradients: taken at
+                # the first two iterations and after any large step, else the last one's
+                # (a chord step; the fixed point is the exact score's root either way)
+                if not (random and reuse and it >= 2 and info is not None):
+                    info = self.information(phi[active], Wa, ua)
                 ea = ea_all[active]
                 g = np.where(ea, 0.0, g)
                 eye = np.eye(g.shape[1], dtype=bool)[None]
@@ -963,12 +971,23 @@ class _BatchNewton:
                 if u is not None:
                     u[active] = ua
                 big = np.max(np.abs(step) / (1.0 + np.abs(new)), axis=1)
-                fin = good & (big < NEWTON_TOL)
+                # quasi-complete separation (no finite ML estimate: coefficients diverge
+                # while the fitted probabilities of the replicate's rows settle at 0 or 1):
+                # stopped once those probabilities move less than SETTLED
+                eta = np.einsum("np,bp->bn", self.X, new[:, off:])
+                if random:
+                    eta = eta + new[:, :1] * ua[:, self.g]
+                p_new = np.where(Wa > 0, expit(eta), 0.0)
+                settled = np.zeros(len(new), dtype=bool)
+                if p_prev is not None and len(p_prev) == len(p_new):
+                    settled = np.max(np.abs(p_new - p_prev), axis=1) < SETTLED
+                fin = good & ((big < NEWTON_TOL) | settled)
                 bnd = good & ~fin & (new[:, 0] < SINGULAR_SD) if random else np.zeros_like(fin)
                 done[active[fin]] = True
                 boundary[active[bnd]] = True
                 keep = good & ~fin & ~bnd
                 active = active[keep]
+                p_prev = p_new[keep]
                 if random:
                     info = info[keep]
                     reuse = bool(np.max(big[keep], initial=0.0) < 1e-3)
