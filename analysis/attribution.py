@@ -180,7 +180,17 @@ def transported(results) -> pd.DataFrame:
     target = {col: dict(m) for col, m in tg.margins.items()}
     if tg.prevalence is not None:
         target["prevalence"] = tg.prevalence
-    out = from_stats(plan.where, plan.key("detection.target"), transport, results["evaluation"],
+    ev = results["evaluation"]
+    # a scan whose margin value is missing cannot be raked: left out (complete case, as the
+    # adjusted models), counted per column and stated; stats.transport itself refuses them
+    cols = [c for c in tg.margins if c in ev.columns]
+    missing = ev[cols].isna() if cols else pd.DataFrame(index=ev.index)
+    scans = ev["case_id"] if "case_id" in ev.columns else pd.Series(ev.index, index=ev.index)
+    left_out = {c: int(scans[missing[c]].nunique()) for c in cols if missing[c].any()}
+    if left_out:
+        ev = ev[~missing.any(axis=1)]
+    results.decide("transport.left_out", left_out)
+    out = from_stats(plan.where, plan.key("detection.target"), transport, ev,
                      target, conf_level=det.conf_level, cluster=results["cluster"])
     shares = {col: {k: v / sum(m.values()) for k, v in m.items()}
               for col, m in tg.margins.items()}

@@ -121,6 +121,8 @@ class TransportDecisions(_Group):
     max_weight: dict[str, float] | None = Field(None, description="largest raked weight over "
                                                 "the mean, per model")
     extreme: bool | None = Field(None, description="whether any weight is extreme")
+    left_out: dict[str, int] | None = Field(None, description="scans left out of the "
+                                            "raking for a missing margin value, per column")
 
 
 class CasesDecisions(_Group):

@@ -232,7 +232,10 @@ def _attribution(study) -> list[str]:
             f"(patients as clusters) and logit intervals, as R survey's rake(), svymean() "
             f"and svyciprop(method = \"logit\"), which they equal to 1e-6; Kish's effective "
             f"sample size and the largest weight are reported, and a weight above "
-            f"five times the mean is flagged."))
+            f"five times the mean is flagged."
+            + (" Scans with a missing margin value are left out of the raking ("
+               + text.md("; ".join(f"{c}: {n}" for c, n in dec.left_out.items()))
+               + " scans)." if dec.left_out else "")))
         out.append(
             "Assumption of the transport, no unmeasured effect modification: within the "
             "cells the margins define, the study's scans are exchangeable with the "

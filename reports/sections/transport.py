@@ -71,6 +71,9 @@ def table(study, tr: pd.DataFrame) -> ReportTable:
              f"svyciprop(method = \"logit\"), which this equals to 1e-6). Effective n: "
              f"Kish's (sum w)\u00b2 / sum w\u00b2 in the domain; the largest weight is "
              f"relative to the mean weight."]
+    if dec.left_out:
+        notes.append("Left out of the raking (a margin value missing): " + "; ".join(
+            f"{text.plain(c)} {text.count(n)} scans" for c, n in dec.left_out.items()) + ".")
     if flags:
         notes.append("Flags: " + "; ".join(f"{f} = "
                                            + FLAG_TEXT[f].format(x=EXTREME_WEIGHT)

@@ -137,3 +137,25 @@ def test_target_outside_support_refused_naming_the_key(cases):
 def test_bad_target_refused(target, fragment):
     with pytest.raises(PlanError, match=fragment):
         _plan(target=target)
+
+
+def test_missing_margin_value_left_out_and_counted(cases):
+    """A scan without a value of a margin column cannot be raked: the analysis leaves it
+    out (every model's row of it), counts it per column, and transports the rest;
+    stats.transport itself refuses it."""
+    c = cases.copy()
+    c["sex"] = c["sex"].astype(object)
+    gone = c["case_id"].drop_duplicates().iloc[:7]
+    c.loc[c["case_id"].isin(gone), "sex"] = None
+    res = analysis.run(_plan(target=TARGET), analysis.Tables(cases=c), errors="raise",
+                       only=["transport"])
+    ev = res["evaluation"]
+    n = int(ev.loc[ev["sex"].isna(), "case_id"].nunique())
+    assert n > 0 and res.decisions.transport.left_out == {"sex": n}
+    want = stats.transport(ev[ev["sex"].notna()], {"sex": {"F": 1, "M": 1},
+                                                   "phase": TARGET["margins"]["phase"],
+                                                   "prevalence": 0.2},
+                           cluster=res["cluster"])
+    pd.testing.assert_frame_equal(res["transport"].drop(columns="role"), want)
+    with pytest.raises(stats.schema.ContractError, match="is missing in rows"):
+        stats.transport(ev, {"sex": {"F": 1, "M": 1}})
