@@ -99,7 +99,8 @@ def gap_contrasts(results) -> list[dict]:
             out.append({"group": c.group, "levels": list(c.levels),
                         "covariates": list(c.covariates) if c.covariates else None,
                         "role": plan.roles.get("gaps", PRESPECIFIED),
-                        "why": "prespecified in the plan", "key": f"detection.gaps.contrasts[{i}]"})
+                        "why": "prespecified in the plan",
+                        "key": f"detection.gaps.contrasts[{i}]"})
     else:
         for c in _largest_gaps(results, population):
             out.append({**c, "covariates": None, "role": EXPLORATORY,

@@ -18,6 +18,9 @@ TITLE = "Performance in the intended-use population"
 HALF = "detection"
 NAMES = {"sensitivity": "Sensitivity", "specificity": "Specificity", "ppv": "PPV",
          "npv": "NPV"}
+#: how each estimand is named mid-sentence
+IN_TEXT = {"sensitivity": "sensitivity", "specificity": "specificity", "ppv": "PPV",
+           "npv": "NPV"}
 FLAG_TEXT = {"extreme_weights": "a raked weight exceeds {x:g} times the mean weight: the "
                                 "transported values rest on few scans",
              "small_n": "effective sample size below 10",
@@ -101,8 +104,7 @@ def build(study) -> Section:
     d = tr[tr["group_var"] == "overall"]
     said = []
     for model, m in d.groupby("model", sort=False):
-        parts = [f"{NAMES[r.estimand].lower() if r.estimand in ('sensitivity', 'specificity') else NAMES[r.estimand]} "
-                 f"{text.num(r.estimate_study, 3)} \u2192 "
+        parts = [f"{IN_TEXT[r.estimand]} {text.num(r.estimate_study, 3)} \u2192 "
                  f"{text.ci(r.estimate, r.conf_low, r.conf_high, 3)}"
                  for r in m.itertuples() if _finite(r.estimate)]
         if parts:
