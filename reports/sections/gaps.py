@@ -126,6 +126,13 @@ def table(study, gd: pd.DataFrame, contrasts: list[dict]) -> ReportTable:
     if why:
         notes.append("Exploratory contrasts (chosen from the data, not prespecified): "
                      + "; ".join(why) + ".")
+    heads = d[d["estimand"] == "gap_total"]
+    dropped = heads[heads["n_dropped"] > 0] if "n_dropped" in heads else heads.iloc[:0]
+    if len(dropped):
+        notes.append("Scans left out of the model (fitted on every level of the group) for "
+                     "a missing covariate value: "
+                     + "; ".join(f"{r.contrast}, {r.model}: {text.count(r.n_dropped)}"
+                                 for r in dropped.itertuples()) + ".")
     flags = sorted({f for x in d["flag"] for f in str(x).split(";") if f in FLAG_TEXT})
     if flags:
         notes.append("Flags: " + "; ".join(f"{f} = {FLAG_TEXT[f]}" for f in flags) + ".")

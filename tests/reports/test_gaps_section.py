@@ -46,6 +46,10 @@ def test_gap_section_shows_the_analysis_numbers(tmp_path):
     assert (tmp_path / "gap_1.png").stat().st_size > 10_000
     tab = sec.tables[0]
     assert tab.name == "gap_decomposition" and len(tab.display) == len(gd)
+    # the demo's 10 positive scans without a tumour size are left out, and said so
+    n = int(gd.loc[gd["estimand"] == "gap_total", "n_dropped"].iloc[0])
+    assert n == 10 and any(f"a missing covariate value: race: Unknown vs White, unet_large: "
+                           f"{n}" in x for x in tab.notes)
     assert _roles.label(study, tab).caption.endswith("Prespecified.")
     assert "@tbl-gap-decomposition" in sec.blocks[0] and "@fig-gap-1" in sec.blocks[0]
     assert "race Unknown vs White (prespecified" in sec.blocks[0]
