@@ -104,6 +104,25 @@ class SeedDecisions(_Group):
     crs_bootstrap: int | None = None
     crs_stability: int | None = None
     label_error_imputation: int | None = None
+    gap_bootstrap: int | None = None
+
+
+class GapsDecisions(_Group):
+    contrasts: list[dict] | None = Field(None, description="the decomposed contrasts, their "
+                                         "covariates and role, and why each was chosen")
+    method: str | None = Field(None, description="the adjusted model of the decomposition")
+    n_boot: int | None = Field(None, description="cluster-bootstrap replicates (refits)")
+    population: str | None = Field(None, description="positives (sensitivity) or negatives")
+
+
+class TransportDecisions(_Group):
+    target: dict | None = Field(None, description="the target margins (shares) raked to")
+    name: str | None = Field(None, description="the target population's name")
+    max_weight: dict[str, float] | None = Field(None, description="largest raked weight over "
+                                                "the mean, per model")
+    extreme: bool | None = Field(None, description="whether any weight is extreme")
+    left_out: dict[str, int] | None = Field(None, description="scans left out of the "
+                                            "raking for a missing margin value, per column")
 
 
 class CasesDecisions(_Group):
@@ -126,6 +145,8 @@ class Decisions(_Group):
     crs: CrsDecisions = Field(default_factory=CrsDecisions)
     metadata: MetadataDecisions = Field(default_factory=MetadataDecisions)
     site_meta_analysis: SiteMetaDecisions = Field(default_factory=SiteMetaDecisions)
+    gaps: GapsDecisions = Field(default_factory=GapsDecisions)
+    transport: TransportDecisions = Field(default_factory=TransportDecisions)
     seeds: SeedDecisions = Field(default_factory=SeedDecisions)
     #: the names decided, in order (a decision may be None: "no cluster" is a decision)
     _taken: list = PrivateAttr(default_factory=list)

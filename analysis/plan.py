@@ -497,6 +497,113 @@ class SiteMetaAnalysis(Block):
         return axes
 
 
+def _margin_levels(value):
+    """A target margin as written: level names (numbers allowed) -> share or count."""
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for k, v in value.items():
+        name = (str(int(k)) if isinstance(k, float) and k.is_integer() else str(k)) \
+            if isinstance(k, (int, float)) and not isinstance(k, bool) else k
+        out[name] = float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+    return out
+
+
+Margin = Annotated[dict[str, Annotated[float, Field(ge=0)]], BeforeValidator(_margin_levels),
+                   Field(max_length=1_000)]
+
+
+class Contrast(Block):
+    """One prespecified contrast: where the gap between two levels of a column comes from
+    (`stats.decompose_gap`)."""
+
+    group: str = key(..., "The column the gap is between.", type="a column name",
+                     example="race", default_text="required", hint="name a column, e.g. race")
+    levels: Annotated[tuple[str, ...], BeforeValidator(
+        lambda v: tuple(str(x) if isinstance(x, (int, float)) and not isinstance(x, bool)
+                        else x for x in v) if isinstance(v, list) else v)] = key(
+        ..., "The comparison level, then the reference level (gap = comparison minus "
+        "reference; the case-mix part gives the reference the comparison's covariates).",
+        type="a list of two levels", example="[Unknown, White]", default_text="required",
+        hint="write e.g. levels: [Unknown, White]")
+    covariates: Seq | None = key(
+        None, "The case mix: columns or one-column terms (with a GLMM or site-fixed model the "
+        "site is one of them whether listed or not).", type="a list of terms",
+        example='[phase, age_group, "np.log(tumor_size_mm)"]',
+        default_text="the adjusted formula's other terms",
+        hint='write e.g. covariates: [phase, "np.log(tumor_size_mm)"]',
+        cap=(10, "covariates of one contrast"))
+
+    @model_validator(mode="after")
+    def _two_levels(self):
+        if len(self.levels) != 2 or self.levels[0] == self.levels[1]:
+            raise _fail(None, "{file}: {at.levels} must be two different levels, the "
+                        "comparison first and the reference second, got {got}; write e.g. "
+                        "levels: [Unknown, White]", got=list(self.levels))
+        for i, term in enumerate(self.covariates or ()):
+            _parse(f"detected ~ {term}", where="{at.covariates[" + str(i) + "]}")
+        _check_axis_column(self.group, "{at.group}")
+        return self
+
+
+class Gaps(Block):
+    """Where the gaps come from: the crude gap of each contrast split into its case-mix part
+    and the part at equal case mix, with each covariate's contribution (`stats.decompose_gap`;
+    needs `detection.adjusted` unless every contrast lists its covariates)."""
+
+    contrasts: Annotated[tuple[Contrast, ...], BeforeValidator(_as_tuple)] = key(
+        (), "Prespecified contrasts; none listed: each demographic axis's largest gap, "
+        "labelled exploratory.", type="a list of {group, levels, covariates}",
+        example="[{group: race, levels: [Unknown, White]}]",
+        default_text="`[]` (each demographic axis's largest gap, exploratory)",
+        cap=(20, "contrasts"))
+    method: Literal[ADJUST_METHODS] | None = key(
+        None, "The adjusted model of the decomposition.", type="text", example="glmm",
+        default_text="the primary model (the first of `detection.adjusted.methods`, else glmm)",
+        hint="use one of the listed names")
+    n_boot: int = key(2000, "Paired cluster-bootstrap replicates (each refits the model).",
+                      type="a whole number >= 2 (bootstrap replicates)", example="2000",
+                      hint="write e.g. n_boot: 2000", ge=2)
+    seed: Seed | None = key(None, "Seed of the replicates (overrides the root seed's stream "
+                            "`gap_bootstrap`).", type=_SEED_TYPE, example="5",
+                            default_text=_SEED_DEFAULT, hint="write an integer seed, e.g. 5")
+
+
+class Target(Block):
+    """The intended-use population: margins the study is raked to (`stats.transport`);
+    adds the table of performance in that population."""
+
+    name: str = key("the intended-use population", "How the report names it.", type="a text",
+                    example='"community hospitals, non-contrast heavy"')
+    margins: dict[str, Margin] = key(
+        {}, "Target margins: column -> {level: share or count} (site or region, phase, age "
+        "group, sex, ...); every level the study has needs a positive share, and a level the "
+        "study has no scans of is refused (outside its support).",
+        type="a mapping column -> {level: share}",
+        example="{phase: {venous: 0.5, arterial: 0.3, non_contrast: 0.2}}",
+        default_text="`{}`", hint="write e.g. margins: {sex: {F: 0.5, M: 0.5}}",
+        cap=(20, "target margins"))
+    prevalence: Level | None = key(None, "Disease prevalence of the target population (the "
+                                   "margin of `label`; PPV and NPV depend on it).",
+                                   type="a number in (0, 1)", example="0.1",
+                                   default_text="none (the study's)",
+                                   hint="write a proportion, e.g. 0.1")
+
+    @model_validator(mode="after")
+    def _something(self):
+        if not self.margins and self.prevalence is None:
+            raise _fail(None, "{file}: {at} gives neither margins nor a prevalence; give "
+                        "at least one, e.g. prevalence: 0.1")
+        if "label" in self.margins and self.prevalence is not None:
+            raise _fail(None, "{file}: {at} gives the label margin twice (margins.label and "
+                        "prevalence); keep one")
+        for col, m in self.margins.items():
+            if not sum(m.values()) > 0:
+                raise _fail(None, "{file}: {at.margins} gives every level of {col!r} a share "
+                            "of 0; give positive shares", col=col)
+        return self
+
+
 class Detection(Block):
     """The detection half of the report (needs `inputs.cases`)."""
 
@@ -549,6 +656,9 @@ class Detection(Block):
     failure_map: FailureMap | None = key(None, type="a mapping", default_text="none")
     site_meta_analysis: SiteMetaAnalysis | None = key(
         None, type="a mapping", default_text="none (no meta-analysis across sites)")
+    gaps: Gaps | None = key(None, type="a mapping", default_text="none (no decomposition)")
+    target: Target | None = key(None, type="a mapping",
+                                default_text="none (no transported performance)")
 
     @field_validator("cluster", mode="before")
     @classmethod
@@ -771,6 +881,12 @@ class Roles(Block):
     site_meta_analysis: Literal[ROLE_VALUES] = key(
         "prespecified", "The meta-analysis across sites (forest plots, pooled values, "
         "heterogeneity, prediction intervals).", **_ROLE)
+    gaps: Literal[ROLE_VALUES] = key(
+        "prespecified", "The decompositions of the plan's contrasts (`detection.gaps`); the "
+        "default contrasts, chosen from the data, are always exploratory.", **_ROLE)
+    transport: Literal[ROLE_VALUES] = key(
+        "prespecified", "The performance in the intended-use population "
+        "(`detection.target`).", **_ROLE)
 
 
 class Inputs(Block):
@@ -1169,7 +1285,9 @@ class Plan:
                 "crs_bootstrap": s.crs and s.crs.bootstrap.seed,
                 "crs_stability": s.crs and s.crs.bootstrap.seed,
                 "calibration_bootstrap": s.calibration.bootstrap.seed,
-                "label_error_imputation": s.metadata and s.metadata.seed}.get(stream)
+                "label_error_imputation": s.metadata and s.metadata.seed,
+                "gap_bootstrap": s.detection and s.detection.gaps and s.detection.gaps.seed,
+                }.get(stream)
 
     def seed_for(self, stream: str) -> int:
         """The seed of one random stream: the block's own seed where the plan gives one,
@@ -1192,6 +1310,8 @@ class Plan:
             out["crs_stability"] = self.seed_for("crs_stability")
         if s.metadata is not None and s.metadata.label_error is not None:
             out["label_error_imputation"] = self.seed_for("label_error_imputation")
+        if s.detection is not None and s.detection.gaps is not None:
+            out["gap_bootstrap"] = self.seed_for("gap_bootstrap")
         return out
 
 

@@ -407,3 +407,30 @@ def meta_forest_plot(sites: pd.DataFrame, pooled: pd.DataFrame, *, xlab: str,
             + p9.labs(x=xlab, y="")
             + theme() + p9.theme(panel_grid_major_y=p9.element_blank(),
                                  panel_grid_minor=p9.element_blank()))
+
+
+def gap_bars(df: pd.DataFrame, *, xlab: str, facet: str = "model"):
+    """The parts of a gap as horizontal bars from 0 with their CIs (``conf_low``/
+    ``conf_high``), one panel per ``facet``: ``row`` the part's label (top to bottom in
+    the frame's order), ``part`` its kind (the fill: crude gap, case mix, a covariate's
+    contribution, equal case mix)."""
+    import plotnine as p9
+
+    d = df.copy()
+    rows = _ordered(d["row"].astype(str))
+    d["row"] = pd.Categorical(d["row"].astype(str), categories=rows[::-1])
+    kinds = _ordered(d["part"].astype(str))
+    d["part"] = pd.Categorical(d["part"].astype(str), categories=kinds)
+    colours = dict(zip(("crude gap", "case mix", "contribution", "equal case mix"),
+                       (PALETTE[5], PALETTE[0], "#9cc3dc", PALETTE[1])))
+    p = (p9.ggplot(d, p9.aes(x="row", y="estimate", fill="part"))
+         + p9.geom_hline(yintercept=0.0, color="#2e4057", size=0.4)
+         + p9.geom_col(width=0.6)
+         + errorbar(p9.aes(ymin="conf_low", ymax="conf_high"), width=0.25, color="#333333",
+                    na_rm=True)
+         + p9.scale_fill_manual(values=[colours.get(k, PALETTE[4]) for k in kinds],
+                                name="")
+         + p9.facet_wrap(f"~{facet}")
+         + p9.coord_flip()
+         + p9.labs(x="", y=xlab, fill="") + theme())
+    return p

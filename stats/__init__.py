@@ -39,6 +39,10 @@ from .label_error import compare_naive, misclassification_from_review
 # adjusted models
 from .models import block_tests, fit_adjusted, fit_complete_case, likelihood_ratio_test
 
+# attribution and transport
+from .gaps import decompose_gap
+from .raking import transport
+
 # calibration, CRS and ranking
 from .calibration import (brier, calibration_repair, ece, ece_ci, mce, nll, reliability_table,
                           temperature_scale)
@@ -64,6 +68,8 @@ __all__ = [
     "site_meta_analysis",
     # adjusted models
     "block_tests", "fit_adjusted", "fit_complete_case", "likelihood_ratio_test",
+    # attribution and transport
+    "decompose_gap", "transport",
     # calibration, CRS and ranking
     "brier", "calibration_repair", "crs_axes", "crs_bootstrap", "crs_scores", "ece", "ece_ci",
     "mce", "nll", "rank_agreement", "ranking_stability", "read_reference", "reliability_table",

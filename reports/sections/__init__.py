@@ -23,7 +23,8 @@ log = logging.getLogger("clinrel.report")
 
 #: section modules in report order
 ORDER = ("methods", "flow", "cohort", "twobytwo", "overall", "subgroups", "precision", "forest",
-         "failure_map", "threshold", "adjusted", "site_meta", "comparisons", "crs",
+         "failure_map", "threshold", "adjusted", "site_meta", "gaps", "transport", "comparisons",
+         "crs",
          "calibration", "provenance", "checklist")
 
 

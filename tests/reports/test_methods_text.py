@@ -160,6 +160,7 @@ def test_missing_data_without_race_or_adjusted_models(tmp_path):
         _no_adjusted(raw)
         raw["detection"]["subgroups"] = [a for a in raw["detection"]["subgroups"]
                                          if a != "race"]
+        raw["detection"].pop("gaps")    # the demo's contrast is race Unknown vs White
 
     study = _study(tmp_path, plan, lambda c: _sizes_recorded(c).drop(columns=["race"]))
     sentence = _missing_sentence(_methods_text(_sections(study, only=("methods",))))
@@ -176,6 +177,7 @@ def test_nothing_missing_is_one_sentence(tmp_path):
     def plan(raw):
         _no_adjusted(raw)
         det = raw["detection"]
+        det.pop("gaps")    # the demo's contrast is race Unknown vs White, by tumour size
         det["subgroups"] = ["phase", "sex", "site"]
         det["bins"].pop("tumor_size_mm")
         det.pop("failure_map")

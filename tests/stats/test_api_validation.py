@@ -268,6 +268,45 @@ def _complete(cases, draw):
     return call(cases, "detected ~ sex", method="fixed", group=None, model="m0")
 
 
+def _gap(cases, draw):
+    method = draw(st.sampled_from(["fixed", "glmm", "gee"]))
+    return call(cases, "race", ("Unknown", "A"), covariates=["phase"], method=method,
+                n_boot=draw(st.integers(2, 4)), seed=1)
+
+
+def _gap_bad(cases, draw):
+    good = _gap(cases, draw)
+    key = draw(st.sampled_from(["levels", "covariates", "n_boot", "conf_level", "threshold",
+                                "nagq", "method"]))
+    if key == "levels":
+        value = draw(st.sampled_from([("A", "A"), ("A",), None, "A", (1.5, "A")]))
+        return Call((cases, "race", value), good.kwargs, REFUSE, f"levels={value!r}")
+    value = draw({"covariates": st.sampled_from(["phase", [], ["phase:sex"], ["race"],
+                                                 ["phase", "phase"], [1]]),
+                  "n_boot": whole_bad(2), "conf_level": level_bad, "threshold": thr_bad,
+                  "nagq": whole_bad(1), "method": st.just("lasso")}[key])
+    return Call(good.args, {**good.kwargs, key: value}, REFUSE, f"{key}={value!r}")
+
+
+TARGET = {"phase": {"arterial": 0.5, "venous": 0.5}, "prevalence": 0.3}
+
+
+def _transport(cases, draw):
+    return call(cases, TARGET, by=draw(st.sampled_from([None, "sex", ["sex", "phase"]])))
+
+
+def _transport_bad(cases, draw):
+    key = draw(st.sampled_from(["target", "conf_level", "threshold", "max_iter", "by"]))
+    if key == "target":
+        value = draw(st.sampled_from([None, {}, {"phase": {"venous": -1}}, {"prevalence": 0},
+                                      {"phase": {"venous": math.nan}}, {"nope": {"a": 1}},
+                                      {"phase": {**TARGET["phase"], "delayed": 0.2}}]))
+        return call(cases, value, expect=REFUSE, why=f"target={value!r}")
+    value = draw({"conf_level": level_bad, "threshold": thr_bad, "max_iter": whole_bad(1),
+                  "by": st.sampled_from([3, [1], ("sex", 2)])}[key])
+    return call(cases, TARGET, expect=REFUSE, why=f"{key}={value!r}", **{key: value})
+
+
 def _naive(cases, draw):
     return call(cases, ["phase"], label_error(), seed=1, n_imputations=4)
 
@@ -619,6 +658,9 @@ CALLS: dict[str, st.SearchStrategy] = {
     "fit_complete_case": _simple(_complete),
     "block_tests": _simple(_blocks),
     "likelihood_ratio_test": s_lrt(),
+    # attribution and transport
+    "decompose_gap": _table_fn(_gap, extra_bad=_gap_bad),
+    "transport": _table_fn(_transport, extra_bad=_transport_bad),
     # calibration
     "ece": s_calibration(), "mce": s_calibration(),
     "brier": s_calibration(n_bins=False), "nll": s_calibration(n_bins=False),

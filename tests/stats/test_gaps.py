@@ -1,0 +1,171 @@
+"""stats.decompose_gap: the decomposition against R, its identities, the vectorised
+replicate refits against stats.fit_adjusted, and known truth in large samples.
+
+R fixture: tests/r/gaps.R (glm and lme4 glmer, converged; the decomposition written out
+by hand in R, the Shapley values from every (reference, comparison) pair without
+grouping rows into patterns) -> tests/r/gaps.csv, on tests/r/data/gaps_cases.csv
+(tests/r/gaps_data.py). Measured gaps: glm 6e-16 (tested to 1e-9); glmer 1.4e-8,
+from lme4's own convergence (tested to 1e-6).
+Replicate refits (the batched Newton of stats.gaps) against ``stats.fit_adjusted`` on the
+duplicated rows: coefficients and site effects 1.2e-10 for the GLMM (30 replicates,
+4 of them on the boundary), 7e-15 for the site-fixed model (tested to 1e-7).
+The coverage simulations are in bench/gap_decomposition.py (.md).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import stats
+from stats import gaps as G
+from stats.schema import ContractError, check_tidy
+
+ROOT = Path(__file__).resolve().parents[2]
+R = ROOT / "tests" / "r"
+sys.path.insert(0, str(ROOT / "bench"))
+from gap_decomposition import simulate  # noqa: E402
+
+COVS = ["phase", "np.log(tumor_size_mm)"]
+PARTS = ("gap_total", "gap_case_mix", "gap_conditional", "contribution:phase",
+         "contribution:np.log(tumor_size_mm)", "contribution:site")
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return pd.read_csv(R / "data" / "gaps_cases.csv")
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return pd.read_csv(R / "gaps.csv")
+
+
+@pytest.mark.parametrize("method, fit, tol", [("fixed", "glm", 1e-9),
+                                              ("glmm", "glmer", 1e-6)])
+def test_matches_r_by_hand(cases, ref, method, fit, tol):
+    out = stats.decompose_gap(cases, "group", ("c", "r"), covariates=COVS, method=method,
+                              n_boot=None)
+    check_tidy(out)
+    r = ref[ref["fit"] == fit].set_index("estimand")["value"]
+    got = out.set_index("estimand")
+    for e in PARTS:
+        assert abs(got.loc[e, "estimate"] - r[e]) < tol, (e, got.loc[e, "estimate"], r[e])
+    row = got.loc["gap_total"]
+    assert abs(row["p_counterfactual"] - r["p_counterfactual"]) < tol
+    assert abs(row["model_residual"] - r["model_residual"]) < tol
+    # the identities: total = case mix + conditional; contributions add up to case mix
+    assert abs(got.loc["gap_total", "estimate"] - got.loc["gap_case_mix", "estimate"]
+               - got.loc["gap_conditional", "estimate"]) < 1e-14
+    contrib = got.loc[[e for e in got.index if e.startswith("contribution:")], "estimate"]
+    assert abs(contrib.sum() - got.loc["gap_case_mix", "estimate"]) < 1e-12
+    # ordered by size, largest first
+    assert list(got.loc[contrib.index, "order"]) == sorted(got.loc[contrib.index, "order"])
+    assert np.all(np.diff(np.abs(contrib.to_numpy())) <= 0)
+
+
+def test_crude_gap_by_hand(cases):
+    out = stats.decompose_gap(cases, "group", ("c", "r"), covariates=COVS, method="fixed",
+                              n_boot=None)
+    y = cases.groupby("group")["pred"].mean()
+    tot = out.set_index("estimand").loc["gap_total"]
+    assert abs(tot["estimate"] - (y["c"] - y["r"])) < 1e-15
+    assert tot["p_comparison"] == y["c"] and tot["p_reference"] == y["r"]
+    assert abs(tot["model_residual"]) < 1e-10   # the score equations of the group columns
+
+
+def _setup(cases, method):
+    cap = {}
+    orig = G._Setup.replicates
+
+    def grab(self, W_all):
+        cap["s"] = self
+        return orig(self, W_all)
+
+    G._Setup.replicates = grab
+    try:
+        stats.decompose_gap(cases, "group", ("c", "r"), covariates=COVS, method=method,
+                            n_boot=2, seed=1)
+    finally:
+        G._Setup.replicates = orig
+    return cap["s"]
+
+
+@pytest.mark.parametrize("method, n_rep", [("glmm", 30), ("fixed", 10)])
+def test_batched_refits_equal_fit_adjusted(method, n_rep):
+    """Each replicate's refit (vectorised over replicates) equals stats.fit_adjusted on
+    the replicate's duplicated rows: the bootstrap refits the model it reports."""
+    data = simulate(250, "case mix only", np.random.default_rng(1))
+    s = _setup(data, method)
+    W = G._cluster_weights(np.random.default_rng(10), int(s.clusters.max()) + 1, n_rep)
+    W = W[:, s.clusters]
+    betas, sites, failed = G._BatchNewton.for_setup(s).fit(W)
+    assert not failed.any()
+    worst, boundary = 0.0, 0
+    for i in range(n_rep):
+        b2, s2 = s._refit(W[i])
+        worst = max(worst, float(np.max(np.abs(betas[i] - b2))))
+        if sites is not None:
+            worst = max(worst, float(np.max(np.abs(sites[i] - s2))))
+            boundary += int(np.all(s2 == 0))
+    assert worst < 1e-7, worst
+    if method == "glmm":
+        assert boundary >= 1   # replicates on the boundary (SD 0) are among them
+
+
+def test_bootstrap_is_paired_and_reproducible(cases):
+    two = pd.concat([cases.assign(model="a"), cases.assign(model="b")], ignore_index=True)
+    out = stats.decompose_gap(two, "group", ("c", "r"), covariates=COVS, method="fixed",
+                              n_boot=50, seed=7)
+    a, b = (out[out["model"] == m].set_index("estimand") for m in ("a", "b"))
+    # the same scans and the same draws: identical intervals for identical models
+    assert np.allclose(a["conf_low"], b.loc[a.index, "conf_low"], atol=1e-12)
+    again = stats.decompose_gap(two, "group", ("c", "r"), covariates=COVS, method="fixed",
+                                n_boot=50, seed=7)
+    pd.testing.assert_frame_equal(out, again)
+    assert (out["n_boot"] == 50).all()
+    assert (out["conf_low"] <= out["estimate"] + 1e-12).all()
+
+
+@pytest.mark.parametrize("scenario, zero", [("case mix only", "gap_conditional"),
+                                            ("conditional only", "gap_case_mix")])
+def test_known_truth_large_sample(scenario, zero):
+    """In a large study the part whose true value is 0 is near 0 and the other carries
+    the gap (coverage at study size: bench/gap_decomposition.md)."""
+    data = simulate(12_000, scenario, np.random.default_rng(3))
+    out = stats.decompose_gap(data, "group", ("c", "r"), covariates=COVS, method="fixed",
+                              n_boot=None).set_index("estimand")
+    assert abs(out.loc[zero, "estimate"]) < 0.012
+    other = "gap_case_mix" if zero == "gap_conditional" else "gap_conditional"
+    assert abs(out.loc[other, "estimate"] - out.loc["gap_total", "estimate"]) < 0.012
+    assert abs(out.loc["gap_total", "estimate"]) > 0.1
+
+
+def test_refusals(cases):
+    kw = dict(covariates=COVS, method="fixed", n_boot=None)
+    with pytest.raises(ContractError, match="has no positives"):
+        stats.decompose_gap(cases, "group", ("x", "r"), **kw)
+    with pytest.raises(ContractError, match="two different levels"):
+        stats.decompose_gap(cases, "group", ("r", "r"), **kw)
+    with pytest.raises(ContractError, match="interaction cannot be split"):
+        stats.decompose_gap(cases, "group", ("c", "r"), covariates=["phase:site"])
+    with pytest.raises(ContractError, match="uses the group column"):
+        stats.decompose_gap(cases, "group", ("c", "r"), covariates=["group"])
+    with pytest.raises(ContractError, match="at most 10"):
+        stats.decompose_gap(cases, "group", ("c", "r"), covariates=[f"x{i}" for i in range(11)])
+
+
+def test_not_estimable_when_group_aliased_with_site(cases):
+    """The comparison level only at one site and that site only holding it: under the
+    site-fixed model the group effect is aliased with the site, so the counterfactual has
+    no unique value: NaN and flag not_estimable."""
+    d = cases.copy()
+    d["group"] = np.where(d["site"] == "site_6", "c", "r")
+    out = stats.decompose_gap(d, "group", ("c", "r"), covariates=COVS, method="fixed",
+                              n_boot=5, seed=1)
+    row = out.set_index("estimand").loc["gap_case_mix"]
+    assert np.isnan(row["estimate"]) and "not_estimable" in row["flag"]
+    assert np.isfinite(out.set_index("estimand").loc["gap_total", "estimate"])
