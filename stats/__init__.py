@@ -34,6 +34,8 @@ from .agreement import extractor_agreement
 from .pooled import pooled_subgroup_metrics
 from .precision import precision_table
 from .label_error import compare_naive, misclassification_from_review
+from .operating import (delong_test_unpaired, likelihood_ratios, operating_point, partial_auc,
+                        performance_goals, roc_curve)
 
 # adjusted models
 from .models import block_tests, fit_adjusted, fit_complete_case, likelihood_ratio_test
@@ -60,6 +62,9 @@ __all__ = [
     "compare_naive", "misclassification_from_review",
     "pooled_subgroup_metrics", "precision_table", "scan_level", "subgroup_metrics",
     "subgroup_vs_rest", "threshold_sweep",
+    # operating points and fair comparisons (pROC twins)
+    "delong_test_unpaired", "likelihood_ratios", "operating_point", "partial_auc",
+    "performance_goals", "roc_curve",
     # adjusted models
     "block_tests", "fit_adjusted", "fit_complete_case", "likelihood_ratio_test",
     # calibration, CRS and ranking

@@ -83,6 +83,7 @@ ESTIMATED: dict[str, str] = {
     "calibration.bootstrap.n_boot": "ece_bootstrap_work",
     "crs.n_weights": "ranking_stability_work",
     "metadata.n_imputations": "imputation_work",
+    "detection.operating_points.n_boot": "roc_bootstrap_work",
 }
 #: fixed caps on the plan's other counts and its list lengths (and the commands' options
 #: that set them): key -> (cap, what it bounds). Each is far above what a study needs (a
@@ -333,6 +334,27 @@ def cluster_bootstrap_work(n_boot: int, n_clusters: int, n_cells: int, n_models:
     return Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
                 seconds=secs, detail=f"{B:,} replicates x {C:,} clusters x {M} models x "
                                      f"{G} subgroup cells")
+
+
+def roc_bootstrap_work(n_boot: int, n_clusters: int, n_points: int, *, n_stats: int = 2,
+                       setting: str = "n_boot", what: str = "ROC bootstrap") -> Work:
+    """Peak memory and time of the bootstrap of :mod:`stats.operating` (ROC points,
+    values at a fixed specificity, partial AUC).
+
+    Memory: the replicate statistics (n_boot x ``n_stats`` points float64, at most: the
+    pointwise bands of :func:`stats.roc_curve`), and one block of at most
+    ``stats.operating.BLOCK_ELEMENTS`` run counts with about ten float64 arrays of its
+    points. Time: every drawn index and the block products ``W @ K``, and the passes over
+    every replicate's points.
+    """
+    from stats.operating import BLOCK_ELEMENTS
+
+    B, C, P = (max(int(v), 1) for v in (n_boot, n_clusters, n_points))
+    block = max(1, min(B, BLOCK_ELEMENTS // (2 * P)))
+    mem = 8.0 * B * P * n_stats + 10 * 8.0 * block * P + 4.0 * block * C + 8.0 * 2 * P * C / 50
+    secs = SECONDS_PER_DRAW * B * C + 12 * SECONDS_PER_ELEMENT * B * P
+    return Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
+                seconds=secs, detail=f"{B:,} replicates x {C:,} clusters x {P:,} ROC points")
 
 
 def crs_bootstrap_work(n_boot: int, regimes, *, setting: str = "n_boot",
