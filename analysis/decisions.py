@@ -81,6 +81,24 @@ class PrecisionDecisions(_Group):
     cells: str | None = Field(None, description="the cells the table covers")
 
 
+class OperatingDecisions(_Group):
+    specificity: list[float] | None = Field(None, description="the prespecified specificities")
+    sensitivity: list[float] | None = Field(None, description="the prespecified sensitivities")
+    partial_auc: dict | None = Field(None, description="the partial AUC's range and correction")
+    by: list[str] | None = Field(None, description="the axes of the matched comparisons")
+    roc_axes: list[str] | None = Field(None, description="the axes of the ROC figures")
+    multiplicity: str | None = Field(None, description="the matched comparisons' family")
+    threshold_shift_rule: str | None = Field(None, description="when a gain is flagged a "
+                                             "threshold shift")
+    bootstrap: _Boot = Field(default_factory=_Boot)
+
+
+class GoalsDecisions(_Group):
+    goals: list[dict] | None = Field(None, description="the prespecified goals")
+    cells: str | None = Field(None, description="the cells the goals are tested in")
+    multiplicity: str | None = Field(None, description="the goals' families")
+
+
 class MultiplicityOf(_Group):
     multiplicity: str | None = Field(None, description="the family's adjustment")
 
@@ -95,6 +113,7 @@ class SeedDecisions(_Group):
     crs_bootstrap: int | None = None
     crs_stability: int | None = None
     label_error_imputation: int | None = None
+    operating_bootstrap: int | None = None
 
 
 class CasesDecisions(_Group):
@@ -117,6 +136,8 @@ class Decisions(_Group):
     crs: CrsDecisions = Field(default_factory=CrsDecisions)
     metadata: MetadataDecisions = Field(default_factory=MetadataDecisions)
     seeds: SeedDecisions = Field(default_factory=SeedDecisions)
+    operating: OperatingDecisions = Field(default_factory=OperatingDecisions)
+    goals: GoalsDecisions = Field(default_factory=GoalsDecisions)
     #: the names decided, in order (a decision may be None: "no cluster" is a decision)
     _taken: list = PrivateAttr(default_factory=list)
 

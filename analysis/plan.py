@@ -458,6 +458,106 @@ class Precision(Block):
                             hint="write e.g. 0.2, or leave it out", ge=0, lt=1)
 
 
+Proportion = Annotated[float, Field(ge=0, le=1)]
+Range = Annotated[tuple[Proportion, Proportion], BeforeValidator(_as_tuple)]
+#: the proportions a goal may name (stats.detection.PROPORTIONS)
+GOAL_METRICS = ("sensitivity", "specificity", "ppv", "npv", "accuracy")
+
+
+class PartialAuc(Block):
+    """The partial AUC (pROC's `auc(partial.auc=, partial.auc.focus=, partial.auc.correct=)`):
+    the area over a range of specificity, or of sensitivity; give one range."""
+
+    specificity: Range | None = key(None, "The range of specificity (`lo`, `hi`).",
+                                    type="two proportions [lo, hi], lo < hi",
+                                    example="[0.8, 1.0]",
+                                    default_text="`[0.8, 1.0]` (when no sensitivity)",
+                                    hint="write e.g. specificity: [0.8, 1.0]")
+    sensitivity: Range | None = key(None, "The range of sensitivity instead.",
+                                    type="two proportions [lo, hi], lo < hi",
+                                    example="[0.9, 1.0]", default_text="none",
+                                    hint="write e.g. sensitivity: [0.9, 1.0]")
+    correct: bool = key(False, "McClish's standardization: 0.5 on the diagonal, 1 for a "
+                        "perfect test.", type="true or false", example="false")
+
+    @model_validator(mode="after")
+    def _one_range(self):
+        if self.specificity is not None and self.sensitivity is not None:
+            raise _fail(None, "{file}: {at} gives both 'specificity' and 'sensitivity'; the "
+                        "partial AUC is over one axis: keep one range")
+        for name in ("specificity", "sensitivity"):
+            rg = getattr(self, name)
+            if rg is not None and not rg[0] < rg[1]:
+                raise _fail(None, "{file}: {at." + name + "} must be [lo, hi] with lo < hi, "
+                            "got {got}; write e.g. [0.8, 1.0]", got=list(rg))
+        if self.specificity is None and self.sensitivity is None:
+            object.__setattr__(self, "specificity", (0.8, 1.0))
+        return self
+
+
+class OperatingPoints(Block):
+    """Matched operating points: each model read at its own threshold giving a fixed
+    specificity (or sensitivity), compared between models beside the fixed-threshold
+    comparison (a gain that vanishes there is a threshold shift), with ROC curves, partial
+    AUC, likelihood ratios and each subgroup's AUC against the rest; all prespecified."""
+
+    specificity: Annotated[tuple[Proportion, ...], BeforeValidator(
+        lambda v: (v,) if isinstance(v, (int, float)) and not isinstance(v, bool)
+        else _as_tuple(v))] = key(
+        (), "Specificities at which each model's sensitivity is read and compared.",
+        type="a list of proportions", example="[0.9]", cli="--at-specificity",
+        default_text="`[]`", hint="write e.g. specificity: [0.9]",
+        cap=(20, "operating points"))
+    sensitivity: Annotated[tuple[Proportion, ...], BeforeValidator(
+        lambda v: (v,) if isinstance(v, (int, float)) and not isinstance(v, bool)
+        else _as_tuple(v))] = key(
+        (), "Sensitivities at which each model's specificity is read and compared.",
+        type="a list of proportions", example="[0.8]", cli="--at-sensitivity",
+        default_text="`[]`", hint="write e.g. sensitivity: [0.8]",
+        cap=(20, "operating points"))
+    partial_auc: PartialAuc | None = key(None, type="a mapping",
+                                         default_text="none (no partial AUC)")
+    n_boot: int = key(2000, "Replicates of the paired cluster bootstrap of the operating "
+                      "points and the partial AUC.", type="a whole number >= 2 (bootstrap "
+                      "replicates)", example="2000", cli="--n-boot",
+                      hint="write e.g. n_boot: 2000", ge=2)
+    seed: Seed | None = key(None, "Seed of the replicates (overrides the root seed's "
+                            "stream `operating_bootstrap`).", type=_SEED_TYPE,
+                            example="20261203", cli="--seed", default_text=_SEED_DEFAULT,
+                            hint="write an integer seed, e.g. 20261203")
+
+
+class Goal(Block):
+    """One prespecified performance goal, tested in every prespecified subgroup (one-sided,
+    Holm over the subgroups): an absolute `goal`, or a non-inferiority `margin` against
+    the overall value; give one."""
+
+    metric: Literal[GOAL_METRICS] = key(..., "The metric.", type="text",
+                                        example="sensitivity", default_text="required",
+                                        hint="use one of the listed names")
+    goal: float | None = key(None, "The value every subgroup must exceed (H1: metric > "
+                             "goal).", type="a number in (0, 1)", example="0.8",
+                             default_text="none", hint="write a proportion, e.g. goal: 0.8",
+                             gt=0, lt=1)
+    margin: float | None = key(None, "The non-inferiority margin against overall (H1: "
+                               "metric > overall - margin).", type="a number in [0, 1)",
+                               example="0.05", default_text="none",
+                               hint="write a proportion, e.g. margin: 0.05", ge=0, lt=1)
+    alpha: float = key(0.05, "One-sided level of each test (Holm over the subgroups).",
+                       type="a number in (0, 0.5)", example="0.05",
+                       hint="write e.g. alpha: 0.05", gt=0, lt=0.5)
+    name: str | None = key(None, "How the report names the goal.", type="a text",
+                           example='"Sensitivity >= 0.80 in every subgroup"',
+                           default_text="`<metric> >= <goal>`")
+
+    @model_validator(mode="after")
+    def _one_bound(self):
+        if (self.goal is None) == (self.margin is None):
+            raise _fail(None, "{file}: {at} needs exactly one of 'goal' (an absolute value) "
+                        "and 'margin' (non-inferiority against overall); e.g. goal: 0.8")
+        return self
+
+
 class Detection(Block):
     """The detection half of the report (needs `inputs.cases`)."""
 
@@ -508,6 +608,12 @@ class Detection(Block):
     adjusted: Adjusted | None = key(None, type="a mapping",
                                     default_text="none (no adjusted models)")
     failure_map: FailureMap | None = key(None, type="a mapping", default_text="none")
+    operating_points: OperatingPoints | None = key(
+        None, type="a mapping", default_text="none (no matched operating points)")
+    goals: Annotated[tuple[Goal, ...], BeforeValidator(_as_tuple)] = key(
+        (), "Prespecified performance goals, tested in every level of the prespecified "
+        "subgroup axes (`subgroups`).", type="a list of mappings", default_text="`[]`",
+        example="[{metric: sensitivity, goal: 0.8}]", cap=(50, "performance goals"))
 
     @field_validator("cluster", mode="before")
     @classmethod
@@ -727,6 +833,10 @@ class Roles(Block):
         **_ROLE)
     label_error: Literal[ROLE_VALUES] = key(
         "prespecified", "The label-error table and the error-aware intervals.", **_ROLE)
+    operating_points: Literal[ROLE_VALUES] = key(
+        "prespecified", "The ROC curves, matched operating points, partial AUC, likelihood "
+        "ratios and subgroup-versus-rest AUC tests.", **_ROLE)
+    goals: Literal[ROLE_VALUES] = key("prespecified", "The performance-goals table.", **_ROLE)
 
 
 class Inputs(Block):
@@ -1018,7 +1128,7 @@ def declared(path: str) -> KeyDoc:
     import re
 
     generic = re.sub(r"^(detection\.bins)\.[^.]+", r"\1.<column>", path)
-    generic = re.sub(r"\[\d+\]$", "", generic)
+    generic = re.sub(r"\[\d+\]", "", generic)
     found = {k.path: k for k in keys()}
     for candidate in (path, generic):
         if candidate in found:
@@ -1125,7 +1235,9 @@ class Plan:
                 "crs_bootstrap": s.crs and s.crs.bootstrap.seed,
                 "crs_stability": s.crs and s.crs.bootstrap.seed,
                 "calibration_bootstrap": s.calibration.bootstrap.seed,
-                "label_error_imputation": s.metadata and s.metadata.seed}.get(stream)
+                "label_error_imputation": s.metadata and s.metadata.seed,
+                "operating_bootstrap": s.detection and s.detection.operating_points
+                and s.detection.operating_points.seed}.get(stream)
 
     def seed_for(self, stream: str) -> int:
         """The seed of one random stream: the block's own seed where the plan gives one,
@@ -1148,6 +1260,8 @@ class Plan:
             out["crs_stability"] = self.seed_for("crs_stability")
         if s.metadata is not None and s.metadata.label_error is not None:
             out["label_error_imputation"] = self.seed_for("label_error_imputation")
+        if s.detection is not None and s.detection.operating_points is not None:
+            out["operating_bootstrap"] = self.seed_for("operating_bootstrap")
         return out
 
 
@@ -1331,6 +1445,10 @@ def _planned_work(plan: Plan, file: str) -> None:
         if s.crs.n_weights:
             works.append(("crs.n_weights", limits.ranking_stability_work(
                 s.crs.n_weights, 1, setting="crs.n_weights")))
+    if s.detection is not None and s.detection.operating_points is not None:
+        works.append(("detection.operating_points.n_boot", limits.roc_bootstrap_work(
+            s.detection.operating_points.n_boot, 1, 1, 1,
+            setting="detection.operating_points.n_boot", what="the ROC bootstrap")))
     works.append(("calibration.bootstrap.n_boot", limits.ece_bootstrap_work(
         s.calibration.bootstrap.n_boot, 1, 1, "uniform", setting="calibration.bootstrap.n_boot",
         what="the ECE bootstrap")))

@@ -336,13 +336,13 @@ def cluster_bootstrap_work(n_boot: int, n_clusters: int, n_cells: int, n_models:
                                      f"{G} subgroup cells")
 
 
-def roc_bootstrap_work(n_boot: int, n_clusters: int, n_points: int, *, n_stats: int = 2,
-                       setting: str = "n_boot", what: str = "ROC bootstrap") -> Work:
+def roc_bootstrap_work(n_boot: int, n_clusters: int, n_points: int, n_out: int | None = None,
+                       *, setting: str = "n_boot", what: str = "ROC bootstrap") -> Work:
     """Peak memory and time of the bootstrap of :mod:`stats.operating` (ROC points,
     values at a fixed specificity, partial AUC).
 
-    Memory: the replicate statistics (n_boot x ``n_stats`` points float64, at most: the
-    pointwise bands of :func:`stats.roc_curve`), and one block of at most
+    Memory: the replicate statistics (n_boot x ``n_out`` float64; default two per point:
+    the pointwise bands of :func:`stats.roc_curve`), and one block of at most
     ``stats.operating.BLOCK_ELEMENTS`` run counts with about ten float64 arrays of its
     points. Time: every drawn index and the block products ``W @ K``, and the passes over
     every replicate's points.
@@ -350,8 +350,9 @@ def roc_bootstrap_work(n_boot: int, n_clusters: int, n_points: int, *, n_stats: 
     from stats.operating import BLOCK_ELEMENTS
 
     B, C, P = (max(int(v), 1) for v in (n_boot, n_clusters, n_points))
+    K = 2 * P if n_out is None else max(int(n_out), 1)
     block = max(1, min(B, BLOCK_ELEMENTS // (2 * P)))
-    mem = 8.0 * B * P * n_stats + 10 * 8.0 * block * P + 4.0 * block * C + 8.0 * 2 * P * C / 50
+    mem = 8.0 * B * K * 3 + 10 * 8.0 * block * P + 4.0 * block * C + 12.0 * 2 * P
     secs = SECONDS_PER_DRAW * B * C + 12 * SECONDS_PER_ELEMENT * B * P
     return Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
                 seconds=secs, detail=f"{B:,} replicates x {C:,} clusters x {P:,} ROC points")

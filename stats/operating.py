@@ -322,13 +322,14 @@ def _roc_reduce(counts: np.ndarray, r: Runs, stat, stat_args) -> np.ndarray:
     return stat(r, cp, cn, *stat_args)
 
 
-def _replicates(r: Runs, n_boot: int, stat, stat_args=(), *, seed=None, scheduler=None
-                ) -> np.ndarray:
-    """``stat`` (b x K) of ``n_boot`` paired cluster-bootstrap replicates of the runs."""
+def _replicates(r: Runs, n_boot: int, stat, stat_args=(), *, n_out: int, seed=None,
+                scheduler=None) -> np.ndarray:
+    """``stat`` (b x ``n_out``) of ``n_boot`` paired cluster-bootstrap replicates of the
+    runs (the work estimated and checked against the caps first)."""
     from stats.bootstrap import replicate_reduce
     from stats.limits import check, roc_bootstrap_work
 
-    check(roc_bootstrap_work(n_boot, r.KT.shape[1], r.n_points))
+    check(roc_bootstrap_work(n_boot, r.KT.shape[1], r.n_points, n_out))
     return replicate_reduce(r.KT, r.strata, n_boot, _roc_reduce, (r, stat, stat_args),
                             seed=seed, scheduler=scheduler,
                             elements=BLOCK_ELEMENTS)
@@ -482,7 +483,8 @@ def roc_curve(cases: pd.DataFrame, *, by=None, n_boot: int | None = None, seed=N
            "specificity_low": np.nan, "specificity_high": np.nan,
            "n_boot": float(n_boot or 0)}
     if n_boot:
-        reps = _replicates(r, n_boot, _roc_points, seed=seed, scheduler=scheduler)
+        reps = _replicates(r, n_boot, _roc_points, n_out=2 * r.n_points, seed=seed,
+                           scheduler=scheduler)
         n_pts = r.n_points
         se_lo, se_hi = percentile_interval(reps[:, :n_pts], conf_level)
         sp_lo, sp_hi = percentile_interval(reps[:, n_pts:], conf_level)
@@ -589,7 +591,7 @@ def operating_point(cases: pd.DataFrame, *, specificity=None, sensitivity=None, 
     flag = _cell_flag(base, theta)
     reps = None
     if n_boot:
-        reps = _replicates(r, n_boot, _at_values, (fixed, values), seed=seed,
+        reps = _replicates(r, n_boot, _at_values, (fixed, values), n_out=V * GM, seed=seed,
                            scheduler=scheduler)
         rows.update(_boot_columns(reps, theta, conf_level), method="bootstrap-percentile")
     else:
@@ -706,7 +708,8 @@ def partial_auc(cases: pd.DataFrame, *, specificity=None, sensitivity=None,
             "n_clusters": _clusters_per_group(cm), "model_a": "", "model_b": ""}
     reps = None
     if n_boot:
-        reps = _replicates(r, n_boot, pauc, args, seed=seed, scheduler=scheduler)
+        reps = _replicates(r, n_boot, pauc, args, n_out=r.n_groups, seed=seed,
+                           scheduler=scheduler)
         rows.update(_boot_columns(reps, theta, conf_level), method="bootstrap-percentile")
     else:
         flag = np.where(flag == "", FLAG_NO_INTERVAL, flag).astype(object)
@@ -1200,7 +1203,7 @@ def fm_z(p1, n1, p2, n2, delta):
     return z
 
 
-def fm_limit(p1, n1, p2, n2, zq, *, upper: bool, steps: int = 60):
+def fm_limit(p1, n1, p2, n2, zq, *, upper: bool, steps: int = 45):
     """The score limit of ``p1 - p2``: the ``delta`` where ``fm_z = zq`` (lower) or
     ``-zq`` (upper), by bisection over every cell at once (``fm_z`` falls in ``delta``)."""
     shape = np.broadcast(p1, n1, p2, n2).shape
