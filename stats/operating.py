@@ -1172,6 +1172,34 @@ def exact_greater(x, n, goal):
     return np.where(n > 0, np.where(x <= 0, 1.0, p), np.nan)
 
 
+def kg_p_value(mom: dict, goal: float, fallback, *, steps: int = 64) -> np.ndarray:
+    """The one-sided p-value of ``H0: p <= goal`` dual to the Clopper-Pearson lower limit at
+    Korn & Graubard's effective counts (:mod:`stats.clustered`): the level ``a`` at which
+    the one-sided ``1 - a`` limit, with the effective size's degrees-of-freedom factor at
+    that level, equals the goal (bisection on ``log a``, every cell at once). At every
+    ``alpha``, ``p < alpha`` exactly when the lower limit at ``alpha`` exceeds the goal.
+    Where no level below 1/2 puts the limit above the goal, ``max(1/2, fallback)``."""
+    n = np.asarray(mom["n"], float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        phat = np.where(n > 0, np.asarray(mom["x"], float) / n, np.nan)
+
+    def above(a):
+        ne = design_effect(mom, 1 - 2 * a)["n_effective"]
+        return cp_lower(phat * ne, ne, a) > goal
+
+    lo = np.full(n.shape, np.log(1e-17))
+    hi = np.full(n.shape, np.log(0.5 - 1e-12))
+    top = above(np.exp(hi))
+    for _ in range(steps):           # bisection steps, every cell at once
+        mid = (lo + hi) / 2
+        ok = above(np.exp(mid))
+        lo, hi = np.where(ok, lo, mid), np.where(ok, mid, hi)
+    p = np.exp(hi)
+    # above the goal even at 1e-17: p below that; never above it below 1/2: p >= 1/2
+    return np.where(top, np.where(above(np.exp(np.log(1e-17))), 0.0, p),
+                    np.maximum(0.5, np.asarray(fallback, float)))
+
+
 def fm_restricted(p1, n1, p2, n2, delta):
     """Farrington & Manning's (1990) maximum-likelihood ``(p1~, p2~)`` under
     ``p1 - p2 = delta`` (the closed form of the cubic), vectorized."""
@@ -1345,6 +1373,11 @@ def performance_goals(cases: pd.DataFrame, goals, *, by, cluster: str | None = A
             keep[0] = True                                         # the overall row
             est, bound = p, goal.goal
             pval = exact_greater(x_eff, ne, bound)
+            # where the design effect is estimated, the p-value dual to the one-sided limit at
+            # every level (Korn & Graubard's effective size depends on the level)
+            kg = rep & np.isfinite(de["design_effect"]) & np.isfinite(p)
+            if kg.any():
+                pval = np.where(kg, kg_p_value(mom, bound, pval), pval)
             lo, hi = cp_lower(x_eff, ne, a), cp_upper(x_eff, ne, a)
             method = np.where(rep, "exact-binomial-cluster", "exact-binomial")
             est_sub, est_all = p, np.broadcast_to(p[:1], p.shape)

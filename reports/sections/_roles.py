@@ -32,13 +32,16 @@ SHOWN_BY = {
     "metadata": ("metadata_coverage", "metadata_sources", "metadata_agreement",
                  "metadata_agreement_by_site", "metadata_site_test", "metadata_review"),
     "label_error": ("label_error_table", "label_error_sensitivity"),
+    "operating_points": ("roc_overall", "operating_points", "matched_operating_points",
+                         "partial_auc", "likelihood_ratios", "auc_vs_rest"),
+    "goals": ("performance_goals",),
 }
 #: table or figure name -> its analysis key
 BY_NAME = {name: key for key, names in SHOWN_BY.items() for name in names}
 #: names that carry no role (not an analysis)
 NO_ROLE = ("checklist_map",)
 #: names whose role is that of the subgroup axes they draw (one figure, several axes)
-BY_AXES = ("forest_",)
+BY_AXES = ("forest_", "roc_axis_")
 SENTENCES = ("Prespecified.", "Exploratory.", "Prespecified (descriptive).")
 
 

@@ -212,7 +212,8 @@ ROLE_NAMES = {"overall": "overall accuracy", "precision": "achieved precision",
               "threshold sweep", "pooled": "partially pooled cells", "adjusted":
               "adjusted models", "comparisons": "model comparisons", "calibration":
               "calibration", "crs": "CRS", "crs_stability": "CRS stability analyses",
-              "metadata": "metadata quality", "label_error": "error-aware intervals"}
+              "metadata": "metadata quality", "label_error": "error-aware intervals",
+              "operating_points": "operating points", "goals": "performance goals"}
 
 
 def _roles_sentence(study) -> str:
@@ -224,6 +225,8 @@ def _roles_sentence(study) -> str:
     if plan.detection is not None and study.cases is not None:
         shown |= {"overall", "precision", "sensitivity_collapse", "threshold_sweep", "pooled",
                   "comparisons"} | ({"adjusted"} if plan.detection.adjusted else set())
+        shown |= ({"operating_points"} if plan.detection.operating_points else set()) | (
+            {"goals"} if plan.detection.goals else set())
     if plan.crs is not None and study.runs is not None:
         shown |= {"crs", "crs_stability"}
     if "calibration" in study.results:
@@ -254,6 +257,9 @@ def build(study) -> Section:
     sec.add(_roles_sentence(study))
     if plan.detection is not None and study.cases is not None:
         sec.add(" ".join(_detection(study)))
+        from .operating import methods_text
+
+        sec.add(*methods_text(study))
     if plan.crs is not None and study.runs is not None:
         sec.add(" ".join(_crs(study)))
     if "calibration" in study.results:

@@ -428,3 +428,30 @@ def test_threshold_shift_is_flagged():
     t2 = run(plan, Tables(cases=cases2), only=["matched_comparisons"])["matched_comparisons"]
     ov2 = t2[t2["group_var"] == "overall"].iloc[0]
     assert ov2["matched_p_adjusted"] < 0.05 and not ov2["threshold_shift"]
+
+
+def test_clustered_goal_p_value_is_dual_to_the_limit_at_every_level():
+    """Where patients repeat, p < alpha exactly when the lower limit at alpha (Korn &
+    Graubard's effective counts, df factor at that level) exceeds the goal."""
+    from stats.clustered import cluster_moments, design_effect, metric_indicators
+
+    sim = _sim()
+    g = stats.performance_goals(sim, [{"metric": "sensitivity", "goal": 0.45}], by=["phase"])
+    cm = stats.detection.case_matrix(sim, ["phase"], cluster="patient_id")
+    mom = cluster_moments(cm.member, cm.patient,
+                          *metric_indicators(cm.label, cm.pred, ["sensitivity"])["sensitivity"])
+    clustered = g["method"] == "exact-binomial-cluster"
+    assert clustered.sum() >= 6
+    for _, r in g[clustered].iterrows():
+        i = list(cm.cells["group_level"]).index(r["group_level"])
+        j = cm.models.index(r["model"])
+        p = r["p_value"]
+        if not 1e-12 < p < 0.5:
+            continue
+        one = {k: v[i:i + 1, j:j + 1] for k, v in mom.items()}
+        ne = design_effect(one, 1 - 2 * p)["n_effective"]
+        phat = one["x"] / one["n"]
+        assert abs(op.cp_lower(phat * ne, ne, p)[0, 0] - 0.45) < 1e-9
+        for alpha in (0.01, 0.05, 0.2):
+            ne_a = design_effect(one, 1 - 2 * alpha)["n_effective"]
+            assert (p < alpha) == bool(op.cp_lower(phat * ne_a, ne_a, alpha)[0, 0] > 0.45)
