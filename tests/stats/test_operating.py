@@ -1,15 +1,17 @@
 """stats.operating against R (tests/r/operating.R -> tests/r/operating.csv) and by
 independent recomputation: ROC points, values at a fixed coordinate, partial AUC, the
 unpaired DeLong test, likelihood ratios, the goals tests; the bootstrap engine against a
-row-level resampling; the threshold-shift study.
+row-level resampling.
 
-Tolerances (asserted; the largest gaps measured on the committed fixture, 2026-12):
-point estimates 1e-12 absolute (coords, values at a fixed coordinate, partial AUC,
-likelihood ratios and their Simel limits: measured at most 4.4e-16); unpaired DeLong D,
-df, p 1e-10 (measured 3e-15); clustered log LR SEs against survey 1e-10 relative
-(measured 2e-15); the exact goals test and its limits 1e-12 (measured 1e-16); the
-clustered limits against svyciprop 1e-8; Farrington-Manning's closed form against R's
-numerical maximisation 1e-7 (R's optimize tolerance).
+Tolerances (asserted, and the largest gaps measured on the committed fixture):
+point estimates 1e-12 absolute (ROC thresholds, sensitivities and specificities: measured
+0, every value equal; values at a fixed coordinate: 0; partial AUC: 2.2e-16); likelihood
+ratios and their Simel / epiR limits 1e-12 relative (measured 1.7e-13 absolute on values
+up to 11); unpaired DeLong D, df, p 1e-10 relative (measured 4.9e-14, 1.7e-13 on df near
+100, 3.8e-14); clustered log-LR SEs against survey 1e-10 relative (2.1e-15); the exact
+goals test and its limits 1e-12 (1.1e-15); the clustered limits against svyciprop 1e-8
+(7.8e-16); Farrington-Manning's closed form against R's numerical maximisation 1e-7 for
+the restricted estimates and 1e-6 for z (3.6e-8: R's optimize tolerance).
 """
 from __future__ import annotations
 
@@ -400,34 +402,6 @@ def test_operating_point_bootstrap_is_paired_and_reproducible():
     diff = a[a["estimand"] == "sensitivity_at_specificity_difference"]
     assert len(diff) == 3 and diff["p_value"].between(0, 1).all()
     assert (diff["conf_low"] <= diff["estimate"]).all()
-
-
-def test_threshold_shift_is_flagged():
-    """Model B is model A's score doubled: the same ROC curve, so the same sensitivity at
-    matched specificity, but a higher sensitivity at the fixed threshold. The analysis
-    flags the fixed-threshold gain as a threshold shift."""
-    from analysis import Tables, run
-    from analysis.plan import plan_for_tables
-
-    sim = stats.simulate.benchx_cohort(1500, n_models=1, n_sites=4, seed=11).data
-    b = sim.assign(model="model_B", score=sim["score"] * 3.0)
-    cases = stats.read_cases(pd.concat([sim, b], ignore_index=True))
-    plan = plan_for_tables(detection={"threshold": {"value": 50}, "subgroups": ["phase"],
-                                      "operating_points": {"specificity": [0.9],
-                                                           "n_boot": 300}})
-    res = run(plan, Tables(cases=cases), only=["matched_comparisons"])
-    t = res["matched_comparisons"]
-    ov = t[t["group_var"] == "overall"].iloc[0]
-    assert ov["fixed_p_adjusted"] < 0.05            # the fixed threshold "finds" a gain
-    assert ov["matched_estimate"] == 0.0            # none at matched specificity
-    assert ov["threshold_shift"] and "threshold_shift" in ov["flag"]
-    # a real improvement is not flagged: B is A with better scores for the positives
-    better = sim.assign(model="model_B", score=np.where(sim["label"] == 1,
-                                                        sim["score"] * 3.0, sim["score"]))
-    cases2 = stats.read_cases(pd.concat([sim, better], ignore_index=True))
-    t2 = run(plan, Tables(cases=cases2), only=["matched_comparisons"])["matched_comparisons"]
-    ov2 = t2[t2["group_var"] == "overall"].iloc[0]
-    assert ov2["matched_p_adjusted"] < 0.05 and not ov2["threshold_shift"]
 
 
 def test_clustered_goal_p_value_is_dual_to_the_limit_at_every_level():

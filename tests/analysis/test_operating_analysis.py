@@ -1,0 +1,110 @@
+"""The operating-point analyses (analysis/operating.py): the threshold-shift flag on a
+synthetic study, the plan keys and their refusals, seeds, decisions and roles."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import stats
+from analysis import Tables, run
+from analysis.plan import PlanError, plan_for_tables
+
+
+def _cases(n=1500, seed=11):
+    return stats.simulate.benchx_cohort(n, n_models=1, n_sites=4, seed=seed).data
+
+
+def test_threshold_shift_is_flagged():
+    """Model B is model A's score doubled: the same ROC curve, so the same sensitivity at
+    matched specificity, but a higher sensitivity at the fixed threshold. The analysis
+    flags the fixed-threshold gain as a threshold shift."""
+    sim = _cases()
+    b = sim.assign(model="model_B", score=sim["score"] * 3.0)
+    cases = stats.read_cases(pd.concat([sim, b], ignore_index=True))
+    plan = plan_for_tables(detection={"threshold": {"value": 50}, "subgroups": ["phase"],
+                                      "operating_points": {"specificity": [0.9],
+                                                           "n_boot": 300}})
+    res = run(plan, Tables(cases=cases), only=["matched_comparisons"])
+    t = res["matched_comparisons"]
+    ov = t[t["group_var"] == "overall"].iloc[0]
+    assert ov["fixed_p_adjusted"] < 0.05            # the fixed threshold "finds" a gain
+    assert ov["matched_estimate"] == 0.0            # none at matched specificity
+    assert ov["threshold_shift"] and "threshold_shift" in ov["flag"]
+    # a real improvement is not flagged: B is A with better scores for the positives
+    better = sim.assign(model="model_B", score=np.where(sim["label"] == 1,
+                                                        sim["score"] * 3.0, sim["score"]))
+    cases2 = stats.read_cases(pd.concat([sim, better], ignore_index=True))
+    t2 = run(plan, Tables(cases=cases2), only=["matched_comparisons"])["matched_comparisons"]
+    ov2 = t2[t2["group_var"] == "overall"].iloc[0]
+    assert ov2["matched_p_adjusted"] < 0.05 and not ov2["threshold_shift"]
+
+
+def test_the_flag_fails_without_the_matched_comparison():
+    """Guard: on the shifted study the fixed-threshold comparison alone shows a significant
+    gain (what a report without the matched operating point would conclude)."""
+    sim = _cases()
+    cases = stats.read_cases(pd.concat([sim, sim.assign(model="model_B", score=sim["score"] * 3.0)],
+                                       ignore_index=True))
+    cmp = stats.compare_models(stats.scan_level(cases, threshold=50))
+    ov = cmp[(cmp["estimand"] == "sensitivity_difference") & (cmp["group_var"] == "overall")]
+    assert ov["p_adjusted"].iloc[0] < 0.05
+
+
+@pytest.mark.parametrize("block, pattern", [
+    ({"goals": [{"metric": "sensitivity", "goal": 0.8, "margin": 0.1}]},
+     r"detection\.goals\[0\]' needs exactly one of 'goal'"),
+    ({"goals": [{"metric": "auc", "goal": 0.8}]}, r"detection\.goals\[0\]\.metric"),
+    ({"goals": [{"metric": "sensitivity", "goal": 1.5}]}, r"goals\[0\]\.goal' must be a number in \(0, 1\)"),
+    ({"goals": [{"metric": "sensitivity", "goal": 0.8, "alpha": 0.6}]}, r"goals\[0\]\.alpha"),
+    ({"operating_points": {"specificity": [0.9, 1.2]}}, r"operating_points\.specificity\[1\]"),
+    ({"operating_points": {"partial_auc": {"specificity": [0.9, 0.8]}}},
+     r"partial_auc\.specificity' must be \[lo, hi\] with lo < hi"),
+    ({"operating_points": {"partial_auc": {"specificity": [0.8, 1], "sensitivity": [0.8, 1]}}},
+     r"gives both 'specificity' and 'sensitivity'"),
+    ({"operating_points": {"n_boot": 1}}, r"operating_points\.n_boot"),
+    ({"operating_points": {"specificty": [0.9]}}, r"did you mean 'specificity'"),
+])
+def test_plan_refusals_name_the_key_and_the_fix(block, pattern):
+    with pytest.raises(PlanError, match=pattern):
+        plan_for_tables(detection={"threshold": {"value": 50}, **block})
+
+
+def test_seed_stream_and_decisions():
+    sim = stats.read_cases(stats.simulate.benchx_cohort(300, n_models=2, n_sites=4, seed=3).data)
+    det = {"threshold": {"value": 50}, "subgroups": ["phase"],
+           "operating_points": {"specificity": [0.8, 0.9], "sensitivity": 0.5, "n_boot": 50,
+                                "partial_auc": {"sensitivity": [0.5, 1.0], "correct": True}},
+           "goals": [{"metric": "sensitivity", "goal": 0.5}]}
+    plan = plan_for_tables(detection=det, seed=5)
+    res = run(plan, Tables(cases=sim), only=["operating_points", "partial_auc",
+                                              "performance_goals", "matched_comparisons"])
+    d = res.decisions
+    assert d.operating.specificity == [0.8, 0.9] and d.operating.sensitivity == [0.5]
+    assert d.seeds.operating_bootstrap == plan.seed_for("operating_bootstrap")
+    assert d.operating.partial_auc == {"focus": "sensitivity", "range": [0.5, 1.0], "correct": True}
+    assert set(res["operating_points"]["estimand"]) >= {"sensitivity_at_specificity",
+                                                         "specificity_at_sensitivity"}
+    assert res["partial_auc"]["estimand"].iloc[0] == "partial_auc_corrected"
+    assert d.goals.multiplicity.startswith("holm")
+    # the block's seed overrides the stream
+    own = plan_for_tables(detection={**det, "operating_points": {**det["operating_points"],
+                                                                 "seed": 99}}, seed=5)
+    assert own.seed_for("operating_bootstrap") == 99
+    assert "operating_bootstrap" in own.seeds
+
+
+def test_exploratory_roles_drop_the_families():
+    sim = stats.read_cases(stats.simulate.benchx_cohort(300, n_models=2, n_sites=4, seed=3).data)
+    det = {"threshold": {"value": 50}, "subgroups": ["phase"],
+           "operating_points": {"specificity": [0.9], "n_boot": 30},
+           "goals": [{"metric": "sensitivity", "goal": 0.3}]}
+    plan = plan_for_tables(detection=det, roles={"operating_points": "exploratory",
+                                                 "goals": "exploratory"})
+    res = run(plan, Tables(cases=sim), only=["operating_points", "performance_goals",
+                                              "auc_vs_rest"])
+    assert res["operating_points"]["p_adjusted"].isna().all()
+    assert res["auc_vs_rest"]["p_adjusted"].isna().all()
+    g = res["performance_goals"]
+    assert g["p_adjusted"].isna().all()
+    assert ((g["verdict"] == "met") == (g["p_value"] < g["alpha"])).all()
