@@ -1,7 +1,7 @@
 """Size of the prespecified performance-goal tests of stats.performance_goals under
 repeated scans (issue 31): at 5%, at most 7% is the standard.
 
-Run from the repository root (about two minutes on 2 cores)::
+Run from the repository root (about 15 minutes on 2 busy cores; ``--sims 500`` in four)::
 
     .venv/bin/python bench/goals_size.py            # writes bench/goals_size.md
 

@@ -1,7 +1,8 @@
 """Coverage of the paired cluster-bootstrap intervals of stats.operating, and the size of
 the cluster-aware unpaired DeLong test (issue 31).
 
-Run from the repository root (about three minutes on 2 cores)::
+Run from the repository root (about ten minutes on 2 busy cores; ``--cohorts 100`` in
+three)::
 
     .venv/bin/python bench/operating_coverage.py       # writes bench/operating_coverage.md
 
