@@ -32,6 +32,7 @@ from .compare import compare_models
 from .heterogeneity import heterogeneity_test
 from .agreement import extractor_agreement
 from .pooled import pooled_subgroup_metrics
+from .meta_analysis import site_meta_analysis
 from .precision import precision_table
 from .label_error import compare_naive, misclassification_from_review
 from .operating import (delong_test_unpaired, likelihood_ratios, operating_point, partial_auc,
@@ -65,6 +66,7 @@ __all__ = [
     # operating points and fair comparisons (pROC twins)
     "delong_test_unpaired", "likelihood_ratios", "operating_point", "partial_auc",
     "performance_goals", "roc_curve",
+    "site_meta_analysis",
     # adjusted models
     "block_tests", "fit_adjusted", "fit_complete_case", "likelihood_ratio_test",
     # calibration, CRS and ranking

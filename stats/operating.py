@@ -77,6 +77,7 @@ from scipy import sparse, special
 from scipy import stats as sps
 
 from stats import _validate as _v
+from stats import limits as _limits
 from stats._quantile import percentile_interval
 from stats.clustered import AUTO, cluster_cases, cluster_moments, design_effect, pair_sums
 from stats.detection import GROUP_COLS, OVERALL, PROPORTIONS, CaseMatrix, case_matrix, \
@@ -315,6 +316,27 @@ def pauc(r: Runs, cp, cn, lo: float, hi: float, focus: Focus, correct: bool
 # --------------------------------------------------------------------------- bootstrap
 
 
+def roc_bootstrap_work(n_boot: int, n_clusters: int, n_points: int, n_out: int | None = None,
+                       *, setting: str = "n_boot", what: str = "ROC bootstrap") -> _limits.Work:
+    """Peak memory and time of this module's bootstrap (ROC points, values at a fixed
+    specificity, partial AUC).
+
+    Memory: the replicate statistics (n_boot x ``n_out`` float64; default two per point:
+    the pointwise bands of :func:`stats.roc_curve`), and one block of at most
+    ``stats.operating.BLOCK_ELEMENTS`` run counts with about ten float64 arrays of its
+    points. Time: every drawn index and the block products ``W @ K``, and the passes over
+    every replicate's points.
+    """
+    B, C, P = (max(int(v), 1) for v in (n_boot, n_clusters, n_points))
+    K = 2 * P if n_out is None else max(int(n_out), 1)
+    block = max(1, min(B, BLOCK_ELEMENTS // (2 * P)))
+    mem = 8.0 * B * K * 3 + 10 * 8.0 * block * P + 4.0 * block * C + 12.0 * 2 * P
+    secs = _limits.SECONDS_PER_DRAW * B * C + 12 * _limits.SECONDS_PER_ELEMENT * B * P
+    return _limits.Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
+                        seconds=secs,
+                        detail=f"{B:,} replicates x {C:,} clusters x {P:,} ROC points")
+
+
 def _roc_reduce(counts: np.ndarray, r: Runs, stat, stat_args) -> np.ndarray:
     """A block's replicate statistic (b x K) from its per-run counts (b x 2R)."""
     R = len(r.run_group)
@@ -327,9 +349,7 @@ def _replicates(r: Runs, n_boot: int, stat, stat_args=(), *, n_out: int, seed=No
     """``stat`` (b x ``n_out``) of ``n_boot`` paired cluster-bootstrap replicates of the
     runs (the work estimated and checked against the caps first)."""
     from stats.bootstrap import replicate_reduce
-    from stats.limits import check, roc_bootstrap_work
-
-    check(roc_bootstrap_work(n_boot, r.KT.shape[1], r.n_points, n_out))
+    _limits.check(roc_bootstrap_work(n_boot, r.KT.shape[1], r.n_points, n_out))
     return replicate_reduce(r.KT, r.strata, n_boot, _roc_reduce, (r, stat, stat_args),
                             seed=seed, scheduler=scheduler,
                             elements=BLOCK_ELEMENTS)

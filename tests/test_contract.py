@@ -118,6 +118,7 @@ def _outputs(cases, runs, reference):
         "performance_goals": stats.performance_goals(
             cases, [{"metric": "sensitivity", "goal": 0.6},
                     {"metric": "specificity", "margin": 0.05}], by=["phase"]),
+        "site_meta_analysis": stats.site_meta_analysis(cases, by="phase"),
         "compare_naive": stats.compare_naive(
             cases, ["phase"], pd.DataFrame({"field": "phase", "recorded_value": ["venous"] * 2,
                                             "true_value": ["venous", "arterial"],

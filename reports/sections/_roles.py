@@ -35,6 +35,8 @@ SHOWN_BY = {
     "operating_points": ("roc_overall", "operating_points", "matched_operating_points",
                          "partial_auc", "likelihood_ratios", "auc_vs_rest"),
     "goals": ("performance_goals",),
+    "site_meta_analysis": ("site_meta_table", "site_meta_sensitivity", "site_meta_specificity",
+                           "site_meta_ppv", "site_meta_npv", "site_meta_accuracy"),
 }
 #: table or figure name -> its analysis key
 BY_NAME = {name: key for key, names in SHOWN_BY.items() for name in names}
