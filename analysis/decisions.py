@@ -112,6 +112,13 @@ class MultiplicityOf(_Group):
     multiplicity: str | None = Field(None, description="the family's adjustment")
 
 
+class ComparisonsDecisions(MultiplicityOf):
+    metrics: list[str] | None = Field(None, description="the metrics of the paired "
+                                      "comparisons")
+    gap_metrics: list[str] | None = Field(None, description="the metrics of the subgroup "
+                                          "gaps (best minus worst level, per axis)")
+
+
 class SeedDecisions(_Group):
     """The seed of each random stream (``analysis.plan.Plan.seed_for``) and the root."""
 
@@ -137,7 +144,7 @@ class Decisions(_Group):
     multiplicity: str | None = Field(None, description="the prespecified test families")
     cases: CasesDecisions = Field(default_factory=CasesDecisions)
     detection: DetectionDecisions = Field(default_factory=DetectionDecisions)
-    comparisons: MultiplicityOf = Field(default_factory=MultiplicityOf)
+    comparisons: ComparisonsDecisions = Field(default_factory=ComparisonsDecisions)
     sensitivity_collapse: MultiplicityOf = Field(default_factory=MultiplicityOf)
     precision: PrecisionDecisions = Field(default_factory=PrecisionDecisions)
     adjusted: AdjustedDecisions = Field(default_factory=AdjustedDecisions)

@@ -52,6 +52,7 @@ from pydantic_core import PydanticCustomError
 
 from stats.adjust import MeansKind
 from stats.bootstrap import CI_METHODS as BOOT_INTERVALS
+from stats.compare import BOOT_COMPARE, COMPARE_METRICS
 from stats.detection import PROPORTIONS, Criterion
 from stats.intervals import AUC_SCALES, PROPORTION_METHODS
 from stats.models import Method, Population
@@ -464,6 +465,9 @@ Proportion = Annotated[float, Field(ge=0, le=1)]
 Range = Annotated[tuple[Proportion, Proportion], BeforeValidator(_as_tuple)]
 #: the proportions a goal may name (stats.detection.PROPORTIONS)
 GOAL_METRICS = ("sensitivity", "specificity", "ppv", "npv", "accuracy")
+#: the metrics of the paired comparisons (stats.compare_models) and of the subgroup gaps
+COMPARE_ALL = (*COMPARE_METRICS, *BOOT_COMPARE)
+GAP_METRICS = ("sensitivity", "specificity", "ppv", "npv", "accuracy", "f1")
 
 
 class PartialAuc(Block):
@@ -616,6 +620,21 @@ class Detection(Block):
                            default_text="`[]` (overall only)",
                            hint="write e.g. phase or [age_group, phase]",
                            cap=(100, "axes of the model comparisons"))
+    compare_metrics: Annotated[tuple[Literal[COMPARE_ALL], ...], BeforeValidator(
+        lambda v: (v,) if isinstance(v, str) else _as_tuple(v)), Field(min_length=1)] = key(
+        COMPARE_METRICS, "Metrics of the paired model comparisons: `sensitivity` and "
+        "`specificity` (exact McNemar, Newcombe), `auc` (paired DeLong) in closed form; "
+        "`ppv`, `npv`, `f1` and `accuracy` as paired cluster-bootstrap differences (need "
+        "`detection.bootstrap.n_boot`).", type="a list of texts",
+        example="[sensitivity, specificity, auc, f1]", cli="--metric",
+        default_text="`[sensitivity, specificity, auc]`", hint="use one of the listed names")
+    subgroup_gaps: Annotated[tuple[Literal[GAP_METRICS], ...], BeforeValidator(
+        lambda v: (v,) if isinstance(v, str) else _as_tuple(v))] = key(
+        (), "Metrics whose gap between each model's best and worst level of every "
+        "prespecified subgroup axis (`subgroups`) is reported, with a paired "
+        "cluster-bootstrap interval (fairlearn's `difference()`; needs "
+        "`detection.bootstrap.n_boot`).", type="a list of texts", example="[sensitivity]",
+        cli="--gap", default_text="`[]` (none)", hint="use one of the listed names")
     exploratory_subgroups: Axes = key(
         (), "Axes analysed as exploratory: labelled so and kept out of the multiplicity "
         "family of `subgroups`.", type=_AXES_TYPE, example="[scanner]", default_text="`[]`",
@@ -710,6 +729,13 @@ class Detection(Block):
             raise _fail(None, "{file}: {at.exploratory_subgroups} repeats {axes} from "
                         "{at.subgroups}; an axis is either prespecified (subgroups) or "
                         "exploratory, not both", axes=", ".join(":".join(a) for a in twice))
+        boot = [m for m in self.compare_metrics if m in BOOT_COMPARE]
+        for what, at in ((boot, "{at.compare_metrics}"), (self.subgroup_gaps,
+                                                          "{at.subgroup_gaps}")):
+            if what and not self.bootstrap.n_boot:
+                raise _fail(None, "{file}: " + at + " names " + ", ".join(what) + ", which "
+                            "need(s) the paired cluster bootstrap: add {at.bootstrap.n_boot} "
+                            "(e.g. 2000 replicates) or leave them out")
         if self.ci == "bootstrap" and not self.bootstrap.n_boot:
             raise _fail(None, "{file}: {at.ci} is bootstrap, which needs "
                         "{at.bootstrap.n_boot} (e.g. 2000 replicates); add it or choose "

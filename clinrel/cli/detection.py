@@ -207,25 +207,82 @@ def register(app: typer.Typer) -> None:
     def compare(
         cases: CasesArg, out: OutOpt,
         by: Annotated[Optional[list[str]], plan_option("detection.compare_by")] = None,
+        metric: Annotated[Optional[list[str]], plan_option(
+            "detection.compare_metrics", help="Metric compared (repeatable): sensitivity, "
+            "specificity, auc (closed form), ppv, npv, f1, accuracy (paired cluster "
+            "bootstrap: need --n-boot). Default: sensitivity, specificity, auc (plan key "
+            "detection.compare_metrics).")] = None,
         threshold: ThresholdOpt = None,
         criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
+        n_boot: Annotated[int, plan_option("detection.bootstrap.n_boot")] = 0,
+        seed: Annotated[Optional[int], plan_option("detection.bootstrap.seed")] = None,
         conf_level: ConfOpt = None,
         cluster: ClusterOpt = None,
+        scheduler: Annotated[Optional[str], plan_option("scheduler")] = None,
         force: ForceOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
         """Every pair of models: sensitivity/specificity differences (Newcombe, exact
         McNemar) and AUC differences (paired DeLong), Holm and BH adjusted; overall and per
         --by axis, on the report's rows; clustered McNemar and Obuchowski's AUC variance
-        over --cluster (default: patient_id when a patient has several scans)."""
+        over --cluster (default: patient_id when a patient has several scans). PPV, NPV,
+        F1 and accuracy differences (--metric) come from the paired cluster bootstrap
+        (--n-boot replicates of --cluster, percentile intervals)."""
+        check_seed(seed)
         check_out_files([("--out", out)], force=force, inputs=[cases])
         det = {"threshold": threshold_block(threshold, criterion, target_specificity),
                "compare_by": by_axes(by), "subgroups": [],
+               **_given(conf_level=conf_level, compare_metrics=metric or None,
+                        cluster=None if cluster is None else cluster_setting(cluster))}
+        if n_boot:
+            det["bootstrap"] = {"n_boot": n_boot, **_given(seed=seed)}
+        res = run_command("model comparisons", inputs={"cases": cases}, detection=det,
+                          scheduler=scheduler, only=["comparisons"], quiet=quiet)
+        _write(res["comparisons"], out, force=force, inputs=[cases], quiet=quiet)
+
+    @app.command()
+    @guarded
+    def gaps(
+        cases: CasesArg, out: OutOpt,
+        gap: Annotated[Optional[list[str]], plan_option(
+            "detection.subgroup_gaps", help="Metric whose best-versus-worst subgroup gap is "
+            "estimated (repeatable): sensitivity, specificity, ppv, npv, accuracy, f1 "
+            "(plan key detection.subgroup_gaps).")] = None,
+        by: Annotated[Optional[list[str]], plan_option(
+            "detection.subgroups", help="Prespecified subgroup axis (repeatable); 'a:b' for "
+                                        "an intersection (plan key detection.subgroups).")] = None,
+        bin: Annotated[Optional[list[str]], plan_option(
+            "detection.bins", help="Cut a numeric column into a new axis, as in clinrel "
+                                   "subgroups (plan key detection.bins).")] = None,
+        threshold: ThresholdOpt = None,
+        criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
+        n_boot: Annotated[int, plan_option("detection.bootstrap.n_boot")] = 2000,
+        seed: Annotated[Optional[int], plan_option("detection.bootstrap.seed")] = None,
+        conf_level: ConfOpt = None,
+        cluster: ClusterOpt = None,
+        scheduler: Annotated[Optional[str], plan_option("scheduler")] = None,
+        force: ForceOpt = False,
+        quiet: QuietOpt = False,
+    ) -> None:
+        """Each model's gap between its best and worst level of every --by axis (largest
+        minus smallest value, as fairlearn's difference()), with a paired cluster-bootstrap
+        percentile interval (--n-boot replicates of --cluster, default: patient_id when a
+        patient has several scans), on the report's rows."""
+        check_seed(seed)
+        check_out_files([("--out", out)], force=force, inputs=[cases])
+        if not gap:
+            raise InputError("gaps: give at least one --gap, e.g. --gap sensitivity")
+        if not by:
+            raise InputError("gaps: give at least one --by axis, e.g. --by phase: the gap is "
+                             "between a model's best and worst level of an axis")
+        det = {"threshold": threshold_block(threshold, criterion, target_specificity),
+               "subgroups": by_axes(by), "bins": bins_block(bin), "subgroup_gaps": list(gap),
+               "bootstrap": {"n_boot": n_boot, **_given(seed=seed)},
                **_given(conf_level=conf_level,
                         cluster=None if cluster is None else cluster_setting(cluster))}
-        res = run_command("model comparisons", inputs={"cases": cases}, detection=det,
-                          only=["comparisons"], quiet=quiet)
-        _write(res["comparisons"], out, force=force, inputs=[cases], quiet=quiet)
+        res = run_command("subgroup gaps", inputs={"cases": cases}, detection=det,
+                          scheduler=scheduler, only=["subgroup_gaps"], quiet=quiet)
+        _write(res["subgroup_gaps"], out, force=force, inputs=[cases], quiet=quiet)
 
     @app.command()
     @guarded

@@ -35,6 +35,8 @@ SHOWN_BY = {
     "operating_points": ("roc_overall", "operating_points", "matched_operating_points",
                          "partial_auc", "likelihood_ratios", "auc_vs_rest"),
     "goals": ("performance_goals",),
+    # on the prespecified axes (detection.subgroups) only: prespecified by construction
+    "subgroup_gaps": ("gaps_best_worst",),
     "site_meta_analysis": ("site_meta_table", "site_meta_sensitivity", "site_meta_specificity",
                            "site_meta_ppv", "site_meta_npv", "site_meta_accuracy"),
 }

@@ -144,7 +144,7 @@ def _detection(study) -> list[str]:
                "Newcombe's interval for differences of proportions, and DeLong's paired test "
                "for AUCs" + (" (their cluster-aware forms where a patient repeats; above)"
                              if study.results.decisions.detection.cluster else "")
-               + ".")
+               + "." + _boot_comparisons(study))
     return out
 
 
@@ -233,6 +233,22 @@ def _calibration(study) -> list[str]:
             "validation (calibration) split and evaluated on the test split.",
             # plain text (also the table notes), escaped here: a column name is user text
             *(text.md(d) for d in definitions(study, study.results["calibration"]["summary"]))]
+
+
+def _boot_comparisons(study) -> str:
+    """The sentence on the comparisons without a closed form (``detection.compare_metrics``:
+    PPV, NPV, F1, accuracy), or nothing."""
+    from stats.compare import BOOT_COMPARE
+
+    names = {"ppv": "PPV", "npv": "NPV", "f1": "F1", "accuracy": "accuracy"}
+    boot = [names[m] for m in study.plan.detection.compare_metrics if m in BOOT_COMPARE]
+    if not boot:
+        return ""
+    return (" Differences in " + text.human_list(boot) + ", which have no closed-form "
+            "paired test, are percentiles of the paired cluster bootstrap above (the same "
+            "replicates for both models), with the two-sided p-value of the replicates' "
+            "sign (twice the smaller share of replicate differences on one side of zero) "
+            "and Holm over every pair and cell per metric.")
 
 
 #: the analyses of the plan's ``roles`` block, as the sentence names them

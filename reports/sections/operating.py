@@ -374,6 +374,10 @@ def methods_text(study) -> list[str]:
         from .goals import methods_sentence
 
         out.append(methods_sentence(study))
+    if det.subgroup_gaps and det.subgroups:
+        from .gaps import methods_sentence as gaps_sentence
+
+        out.append(gaps_sentence(study))
     return out
 
 

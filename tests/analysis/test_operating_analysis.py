@@ -108,3 +108,57 @@ def test_exploratory_roles_drop_the_families():
     g = res["performance_goals"]
     assert g["p_adjusted"].isna().all()
     assert ((g["verdict"] == "met") == (g["p_value"] < g["alpha"])).all()
+
+
+@pytest.mark.parametrize("block, pattern", [
+    ({"compare_metrics": ["sensitivity", "f1"]},
+     r"'detection\.compare_metrics' names f1, which need\(s\) the paired cluster bootstrap: "
+     r"add key 'detection\.bootstrap\.n_boot'"),
+    ({"subgroup_gaps": ["sensitivity"]},
+     r"'detection\.subgroup_gaps' names sensitivity, which need\(s\) the paired cluster"),
+    ({"compare_metrics": ["sensitivity", "brier"]}, r"compare_metrics\[1\]' must be one of"),
+    ({"subgroup_gaps": ["auc"], "bootstrap": {"n_boot": 50}}, r"subgroup_gaps\[0\]' must be one of"),
+])
+def test_comparison_keys_refuse_what_cannot_be_computed(block, pattern):
+    with pytest.raises(PlanError, match=pattern):
+        plan_for_tables(detection={"threshold": {"value": 50}, **block})
+
+
+def test_bootstrap_comparisons_and_gaps_follow_the_plan():
+    """The plan's compare_metrics and subgroup_gaps reach stats.compare_models: the same
+    rows as a direct call with the plan's bootstrap (replicates, strata, the stream
+    detection_bootstrap), the decisions recorded."""
+    sim = stats.read_cases(stats.simulate.benchx_cohort(300, n_models=2, n_sites=4, seed=3).data)
+    det = {"threshold": {"value": 50}, "subgroups": ["phase", "site"],
+           "compare_metrics": ["sensitivity", "ppv", "f1"], "subgroup_gaps": ["sensitivity", "npv"],
+           "bootstrap": {"n_boot": 60, "strata": "site"}}
+    plan = plan_for_tables(detection=det, seed=8)
+    res = run(plan, Tables(cases=sim), only=["comparisons", "subgroup_gaps"])
+    seed = plan.seed_for("detection_bootstrap")
+    d = res.decisions
+    assert d.comparisons.metrics == ["sensitivity", "ppv", "f1"]
+    assert d.comparisons.gap_metrics == ["sensitivity", "npv"]
+    assert d.seeds.detection_bootstrap == seed and d.detection.bootstrap.n_boot == 60
+    ev = res["evaluation"]
+    want = stats.compare_models(ev, metrics=("sensitivity", "ppv", "f1"), n_boot=60, seed=seed,
+                                strata="site", cluster=res["cluster"])
+    got = res["comparisons"]
+    assert list(got["estimand"]) == list(want["estimand"])
+    assert np.allclose(got["conf_low"], want["conf_low"], equal_nan=True, rtol=0, atol=1e-12)
+    gaps = res["subgroup_gaps"]
+    assert set(gaps["estimand"]) == {"sensitivity_gap", "npv_gap"}
+    assert set(gaps["group_var"]) == {"phase", "site"}
+    direct = stats.compare_models(ev, by=["phase", "site"], metrics=("sensitivity", "npv"),
+                                  n_boot=60, seed=seed, strata="site", gaps=True,
+                                  cluster=res["cluster"])
+    direct = direct[direct["estimand"].str.endswith("_gap")].reset_index(drop=True)
+    assert np.allclose(gaps["conf_high"], direct["conf_high"], equal_nan=True, rtol=0, atol=1e-12)
+    # without them the comparisons stay closed-form and no gaps are computed
+    from analysis import wanted
+
+    plain_plan = plan_for_tables(detection={"threshold": {"value": 50}})
+    assert "subgroup_gaps" not in wanted(plain_plan, Tables(cases=sim))
+    assert "subgroup_gaps" in wanted(plan, Tables(cases=sim))
+    plain = run(plain_plan, Tables(cases=sim), only=["comparisons"])
+    assert set(plain["comparisons"]["estimand"]) == {"sensitivity_difference",
+                                                     "specificity_difference", "auc_difference"}

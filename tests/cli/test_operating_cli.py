@@ -85,3 +85,41 @@ def test_refusals_exit_2_with_the_fix(cases_csv, tmp_path, argv, pattern):
     code, text = cli(argv[0], cases_csv, "--out", out, *argv[1:])
     assert code == 2 and re.search(pattern, text), text
     assert not out.exists()
+
+
+def test_compare_metrics_and_gaps_equal_the_plan(cases_csv, tmp_path):
+    out, gout = tmp_path / "c.csv", tmp_path / "g.csv"
+    code, text = cli("compare", cases_csv, "--out", out, "--threshold", 50, "--metric", "ppv",
+                     "--metric", "f1", "--n-boot", 40, "--seed", 3)
+    assert code == 0, text
+    got = pd.read_csv(out)
+    want = _analysis(cases_csv, {"threshold": {"value": 50}, "subgroups": [],
+                                 "compare_metrics": ["ppv", "f1"],
+                                 "bootstrap": {"n_boot": 40, "seed": 3}}, "comparisons")
+    assert list(got["estimand"]) == ["ppv_difference", "f1_difference"]
+    assert (got["conf_low"] - want["conf_low"]).abs().max() < 1e-9
+    code, text = cli("gaps", cases_csv, "--out", gout, "--threshold", 50, "--gap", "sensitivity",
+                     "--by", "phase", "--n-boot", 40, "--seed", 3)
+    assert code == 0, text
+    got = pd.read_csv(gout, keep_default_na=False)
+    want = _analysis(cases_csv, {"threshold": {"value": 50}, "subgroups": ["phase"],
+                                 "subgroup_gaps": ["sensitivity"],
+                                 "bootstrap": {"n_boot": 40, "seed": 3}}, "subgroup_gaps")
+    assert list(got["level_best"]) == list(want["level_best"])
+    assert (got["conf_high"] - want["conf_high"]).abs().max() < 1e-9
+
+
+@pytest.mark.parametrize("argv, pattern", [
+    (["compare", "--threshold", "50", "--metric", "f1"], "need\\(s\\) the paired cluster "
+     "bootstrap: add option --n-boot"),
+    (["compare", "--threshold", "50", "--metric", "brier"], "must be one of"),
+    (["gaps", "--threshold", "50", "--by", "phase"], "give at least one --gap"),
+    (["gaps", "--threshold", "50", "--gap", "sensitivity"], "give at least one --by"),
+])
+def test_comparison_refusals_exit_2(cases_csv, tmp_path, argv, pattern):
+    import re
+
+    out = tmp_path / "x.csv"
+    code, text = cli(argv[0], cases_csv, "--out", out, *argv[1:])
+    assert code == 2 and re.search(pattern, text), text
+    assert not out.exists()

@@ -77,3 +77,51 @@ def test_methods_state_the_operating_points_and_goals(study):
     assert paras[0].startswith("**Operating points.**") and "specificity 0.90" in paras[0]
     assert f"seed {study.plan.seed_for('operating_bootstrap')}" in paras[0]
     assert paras[1].startswith("**Performance goals.**")
+
+
+@pytest.fixture(scope="module")
+def gap_study():
+    from conftest import run_demo
+    from reports.study import Study
+
+    plan, tables, res = run_demo(["comparisons", "subgroup_gaps", "subgroup_metrics", "roles"])
+    return Study(plan=plan, tables=tables, results=res)
+
+
+def test_comparisons_show_the_bootstrap_differences_of_the_demo_plan(gap_study):
+    """The demo plan asks for PPV and F1 differences: the comparisons table shows them from
+    the paired cluster bootstrap, beside the closed-form rows, with the methods sentence."""
+    from reports.sections.methods import _boot_comparisons
+
+    assert {"ppv", "f1"} <= set(gap_study.plan.detection.compare_metrics)
+    sec = _build(gap_study, "comparisons")
+    table = next(t for t in sec.tables if t.name == "model_comparisons")
+    assert {"PPV", "F1", "Sensitivity", "AUC"} <= set(table.display["metric"])
+    cmp = gap_study.results["comparisons"]
+    boot = cmp[cmp["estimand"].isin(["ppv_difference", "f1_difference"])]
+    assert len(boot) and set(boot["method"]) == {"bootstrap-percentile"}
+    assert (boot["n_boot"] == gap_study.plan.detection.bootstrap.n_boot).all()
+    assert "bootstrap" in " ".join(table.notes)
+    assert "Differences in PPV and F1" in _boot_comparisons(gap_study)
+
+
+def test_gaps_section_gives_each_models_best_and_worst_subgroup(gap_study):
+    sec = _build(gap_study, "gaps")
+    (table,) = sec.tables
+    assert table.name == "gaps_best_worst"
+    g = gap_study.results["subgroup_gaps"]
+    axes = [":".join(a) for a in gap_study.plan.detection.subgroups]
+    assert set(g["group_var"]) == set(axes)
+    assert set(g["model"]) == set(gap_study.cases["model"])
+    # every shown gap is best minus worst of the subgroup table's planned levels
+    sm = gap_study.results["subgroup_metrics"]
+    sens = sm[(sm["estimand"] == "sensitivity") & (sm["group_var"] == "phase")]
+    sens = sens[~sens["group_level"].isin(["Missing", "not applicable"])]
+    for _, r in g[(g["group_var"] == "phase") & (g["estimand"] == "sensitivity_gap")].iterrows():
+        v = sens[sens["model"] == r["model"]].set_index("group_level")["estimate"]
+        assert r["estimate"] == pytest.approx(v.max() - v.min(), abs=1e-12)
+        assert r["level_best"] == v.idxmax() and r["level_worst"] == v.idxmin()
+        assert r["conf_low"] <= r["estimate"] <= r["conf_high"] or r["estimate"] < r["conf_low"]
+    assert table.caption.rstrip().endswith("Prespecified.")
+    text = " ".join(b for b in sec.blocks if isinstance(b, str))
+    assert "fairlearn" in text and "seed" in text
