@@ -87,6 +87,8 @@ class OperatingDecisions(_Group):
     partial_auc: dict | None = Field(None, description="the partial AUC's range and correction")
     by: list[str] | None = Field(None, description="the axes of the matched comparisons")
     roc_axes: list[str] | None = Field(None, description="the axes of the ROC figures")
+    roc_bands: bool | None = Field(None, description="whether the ROC curves carry pointwise "
+                                   "bootstrap bands")
     multiplicity: str | None = Field(None, description="the matched comparisons' family")
     threshold_shift_rule: str | None = Field(None, description="when a gain is flagged a "
                                              "threshold shift")

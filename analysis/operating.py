@@ -59,12 +59,17 @@ def _boot(results) -> dict:
 @analysis("roc_curves", wanted=_wants_operating)
 def roc_curves(results) -> pd.DataFrame:
     """The empirical ROC curve per model, overall and per level of each prespecified
-    single-variable axis (``stats.roc_curve``; no bands: the figures mark the operating
-    points with their intervals instead)."""
+    single-variable axis (``stats.roc_curve``), with pointwise bootstrap bands when the
+    plan's ``detection.operating_points.bands`` asks for them (else none: the figures mark
+    the operating points with their intervals)."""
     from stats.operating import roc_curve
 
     axes = roc_axes(results.plan)
     results.decide("operating.roc_axes", [":".join(a) for a in axes])
+    op = results.plan.detection.operating_points
+    results.decide("operating.roc_bands", bool(op.bands))
+    if op.bands:
+        return roc_curve(results["evaluation"], by=axes or None, **_boot(results))
     return roc_curve(results["evaluation"], by=axes or None, cluster=results["cluster"])
 
 

@@ -531,6 +531,11 @@ class OperatingPoints(Block):
                             "stream `operating_bootstrap`).", type=_SEED_TYPE,
                             example="20261203", cli="--seed", default_text=_SEED_DEFAULT,
                             hint="write an integer seed, e.g. 20261203")
+    bands: bool = key(False, "Pointwise bands on the ROC curves: the percentile interval of "
+                      "the sensitivity and the specificity at each threshold, from the same "
+                      "paired cluster bootstrap (`n_boot` replicates).", type="true or false",
+                      example="true", default_text="`false` (curves without bands)",
+                      hint="write bands: true or bands: false")
 
 
 class Goal(Block):

@@ -55,8 +55,12 @@ def roc_plot(curves: pd.DataFrame, marks: pd.DataFrame | None, *, color: str | N
     if color:
         aes = p9.aes(x="fpr", y="sensitivity", group="curve", color=color)
     p = (p9.ggplot(d, aes)
-         + p9.geom_abline(intercept=0, slope=1, linetype="dotted", color="#8d96a3")
-         + p9.geom_path(size=0.6))
+         + p9.geom_abline(intercept=0, slope=1, linetype="dotted", color="#8d96a3"))
+    if _has_bands(d):   # the sensitivity's pointwise band at each point's threshold
+        p += p9.geom_ribbon(p9.aes(x="fpr", ymin="conf_low", ymax="conf_high", group="curve"),
+                            data=d[d["conf_low"].notna()], inherit_aes=False, alpha=0.2,
+                            fill="#2e4057")
+    p += p9.geom_path(size=0.6)
     if color:
         n = d[color].nunique()
         p += p9.scale_color_manual(values=list(PALETTE[:n]) + ["#333333"] * max(0, n - len(PALETTE)),
@@ -75,6 +79,10 @@ def roc_plot(curves: pd.DataFrame, marks: pd.DataFrame | None, *, color: str | N
                                     labels=["0", "0.25", "0.5", "0.75", "1"])
             + p9.coord_fixed() + p9.labs(x="1 - specificity", y="Sensitivity") + theme()
             + (p9.theme(legend_title=p9.element_blank()) if not color else p9.theme()))
+
+
+def _has_bands(curves: pd.DataFrame) -> bool:
+    return "conf_low" in curves and bool(curves["conf_low"].notna().any())
 
 
 def _curves(roc: pd.DataFrame, group_var: str) -> pd.DataFrame:
@@ -109,8 +117,11 @@ def overall_figure(study) -> ReportFigure:
     sens_at = ", ".join(text.num(a) for a in det.operating_points.sensitivity)
     which = " and ".join(x for x in (f"specificity {at}" if at else "",
                                      f"sensitivity {sens_at}" if sens_at else "") if x)
-    data = pd.concat([curves[["model", "group_var", "group_level", "point", "threshold",
-                              "sensitivity", "specificity"]].assign(layer="curve"),
+    bands = _has_bands(curves)
+    cols = ["model", "group_var", "group_level", "point", "threshold", "sensitivity",
+            "specificity"] + (["conf_low", "conf_high", "specificity_low", "specificity_high"]
+                              if bands else [])
+    data = pd.concat([curves[cols].assign(layer="curve"),
                       marks.rename(columns={"x": "fpr", "y": "value"}).assign(layer="mark")],
                      ignore_index=True)
     return ReportFigure(
@@ -119,7 +130,9 @@ def overall_figure(study) -> ReportFigure:
                  f"prespecified matched operating point{'s' if ',' in which else ''}"
                  + (f" ({which}) with {_pct(det.conf_level)} paired cluster-bootstrap "
                     f"intervals" if which else "") + "; triangle: the fixed threshold. The "
-                 "dotted line is chance."),
+                 "dotted line is chance."
+                 + (f" Shaded: the pointwise {_pct(det.conf_level)} bootstrap band of the "
+                    "sensitivity at each point's threshold." if bands else "")),
         alt="ROC curves per model with the operating points marked.",
         plot=roc_plot(curves, marks, color=None), data=data,
         width=7.5, height=3.6 if curves["model"].nunique() <= 3 else 6.0)

@@ -162,3 +162,35 @@ def test_bootstrap_comparisons_and_gaps_follow_the_plan():
     plain = run(plain_plan, Tables(cases=sim), only=["comparisons"])
     assert set(plain["comparisons"]["estimand"]) == {"sensitivity_difference",
                                                      "specificity_difference", "auc_difference"}
+
+
+def test_roc_bands_follow_the_plan():
+    """detection.operating_points.bands puts stats.roc_curve's pointwise bootstrap bands on
+    the analysis' curves (the block's replicates and stream); the figure draws them."""
+    from reports.sections.operating import _curves, roc_plot
+
+    sim = stats.read_cases(stats.simulate.benchx_cohort(300, n_models=2, n_sites=4, seed=3).data)
+    det = {"threshold": {"value": 50}, "subgroups": ["phase"],
+           "operating_points": {"specificity": [0.9], "n_boot": 40, "bands": True}}
+    plan = plan_for_tables(detection=det, seed=2)
+    res = run(plan, Tables(cases=sim), only=["roc_curves"])
+    roc = res["roc_curves"]
+    assert res.decisions.operating.roc_bands is True
+    want = stats.roc_curve(res["evaluation"], by=["phase"], n_boot=40,
+                           seed=plan.seed_for("operating_bootstrap"), cluster=res["cluster"])
+    assert np.allclose(roc["conf_low"], want["conf_low"], equal_nan=True, rtol=0, atol=0)
+    ok = roc["conf_low"].notna()
+    assert ok.mean() > 0.5 and (roc.loc[ok, "method"] == "bootstrap-percentile").all()
+    assert ((roc.loc[ok, "conf_low"] <= roc.loc[ok, "sensitivity"] + 1e-12)
+            & (roc.loc[ok, "sensitivity"] <= roc.loc[ok, "conf_high"] + 1e-12)).all()
+    layers = [type(l.geom).__name__ for l in roc_plot(_curves(roc, "overall"), None,
+                                                       color=None).layers]
+    assert "geom_ribbon" in layers
+    # without the key: no bands, no ribbon
+    plain = run(plan_for_tables(detection={**det, "operating_points": {"specificity": [0.9]}}),
+                Tables(cases=sim), only=["roc_curves"])
+    assert plain["roc_curves"]["conf_low"].isna().all()
+    assert plain.decisions.operating.roc_bands is False
+    layers = [type(l.geom).__name__ for l in roc_plot(_curves(plain["roc_curves"], "overall"),
+                                                       None, color=None).layers]
+    assert "geom_ribbon" not in layers
