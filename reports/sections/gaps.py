@@ -34,9 +34,11 @@ def methods_sentence(study) -> str:
             f"gap in {det.bootstrap.n_boot} replicates of the paired cluster bootstrap ("
             + (f"{text.md(cluster)} clusters" if cluster else "scans") + " resampled, seed "
             f"{study.plan.seed_for('detection_bootstrap')}; in each replicate whichever "
-            "levels are then best and worst). A gap is never below zero, so its estimate and "
-            "interval lie above the true gap when the levels are close (bench/"
-            "compare_coverage.md); no test is made.")
+            "levels are then best and worst). A gap is never below zero: where the levels "
+            "truly differ the interval covers at its level in simulation, but where they do "
+            "not it lies above the true gap of zero (bench/compare_coverage.md), so the gap "
+            "describes the sample and is no test of a difference (the heterogeneity tests "
+            "are).")
 
 
 def build(study) -> Section:
