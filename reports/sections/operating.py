@@ -236,12 +236,17 @@ def values_table(study) -> ReportTable | None:
         "fixed": [f"{text.num(fx.loc[m, 'sensitivity'])} / {text.num(fx.loc[m, 'specificity'])}"
                   if g == "overall" and m in fx.index else text.DASH
                   for m, g in zip(v["model"], v["group_var"])]})
+    # the fixed-threshold values shown beside the overall rows are in the table's data too
+    shown = ~op["estimand"].str.endswith("_difference") & (op["group_var"] == "overall")
+    data = op.assign(**{f"fixed_{k}": [fx.loc[m, k] if s and m in fx.index else float("nan")
+                                       for m, s in zip(op["model"], shown)]
+                        for k in ("sensitivity", "specificity")})
     return ReportTable(
         name="operating_points",
         caption=f"Each model at the prespecified operating point{'s' if len(v) > 2 else ''}, "
                 f"estimate [{_pct(det.conf_level)} CI], and its threshold; beside it the "
                 f"sensitivity / specificity at the fixed threshold.",
-        data=op, display=disp, group_col="what",
+        data=data, display=disp, group_col="what",
         labels={"model": "Model", "cell": "Subgroup", "value": "Estimate [CI]",
                 "threshold": "Threshold", "fixed": "At the fixed threshold (Se / Sp)"},
         notes=(f"Percentile intervals of {int(n_boot)} paired cluster-bootstrap replicates. "
