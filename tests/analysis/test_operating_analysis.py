@@ -117,7 +117,8 @@ def test_exploratory_roles_drop_the_families():
     ({"subgroup_gaps": ["sensitivity"]},
      r"'detection\.subgroup_gaps' names sensitivity, which need\(s\) the paired cluster"),
     ({"compare_metrics": ["sensitivity", "brier"]}, r"compare_metrics\[1\]' must be one of"),
-    ({"subgroup_gaps": ["auc"], "bootstrap": {"n_boot": 50}}, r"subgroup_gaps\[0\]' must be one of"),
+    ({"subgroup_gaps": ["auc"], "bootstrap": {"n_boot": 50}},
+     r"subgroup_gaps\[0\]' must be one of"),
 ])
 def test_comparison_keys_refuse_what_cannot_be_computed(block, pattern):
     with pytest.raises(PlanError, match=pattern):
