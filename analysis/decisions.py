@@ -81,6 +81,26 @@ class PrecisionDecisions(_Group):
     cells: str | None = Field(None, description="the cells the table covers")
 
 
+class OperatingDecisions(_Group):
+    specificity: list[float] | None = Field(None, description="the prespecified specificities")
+    sensitivity: list[float] | None = Field(None, description="the prespecified sensitivities")
+    partial_auc: dict | None = Field(None, description="the partial AUC's range and correction")
+    by: list[str] | None = Field(None, description="the axes of the matched comparisons")
+    roc_axes: list[str] | None = Field(None, description="the axes of the ROC figures")
+    roc_bands: bool | None = Field(None, description="whether the ROC curves carry pointwise "
+                                   "bootstrap bands")
+    multiplicity: str | None = Field(None, description="the matched comparisons' family")
+    threshold_shift_rule: str | None = Field(None, description="when a gain is flagged a "
+                                             "threshold shift")
+    bootstrap: _Boot = Field(default_factory=_Boot)
+
+
+class GoalsDecisions(_Group):
+    goals: list[dict] | None = Field(None, description="the prespecified goals")
+    cells: str | None = Field(None, description="the cells the goals are tested in")
+    multiplicity: str | None = Field(None, description="the goals' families")
+
+
 class SiteMetaDecisions(_Group):
     estimands: list[str] | None = Field(None, description="the proportions pooled across sites")
     models: list[str] | None = Field(None, description="the models meta-analysed")
@@ -94,6 +114,13 @@ class MultiplicityOf(_Group):
     multiplicity: str | None = Field(None, description="the family's adjustment")
 
 
+class ComparisonsDecisions(MultiplicityOf):
+    metrics: list[str] | None = Field(None, description="the metrics of the paired "
+                                      "comparisons")
+    gap_metrics: list[str] | None = Field(None, description="the metrics of the subgroup "
+                                          "gaps (best minus worst level, per axis)")
+
+
 class SeedDecisions(_Group):
     """The seed of each random stream (``analysis.plan.Plan.seed_for``) and the root."""
 
@@ -105,6 +132,7 @@ class SeedDecisions(_Group):
     crs_stability: int | None = None
     label_error_imputation: int | None = None
     gap_bootstrap: int | None = None
+    operating_bootstrap: int | None = None
 
 
 class GapsDecisions(_Group):
@@ -137,7 +165,7 @@ class Decisions(_Group):
     multiplicity: str | None = Field(None, description="the prespecified test families")
     cases: CasesDecisions = Field(default_factory=CasesDecisions)
     detection: DetectionDecisions = Field(default_factory=DetectionDecisions)
-    comparisons: MultiplicityOf = Field(default_factory=MultiplicityOf)
+    comparisons: ComparisonsDecisions = Field(default_factory=ComparisonsDecisions)
     sensitivity_collapse: MultiplicityOf = Field(default_factory=MultiplicityOf)
     precision: PrecisionDecisions = Field(default_factory=PrecisionDecisions)
     adjusted: AdjustedDecisions = Field(default_factory=AdjustedDecisions)
@@ -148,6 +176,8 @@ class Decisions(_Group):
     gaps: GapsDecisions = Field(default_factory=GapsDecisions)
     transport: TransportDecisions = Field(default_factory=TransportDecisions)
     seeds: SeedDecisions = Field(default_factory=SeedDecisions)
+    operating: OperatingDecisions = Field(default_factory=OperatingDecisions)
+    goals: GoalsDecisions = Field(default_factory=GoalsDecisions)
     #: the names decided, in order (a decision may be None: "no cluster" is a decision)
     _taken: list = PrivateAttr(default_factory=list)
 

@@ -332,15 +332,55 @@ def comparisons(results) -> pd.DataFrame:
     from stats.compare import compare_models
 
     det = results.plan.detection
+    results.decide("comparisons.metrics", list(det.compare_metrics))
     out = compare_models(results["evaluation"], by=list(det.compare_by) or None,
-                         conf_level=det.conf_level, small_n=det.small_n,
-                         cluster=results["cluster"])
+                         metrics=det.compare_metrics, conf_level=det.conf_level,
+                         small_n=det.small_n, cluster=results["cluster"],
+                         **_compare_bootstrap(results, det.compare_metrics))
     if results["roles"]["comparisons"] != PRESPECIFIED:   # exploratory: no family
         out["p_adjusted"] = out["p_adjusted_bh"] = np.nan
         results.decide("comparisons.multiplicity", "none")
     else:
         results.decide("comparisons.multiplicity", "holm")
     return out
+
+
+def _compare_bootstrap(results, metrics, gaps: bool = False) -> dict:
+    """The paired cluster bootstrap of ``stats.compare_models`` (the plan's
+    ``detection.bootstrap``: replicates, strata, the stream ``detection_bootstrap``) when
+    a metric without a closed form or a gap asks for it; else nothing."""
+    from stats.compare import BOOT_COMPARE
+
+    b = results.plan.detection.bootstrap
+    if not (gaps or any(m in BOOT_COMPARE for m in metrics)):
+        return {}
+    seed = results.plan.seed_for("detection_bootstrap")
+    results.decide("seeds.detection_bootstrap", seed)
+    results.decide("detection.bootstrap.n_boot", b.n_boot)
+    return {"n_boot": b.n_boot, "seed": seed, "strata": b.strata,
+            "scheduler": results.scheduler}
+
+
+def _wants_gaps(plan, tables) -> bool:
+    return _wants_detection(plan, tables) and bool(plan.detection.subgroup_gaps) \
+        and bool(plan.detection.subgroups)
+
+
+@analysis("subgroup_gaps", wanted=_wants_gaps)
+def subgroup_gaps(results) -> pd.DataFrame:
+    """Each model's gap between its best and worst level of every prespecified subgroup
+    axis (``stats.compare_models(gaps=True)``: fairlearn's ``difference()`` with a paired
+    cluster-bootstrap percentile interval), for the plan's ``detection.subgroup_gaps``."""
+    from stats.compare import compare_models
+
+    det = results.plan.detection
+    metrics = tuple(det.subgroup_gaps)
+    results.decide("comparisons.gap_metrics", list(metrics))
+    out = compare_models(results["evaluation"], by=list(det.subgroups), metrics=metrics,
+                         conf_level=det.conf_level, small_n=det.small_n,
+                         cluster=results["cluster"], gaps=True,
+                         **_compare_bootstrap(results, metrics, gaps=True))
+    return out[out["estimand"].str.endswith("_gap")].reset_index(drop=True)
 
 
 #: thresholds in the sweep: quantiles of the evaluation scores (plus the operating ones)

@@ -52,6 +52,7 @@ from pydantic_core import PydanticCustomError
 
 from stats.adjust import MeansKind
 from stats.bootstrap import CI_METHODS as BOOT_INTERVALS
+from stats.compare import BOOT_COMPARE, COMPARE_METRICS
 from stats.detection import PROPORTIONS, Criterion
 from stats.intervals import AUC_SCALES, PROPORTION_METHODS
 from stats.models import Method, Population
@@ -460,6 +461,114 @@ class Precision(Block):
                             hint="write e.g. 0.2, or leave it out", ge=0, lt=1)
 
 
+Proportion = Annotated[float, Field(ge=0, le=1)]
+Range = Annotated[tuple[Proportion, Proportion], BeforeValidator(_as_tuple)]
+#: the proportions a goal may name (stats.detection.PROPORTIONS)
+GOAL_METRICS = ("sensitivity", "specificity", "ppv", "npv", "accuracy")
+#: the metrics of the paired comparisons (stats.compare_models) and of the subgroup gaps
+COMPARE_ALL = (*COMPARE_METRICS, *BOOT_COMPARE)
+GAP_METRICS = ("sensitivity", "specificity", "ppv", "npv", "accuracy", "f1")
+
+
+class PartialAuc(Block):
+    """The partial AUC (pROC's `auc(partial.auc=, partial.auc.focus=, partial.auc.correct=)`):
+    the area over a range of specificity, or of sensitivity; give one range."""
+
+    specificity: Range | None = key(None, "The range of specificity (`lo`, `hi`).",
+                                    type="two proportions [lo, hi], lo < hi",
+                                    example="[0.8, 1.0]",
+                                    default_text="`[0.8, 1.0]` (when no sensitivity)",
+                                    hint="write e.g. specificity: [0.8, 1.0]")
+    sensitivity: Range | None = key(None, "The range of sensitivity instead.",
+                                    type="two proportions [lo, hi], lo < hi",
+                                    example="[0.9, 1.0]", default_text="none",
+                                    hint="write e.g. sensitivity: [0.9, 1.0]")
+    correct: bool = key(False, "McClish's standardization: 0.5 on the diagonal, 1 for a "
+                        "perfect test.", type="true or false", example="false")
+
+    @model_validator(mode="after")
+    def _one_range(self):
+        if self.specificity is not None and self.sensitivity is not None:
+            raise _fail(None, "{file}: {at} gives both 'specificity' and 'sensitivity'; the "
+                        "partial AUC is over one axis: keep one range")
+        for name in ("specificity", "sensitivity"):
+            rg = getattr(self, name)
+            if rg is not None and not rg[0] < rg[1]:
+                raise _fail(None, "{file}: {at." + name + "} must be [lo, hi] with lo < hi, "
+                            "got {got}; write e.g. [0.8, 1.0]", got=list(rg))
+        if self.specificity is None and self.sensitivity is None:
+            object.__setattr__(self, "specificity", (0.8, 1.0))
+        return self
+
+
+class OperatingPoints(Block):
+    """Matched operating points: each model read at its own threshold giving a fixed
+    specificity (or sensitivity), compared between models beside the fixed-threshold
+    comparison (a gain that vanishes there is a threshold shift), with ROC curves, partial
+    AUC, likelihood ratios and each subgroup's AUC against the rest; all prespecified."""
+
+    specificity: Annotated[tuple[Proportion, ...], BeforeValidator(
+        lambda v: (v,) if isinstance(v, (int, float)) and not isinstance(v, bool)
+        else _as_tuple(v))] = key(
+        (), "Specificities at which each model's sensitivity is read and compared.",
+        type="a list of proportions", example="[0.9]", cli="--at-specificity",
+        default_text="`[]`", hint="write e.g. specificity: [0.9]",
+        cap=(20, "operating points"))
+    sensitivity: Annotated[tuple[Proportion, ...], BeforeValidator(
+        lambda v: (v,) if isinstance(v, (int, float)) and not isinstance(v, bool)
+        else _as_tuple(v))] = key(
+        (), "Sensitivities at which each model's specificity is read and compared.",
+        type="a list of proportions", example="[0.8]", cli="--at-sensitivity",
+        default_text="`[]`", hint="write e.g. sensitivity: [0.8]",
+        cap=(20, "operating points"))
+    partial_auc: PartialAuc | None = key(None, type="a mapping",
+                                         default_text="none (no partial AUC)")
+    n_boot: int = key(2000, "Replicates of the paired cluster bootstrap of the operating "
+                      "points and the partial AUC.", type="a whole number >= 2 (bootstrap "
+                      "replicates)", example="2000", cli="--n-boot",
+                      hint="write e.g. n_boot: 2000", ge=2)
+    seed: Seed | None = key(None, "Seed of the replicates (overrides the root seed's "
+                            "stream `operating_bootstrap`).", type=_SEED_TYPE,
+                            example="20261203", cli="--seed", default_text=_SEED_DEFAULT,
+                            hint="write an integer seed, e.g. 20261203")
+    bands: bool = key(False, "Pointwise bands on the ROC curves: the percentile interval of "
+                      "the sensitivity and the specificity at each threshold, from the same "
+                      "paired cluster bootstrap (`n_boot` replicates).", type="true or false",
+                      example="true", default_text="`false` (curves without bands)",
+                      hint="write bands: true or bands: false")
+
+
+class Goal(Block):
+    """One prespecified performance goal, tested in every prespecified subgroup (one-sided,
+    Holm over the subgroups): an absolute `goal`, or a non-inferiority `margin` against
+    the overall value; give one."""
+
+    metric: Literal[GOAL_METRICS] = key(..., "The metric.", type="text",
+                                        example="sensitivity", default_text="required",
+                                        hint="use one of the listed names")
+    goal: float | None = key(None, "The value every subgroup must exceed (H1: metric > "
+                             "goal).", type="a number in (0, 1)", example="0.8",
+                             default_text="none", hint="write a proportion, e.g. goal: 0.8",
+                             gt=0, lt=1)
+    margin: float | None = key(None, "The non-inferiority margin against overall (H1: "
+                               "metric > overall - margin).", type="a number in [0, 1)",
+                               example="0.05", default_text="none",
+                               hint="write a proportion, e.g. margin: 0.05", ge=0, lt=1)
+    alpha: float = key(0.05, "One-sided level of each test (Holm over the subgroups).",
+                       type="a number in (0, 0.5)", example="0.05",
+                       hint="write e.g. alpha: 0.05", gt=0, lt=0.5)
+    name: str | None = key(None, "How the report names the goal.", type="a text",
+                           example='"Sensitivity >= 0.80 in every subgroup"',
+                           default_text="`<metric> >= <goal>`")
+
+    @model_validator(mode="after")
+    def _one_bound(self):
+        if (self.goal is None) == (self.margin is None):
+            raise _fail(None, "{file}: {at} needs exactly one of 'goal' (an absolute value) "
+                        "and 'margin' (non-inferiority against overall); e.g. goal: 0.8")
+        return self
+
+
 class SiteMetaAnalysis(Block):
     """A random-effects meta-analysis across sites (each site a study): per model and
     estimand, the pooled value, heterogeneity (tau2, I2, Q) and a prediction interval for a
@@ -623,6 +732,21 @@ class Detection(Block):
                            default_text="`[]` (overall only)",
                            hint="write e.g. phase or [age_group, phase]",
                            cap=(100, "axes of the model comparisons"))
+    compare_metrics: Annotated[tuple[Literal[COMPARE_ALL], ...], BeforeValidator(
+        lambda v: (v,) if isinstance(v, str) else _as_tuple(v)), Field(min_length=1)] = key(
+        COMPARE_METRICS, "Metrics of the paired model comparisons: `sensitivity` and "
+        "`specificity` (exact McNemar, Newcombe), `auc` (paired DeLong) in closed form; "
+        "`ppv`, `npv`, `f1` and `accuracy` as paired cluster-bootstrap differences (need "
+        "`detection.bootstrap.n_boot`).", type="a list of texts",
+        example="[sensitivity, specificity, auc, f1]", cli="--metric",
+        default_text="`[sensitivity, specificity, auc]`", hint="use one of the listed names")
+    subgroup_gaps: Annotated[tuple[Literal[GAP_METRICS], ...], BeforeValidator(
+        lambda v: (v,) if isinstance(v, str) else _as_tuple(v))] = key(
+        (), "Metrics whose gap between each model's best and worst level of every "
+        "prespecified subgroup axis (`subgroups`) is reported, with a paired "
+        "cluster-bootstrap interval (fairlearn's `difference()`; needs "
+        "`detection.bootstrap.n_boot`).", type="a list of texts", example="[sensitivity]",
+        cli="--gap", default_text="`[]` (none)", hint="use one of the listed names")
     exploratory_subgroups: Axes = key(
         (), "Axes analysed as exploratory: labelled so and kept out of the multiplicity "
         "family of `subgroups`.", type=_AXES_TYPE, example="[scanner]", default_text="`[]`",
@@ -654,6 +778,12 @@ class Detection(Block):
     adjusted: Adjusted | None = key(None, type="a mapping",
                                     default_text="none (no adjusted models)")
     failure_map: FailureMap | None = key(None, type="a mapping", default_text="none")
+    operating_points: OperatingPoints | None = key(
+        None, type="a mapping", default_text="none (no matched operating points)")
+    goals: Annotated[tuple[Goal, ...], BeforeValidator(_as_tuple)] = key(
+        (), "Prespecified performance goals, tested in every level of the prespecified "
+        "subgroup axes (`subgroups`).", type="a list of mappings", default_text="`[]`",
+        example="[{metric: sensitivity, goal: 0.8}]", cap=(50, "performance goals"))
     site_meta_analysis: SiteMetaAnalysis | None = key(
         None, type="a mapping", default_text="none (no meta-analysis across sites)")
     gaps: Gaps | None = key(None, type="a mapping", default_text="none (no decomposition)")
@@ -714,6 +844,13 @@ class Detection(Block):
             raise _fail(None, "{file}: {at.exploratory_subgroups} repeats {axes} from "
                         "{at.subgroups}; an axis is either prespecified (subgroups) or "
                         "exploratory, not both", axes=", ".join(":".join(a) for a in twice))
+        boot = [m for m in self.compare_metrics if m in BOOT_COMPARE]
+        for what, at in ((boot, "{at.compare_metrics}"), (self.subgroup_gaps,
+                                                          "{at.subgroup_gaps}")):
+            if what and not self.bootstrap.n_boot:
+                raise _fail(None, "{file}: " + at + " names " + ", ".join(what) + ", which "
+                            "need(s) the paired cluster bootstrap: add {at.bootstrap.n_boot} "
+                            "(e.g. 2000 replicates) or leave them out")
         if self.ci == "bootstrap" and not self.bootstrap.n_boot:
             raise _fail(None, "{file}: {at.ci} is bootstrap, which needs "
                         "{at.bootstrap.n_boot} (e.g. 2000 replicates); add it or choose "
@@ -878,6 +1015,10 @@ class Roles(Block):
         **_ROLE)
     label_error: Literal[ROLE_VALUES] = key(
         "prespecified", "The label-error table and the error-aware intervals.", **_ROLE)
+    operating_points: Literal[ROLE_VALUES] = key(
+        "prespecified", "The ROC curves, matched operating points, partial AUC, likelihood "
+        "ratios and subgroup-versus-rest AUC tests.", **_ROLE)
+    goals: Literal[ROLE_VALUES] = key("prespecified", "The performance-goals table.", **_ROLE)
     site_meta_analysis: Literal[ROLE_VALUES] = key(
         "prespecified", "The meta-analysis across sites (forest plots, pooled values, "
         "heterogeneity, prediction intervals).", **_ROLE)
@@ -1178,7 +1319,7 @@ def declared(path: str) -> KeyDoc:
     import re
 
     generic = re.sub(r"^(detection\.bins)\.[^.]+", r"\1.<column>", path)
-    generic = re.sub(r"\[\d+\]$", "", generic)
+    generic = re.sub(r"\[\d+\]", "", generic)
     found = {k.path: k for k in keys()}
     for candidate in (path, generic):
         if candidate in found:
@@ -1287,7 +1428,8 @@ class Plan:
                 "calibration_bootstrap": s.calibration.bootstrap.seed,
                 "label_error_imputation": s.metadata and s.metadata.seed,
                 "gap_bootstrap": s.detection and s.detection.gaps and s.detection.gaps.seed,
-                }.get(stream)
+                "operating_bootstrap": s.detection and s.detection.operating_points
+                and s.detection.operating_points.seed}.get(stream)
 
     def seed_for(self, stream: str) -> int:
         """The seed of one random stream: the block's own seed where the plan gives one,
@@ -1312,6 +1454,8 @@ class Plan:
             out["label_error_imputation"] = self.seed_for("label_error_imputation")
         if s.detection is not None and s.detection.gaps is not None:
             out["gap_bootstrap"] = self.seed_for("gap_bootstrap")
+        if s.detection is not None and s.detection.operating_points is not None:
+            out["operating_bootstrap"] = self.seed_for("operating_bootstrap")
         return out
 
 
@@ -1484,6 +1628,7 @@ def _planned_work(plan: Plan, file: str) -> None:
     from stats.calibration import ece_bootstrap_work
     from stats.crs_resample import crs_bootstrap_work
     from stats.label_error import imputation_work
+    from stats.operating import roc_bootstrap_work
     from stats.ranking import ranking_stability_work
 
     s = plan.spec
@@ -1500,6 +1645,10 @@ def _planned_work(plan: Plan, file: str) -> None:
         if s.crs.n_weights:
             works.append(("crs.n_weights", ranking_stability_work(
                 s.crs.n_weights, 1, setting="crs.n_weights")))
+    if s.detection is not None and s.detection.operating_points is not None:
+        works.append(("detection.operating_points.n_boot", roc_bootstrap_work(
+            s.detection.operating_points.n_boot, 1, 1, 1,
+            setting="detection.operating_points.n_boot", what="the ROC bootstrap")))
     works.append(("calibration.bootstrap.n_boot", ece_bootstrap_work(
         s.calibration.bootstrap.n_boot, 1, 1, "uniform", setting="calibration.bootstrap.n_boot",
         what="the ECE bootstrap")))

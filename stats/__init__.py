@@ -35,6 +35,8 @@ from .pooled import pooled_subgroup_metrics
 from .meta_analysis import site_meta_analysis
 from .precision import precision_table
 from .label_error import compare_naive, misclassification_from_review
+from .operating import (delong_test_unpaired, likelihood_ratios, operating_point, partial_auc,
+                        performance_goals, roc_curve)
 
 # adjusted models
 from .models import block_tests, fit_adjusted, fit_complete_case, likelihood_ratio_test
@@ -65,6 +67,9 @@ __all__ = [
     "compare_naive", "misclassification_from_review",
     "pooled_subgroup_metrics", "precision_table", "scan_level", "subgroup_metrics",
     "subgroup_vs_rest", "threshold_sweep",
+    # operating points and fair comparisons (pROC twins)
+    "delong_test_unpaired", "likelihood_ratios", "operating_point", "partial_auc",
+    "performance_goals", "roc_curve",
     "site_meta_analysis",
     # adjusted models
     "block_tests", "fit_adjusted", "fit_complete_case", "likelihood_ratio_test",

@@ -215,6 +215,44 @@ def replicate_counts(bc: BootCounts, n_boot: int, *, seed=None, scheduler=None) 
     return np.concatenate(out, axis=0)
 
 
+def _reduced_block(KT: sparse.csc_matrix, bounds: np.ndarray, reduce, args: tuple,
+                   rng: np.random.Generator, size: int) -> np.ndarray:
+    """One block of :func:`replicate_reduce`: the block's counts (:func:`_block`), reduced
+    to the statistic by ``reduce(counts, *args)`` before they leave the block."""
+    return np.asarray(reduce(_block(KT, bounds, rng, size), *args))
+
+
+def replicate_reduce(KT: sparse.spmatrix, strata: np.ndarray, n_boot: int, reduce,
+                     args: tuple = (), *, seed=None, scheduler=None,
+                     elements: int = 2 ** 24) -> np.ndarray:
+    """A statistic of ``n_boot`` paired cluster-bootstrap replicates of any cluster-level
+    counts ``K`` (given as its transpose ``KT``, S x clusters, sparse): per block of
+    replicates the counts ``W @ K`` (block x S, float32, exact integers: module notes)
+    are drawn as :func:`replicate_counts` draws them and handed to ``reduce(counts,
+    *args)``, which returns one row per replicate (block x P); the rows of every block
+    are concatenated (n_boot x P).
+
+    The counts of a block never leave it, so a statistic of many counts per replicate
+    (every point of a ROC curve: :mod:`stats.operating`) needs memory for one block only.
+    Blocks hold at most ``elements`` counts (and ``_BLOCK_ELEMENTS`` multiplicities) and
+    at least one replicate: fixed by the data's size, so a Dask run (``scheduler``)
+    gives the same numbers as a local one. ``strata`` are the clusters' stratum codes
+    (one index shared by every count: the replicates are paired)."""
+    if not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+        raise ValueError(MSG_NBOOT.format(n=n_boot))
+    S, n_cl = KT.shape
+    size = int(max(1, min(n_boot, _BLOCK_ELEMENTS // max(n_cl, 1), elements // max(S, 1))))
+    sizes = [size] * (n_boot // size) + ([n_boot % size] if n_boot % size else [])
+    gens = spawn(seed, len(sizes))
+    order, bounds = strata_order(np.asarray(strata))
+    KT = sparse.csc_matrix(KT, dtype=np.float32)
+    if len(bounds) > 2:           # several strata: clusters in stratum order
+        KT = KT[:, order]
+    out = map_blocks(_reduced_block, [(g, s) for g, s in zip(gens, sizes)],
+                     shared=(KT, bounds, reduce, tuple(args)), scheduler=scheduler)
+    return np.concatenate(out, axis=0)
+
+
 # --------------------------------------------------------------------------- intervals
 
 def boot_interval(reps: np.ndarray, theta: np.ndarray, *, conf_level: float = 0.95,

@@ -119,6 +119,35 @@ ClusterOpt = Annotated[Optional[str], plan_option("detection.cluster",
 ConfOpt = Annotated[Optional[float], plan_option("detection.conf_level")]
 
 
+MSG_GOAL = ("--goal {value!r}: write METRIC>=VALUE (an absolute goal, e.g. sensitivity>=0.8) or "
+            "METRIC>=overall-MARGIN (non-inferiority against overall, e.g. "
+            "sensitivity>=overall-0.05); METRIC one of {metrics}")
+
+
+def goals_block(values: list[str] | None, alpha: float | None) -> list[dict]:
+    """``--goal sensitivity>=0.8 --goal specificity>=overall-0.05`` as the plan's
+    ``detection.goals`` (the plan schema checks the metric and the numbers)."""
+    from analysis.plan import GOAL_METRICS
+
+    out = []
+    for v in values or []:
+        metric, sep, rhs = v.replace(" ", "").partition(">=")
+        rhs_l = rhs.lower()
+        try:
+            if rhs_l.startswith("overall-"):
+                g = {"metric": metric, "margin": float(rhs_l[len("overall-"):])}
+            elif rhs_l == "overall":
+                g = {"metric": metric, "margin": 0.0}
+            else:
+                g = {"metric": metric, "goal": float(rhs)}
+        except ValueError:
+            g = None
+        if not sep or not metric or g is None:
+            raise InputError(MSG_GOAL.format(value=v, metrics=", ".join(GOAL_METRICS)))
+        out.append({**g, **({"alpha": alpha} if alpha is not None else {})})
+    return out
+
+
 def _given(**values) -> dict:
     """The options the user gave (None: left out, so the plan schema's default applies)."""
     return {k: v for k, v in values.items() if v is not None}
@@ -178,22 +207,170 @@ def register(app: typer.Typer) -> None:
     def compare(
         cases: CasesArg, out: OutOpt,
         by: Annotated[Optional[list[str]], plan_option("detection.compare_by")] = None,
+        metric: Annotated[Optional[list[str]], plan_option(
+            "detection.compare_metrics", help="Metric compared (repeatable): sensitivity, "
+            "specificity, auc (closed form), ppv, npv, f1, accuracy (paired cluster "
+            "bootstrap: need --n-boot). Default: sensitivity, specificity, auc (plan key "
+            "detection.compare_metrics).")] = None,
         threshold: ThresholdOpt = None,
         criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
+        n_boot: Annotated[int, plan_option("detection.bootstrap.n_boot")] = 0,
+        seed: Annotated[Optional[int], plan_option("detection.bootstrap.seed")] = None,
         conf_level: ConfOpt = None,
         cluster: ClusterOpt = None,
+        scheduler: Annotated[Optional[str], plan_option("scheduler")] = None,
         force: ForceOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
         """Every pair of models: sensitivity/specificity differences (Newcombe, exact
         McNemar) and AUC differences (paired DeLong), Holm and BH adjusted; overall and per
         --by axis, on the report's rows; clustered McNemar and Obuchowski's AUC variance
-        over --cluster (default: patient_id when a patient has several scans)."""
+        over --cluster (default: patient_id when a patient has several scans). PPV, NPV,
+        F1 and accuracy differences (--metric) come from the paired cluster bootstrap
+        (--n-boot replicates of --cluster, percentile intervals)."""
+        check_seed(seed)
         check_out_files([("--out", out)], force=force, inputs=[cases])
         det = {"threshold": threshold_block(threshold, criterion, target_specificity),
                "compare_by": by_axes(by), "subgroups": [],
+               **_given(conf_level=conf_level, compare_metrics=metric or None,
+                        cluster=None if cluster is None else cluster_setting(cluster))}
+        if n_boot:
+            det["bootstrap"] = {"n_boot": n_boot, **_given(seed=seed)}
+        res = run_command("model comparisons", inputs={"cases": cases}, detection=det,
+                          scheduler=scheduler, only=["comparisons"], quiet=quiet)
+        _write(res["comparisons"], out, force=force, inputs=[cases], quiet=quiet)
+
+    @app.command()
+    @guarded
+    def gaps(
+        cases: CasesArg, out: OutOpt,
+        gap: Annotated[Optional[list[str]], plan_option(
+            "detection.subgroup_gaps", help="Metric whose best-versus-worst subgroup gap is "
+            "estimated (repeatable): sensitivity, specificity, ppv, npv, accuracy, f1 "
+            "(plan key detection.subgroup_gaps).")] = None,
+        by: Annotated[Optional[list[str]], plan_option(
+            "detection.subgroups", help="Prespecified subgroup axis (repeatable); 'a:b' for "
+                                        "an intersection (plan key detection.subgroups).")] = None,
+        bin: Annotated[Optional[list[str]], plan_option(
+            "detection.bins", help="Cut a numeric column into a new axis, as in clinrel "
+                                   "subgroups (plan key detection.bins).")] = None,
+        threshold: ThresholdOpt = None,
+        criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
+        n_boot: Annotated[int, plan_option("detection.bootstrap.n_boot")] = 2000,
+        seed: Annotated[Optional[int], plan_option("detection.bootstrap.seed")] = None,
+        conf_level: ConfOpt = None,
+        cluster: ClusterOpt = None,
+        scheduler: Annotated[Optional[str], plan_option("scheduler")] = None,
+        force: ForceOpt = False,
+        quiet: QuietOpt = False,
+    ) -> None:
+        """Each model's gap between its best and worst level of every --by axis (largest
+        minus smallest value, as fairlearn's difference()), with a paired cluster-bootstrap
+        percentile interval (--n-boot replicates of --cluster, default: patient_id when a
+        patient has several scans), on the report's rows."""
+        check_seed(seed)
+        check_out_files([("--out", out)], force=force, inputs=[cases])
+        if not gap:
+            raise InputError("gaps: give at least one --gap, e.g. --gap sensitivity")
+        if not by:
+            raise InputError("gaps: give at least one --by axis, e.g. --by phase: the gap is "
+                             "between a model's best and worst level of an axis")
+        det = {"threshold": threshold_block(threshold, criterion, target_specificity),
+               "subgroups": by_axes(by), "bins": bins_block(bin), "subgroup_gaps": list(gap),
+               "bootstrap": {"n_boot": n_boot, **_given(seed=seed)},
                **_given(conf_level=conf_level,
                         cluster=None if cluster is None else cluster_setting(cluster))}
-        res = run_command("model comparisons", inputs={"cases": cases}, detection=det,
-                          only=["comparisons"], quiet=quiet)
-        _write(res["comparisons"], out, force=force, inputs=[cases], quiet=quiet)
+        res = run_command("subgroup gaps", inputs={"cases": cases}, detection=det,
+                          scheduler=scheduler, only=["subgroup_gaps"], quiet=quiet)
+        _write(res["subgroup_gaps"], out, force=force, inputs=[cases], quiet=quiet)
+
+    @app.command()
+    @guarded
+    def operating(
+        cases: CasesArg, out: OutOpt,
+        at_specificity: Annotated[Optional[list[float]], plan_option(
+            "detection.operating_points.specificity",
+            help="Specificity at which each model's sensitivity is read, at its own "
+                 "threshold (repeatable; plan key detection.operating_points.specificity).")
+        ] = None,
+        at_sensitivity: Annotated[Optional[list[float]], plan_option(
+            "detection.operating_points.sensitivity",
+            help="Sensitivity at which each model's specificity is read (repeatable; plan "
+                 "key detection.operating_points.sensitivity).")] = None,
+        by: Annotated[Optional[list[str]], plan_option("detection.compare_by")] = None,
+        threshold: ThresholdOpt = None,
+        criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
+        n_boot: Annotated[Optional[int], plan_option(
+            "detection.operating_points.n_boot")] = None,
+        seed: Annotated[Optional[int], plan_option("detection.operating_points.seed")] = None,
+        conf_level: ConfOpt = None,
+        cluster: ClusterOpt = None,
+        scheduler: Annotated[Optional[str], plan_option("scheduler")] = None,
+        force: ForceOpt = False,
+        quiet: QuietOpt = False,
+    ) -> None:
+        """Each model at a matched operating point: sensitivity at a fixed specificity (or
+        the reverse), each model at its own threshold, with paired differences between
+        models (paired cluster bootstrap, Holm), overall and per --by axis.
+
+        Values as pROC's coords() reads them (interpolated between two ROC points where no
+        threshold attains the value). The rows analysed are the report's; the bootstrap
+        resamples --cluster (default: patient_id when a patient has several scans). The
+        report's matched-versus-fixed table and threshold-shift flag, partial AUC and ROC
+        curves come from the plan's detection.operating_points block."""
+        check_seed(seed)
+        check_out_files([("--out", out)], force=force, inputs=[cases])
+        if not at_specificity and not at_sensitivity:
+            raise InputError("operating: give --at-specificity (e.g. --at-specificity 0.9) "
+                             "or --at-sensitivity: the coordinate held fixed")
+        det = {"threshold": threshold_block(threshold, criterion, target_specificity),
+               "compare_by": by_axes(by), "subgroups": [],
+               "operating_points": {"specificity": list(at_specificity or []),
+                                    "sensitivity": list(at_sensitivity or []),
+                                    **_given(n_boot=n_boot, seed=seed)},
+               **_given(conf_level=conf_level,
+                        cluster=None if cluster is None else cluster_setting(cluster))}
+        res = run_command("operating points", inputs={"cases": cases}, detection=det,
+                          scheduler=scheduler, only=["operating_points"], quiet=quiet)
+        _write(res["operating_points"], out, force=force, inputs=[cases], quiet=quiet)
+
+    @app.command()
+    @guarded
+    def goals(
+        cases: CasesArg, out: OutOpt,
+        goal: Annotated[Optional[list[str]], typer.Option(
+            "--goal", help="A prespecified goal (repeatable): METRIC>=VALUE, e.g. "
+                           "sensitivity>=0.8, or METRIC>=overall-MARGIN, e.g. "
+                           "sensitivity>=overall-0.05 (plan key detection.goals).")] = None,
+        alpha: Annotated[Optional[float], typer.Option(
+            "--alpha", help="One-sided level of every goal's test, Holm over the subgroups "
+                            "(plan key detection.goals.alpha). Default: 0.05.")] = None,
+        by: Annotated[Optional[list[str]], plan_option(
+            "detection.subgroups", help="Prespecified subgroup axis (repeatable); 'a:b' for "
+                                        "an intersection (plan key detection.subgroups).")] = None,
+        bin: Annotated[Optional[list[str]], plan_option(
+            "detection.bins", help="Cut a numeric column into a new axis, as in clinrel "
+                                   "subgroups (plan key detection.bins).")] = None,
+        threshold: ThresholdOpt = None,
+        criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
+        cluster: ClusterOpt = None,
+        force: ForceOpt = False,
+        quiet: QuietOpt = False,
+    ) -> None:
+        """Prespecified performance goals per model and subgroup: one-sided tests, Holm over
+        the subgroups, and a verdict per row (met, not met, inconclusive).
+
+        An absolute goal uses the exact binomial test, a margin against overall
+        Farrington and Manning's score test; both at the effective counts where a patient
+        has several scans (--cluster, default: patient_id when one repeats). An
+        inconclusive row gives the count that would settle it."""
+        check_out_files([("--out", out)], force=force, inputs=[cases])
+        block = goals_block(goal, alpha)
+        if not block:
+            raise InputError("goals: give at least one --goal, e.g. --goal sensitivity>=0.8")
+        det = {"threshold": threshold_block(threshold, criterion, target_specificity),
+               "subgroups": by_axes(by), "bins": bins_block(bin), "goals": block,
+               **_given(cluster=None if cluster is None else cluster_setting(cluster))}
+        res = run_command("performance goals", inputs={"cases": cases}, detection=det,
+                          only=["performance_goals"], quiet=quiet)
+        _write(res["performance_goals"], out, force=force, inputs=[cases], quiet=quiet)

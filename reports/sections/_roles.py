@@ -32,6 +32,11 @@ SHOWN_BY = {
     "metadata": ("metadata_coverage", "metadata_sources", "metadata_agreement",
                  "metadata_agreement_by_site", "metadata_site_test", "metadata_review"),
     "label_error": ("label_error_table", "label_error_sensitivity"),
+    "operating_points": ("roc_overall", "operating_points", "matched_operating_points",
+                         "partial_auc", "likelihood_ratios", "auc_vs_rest"),
+    "goals": ("performance_goals",),
+    # on the prespecified axes (detection.subgroups) only: prespecified by construction
+    "subgroup_gaps": ("gaps_best_worst",),
     "site_meta_analysis": ("site_meta_table", "site_meta_sensitivity", "site_meta_specificity",
                            "site_meta_ppv", "site_meta_npv", "site_meta_accuracy"),
     "gaps": ("gap_decomposition",) + tuple(f"gap_{i}" for i in range(1, 21)),
@@ -42,7 +47,7 @@ BY_NAME = {name: key for key, names in SHOWN_BY.items() for name in names}
 #: names that carry no role (not an analysis)
 NO_ROLE = ("checklist_map",)
 #: names whose role is that of the subgroup axes they draw (one figure, several axes)
-BY_AXES = ("forest_",)
+BY_AXES = ("forest_", "roc_axis_")
 SENTENCES = ("Prespecified.", "Exploratory.", "Prespecified (descriptive).")
 
 

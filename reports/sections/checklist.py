@@ -20,7 +20,7 @@ ITEMS = (
     ("STARD 2015", "12a", "Definition of and rationale for test positivity cut-offs, "
      "pre-specified vs exploratory", ("methods", "threshold")),
     ("STARD 2015", "14", "Methods for estimating or comparing measures of diagnostic accuracy",
-     ("methods", "comparisons")),
+     ("methods", "comparisons", "operating")),
     ("STARD 2015", "15-16", "Handling of indeterminate results and missing data",
      ("methods", "flow", "cohort", "adjusted")),
     ("STARD 2015", "17", "Analyses of variability in diagnostic accuracy, pre-specified vs "
@@ -31,14 +31,14 @@ ITEMS = (
     ("STARD 2015", "23", "Cross tabulation of the index test results by the reference standard",
      ("twobytwo",)),
     ("STARD 2015", "24", "Estimates of diagnostic accuracy and their precision",
-     ("overall", "subgroups")),
+     ("overall", "subgroups", "operating")),
     ("STARD 2015", "other items", "Title, abstract, design, participants, test methods, "
      "sample size, discussion, registration, protocol, funding", ()),
     ("TRIPOD+AI", "11", "Missing data", ("methods", "cohort", "adjusted")),
     ("TRIPOD+AI", "12e", "Performance measures and their uncertainty",
      ("methods", "overall", "calibration", "crs")),
     ("TRIPOD+AI", "14", "Fairness: methods to assess performance across groups",
-     ("methods", "subgroups", "adjusted")),
+     ("methods", "subgroups", "adjusted", "goals")),
     ("TRIPOD+AI", "18f", "Open science: analysis code and software", ("methods",)),
     ("TRIPOD+AI", "20a-b", "Flow of participants; participant characteristics",
      ("flow", "cohort")),

@@ -14,7 +14,8 @@ KEY = "comparisons"
 TITLE = "Model comparisons"
 HALF = "detection"
 LABEL = {"sensitivity_difference": "Sensitivity", "specificity_difference": "Specificity",
-         "auc_difference": "AUC"}
+         "auc_difference": "AUC", "ppv_difference": "PPV", "npv_difference": "NPV",
+         "f1_difference": "F1", "accuracy_difference": "Accuracy"}
 
 
 def applies(study) -> bool:
@@ -28,12 +29,14 @@ def build(study) -> Section:
         raise SkipSection("only one model: nothing to compare")
     cmp = study.results["comparisons"]
     ov = cmp[cmp["group_var"] == "overall"].reset_index(drop=True)
+    nan = pd.Series(float("nan"), index=ov.index)
+    boot = ov["method"].eq("bootstrap-percentile").any()
     disp = pd.DataFrame({
         "metric": ov["estimand"].map(LABEL).fillna(ov["estimand"]),
         "pair": ov["model"].astype(str),
         "diff": text.ci_vec(ov, 3),
         "disc": [text.DASH if pd.isna(a) else f"{int(a)} / {int(b)}"
-                 for a, b in zip(ov.get("discordant_a"), ov.get("discordant_b"))],
+                 for a, b in zip(ov.get("discordant_a", nan), ov.get("discordant_b", nan))],
         "p": [text.pvalue(p) for p in ov["p_value"]],
         # exploratory comparisons (the plan's roles) have no family: no Holm column
         **({"p_adj": [text.pvalue(p) for p in ov["p_adjusted"]]}
@@ -52,6 +55,9 @@ def build(study) -> Section:
         notes=("Sensitivity and specificity: exact McNemar test on discordant pairs (A right "
                "and B wrong / B right and A wrong) and Newcombe's paired hybrid score interval; "
                "AUC: paired DeLong test and Wald interval with the DeLong covariance." + clustered
+               + (" PPV, NPV, F1, accuracy: percentile interval of the paired cluster-"
+                  "bootstrap differences and the replicates' two-sided sign p-value."
+                  if boot else "")
                + (" Holm adjustment over all pairs per metric." if "p_adj" in disp else
                   " Exploratory (the plan's roles): p-values not adjusted for multiplicity."),))
     ov_plot = ov.assign(metric=ov["estimand"].map(LABEL))

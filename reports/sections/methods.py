@@ -144,7 +144,7 @@ def _detection(study) -> list[str]:
                "Newcombe's interval for differences of proportions, and DeLong's paired test "
                "for AUCs" + (" (their cluster-aware forms where a patient repeats; above)"
                              if study.results.decisions.detection.cluster else "")
-               + ".")
+               + "." + _boot_comparisons(study))
     return out
 
 
@@ -313,13 +313,30 @@ def _calibration(study) -> list[str]:
             *(text.md(d) for d in definitions(study, study.results["calibration"]["summary"]))]
 
 
+def _boot_comparisons(study) -> str:
+    """The sentence on the comparisons without a closed form (``detection.compare_metrics``:
+    PPV, NPV, F1, accuracy), or nothing."""
+    from stats.compare import BOOT_COMPARE
+
+    names = {"ppv": "PPV", "npv": "NPV", "f1": "F1", "accuracy": "accuracy"}
+    boot = [names[m] for m in study.plan.detection.compare_metrics if m in BOOT_COMPARE]
+    if not boot:
+        return ""
+    return (" Differences in " + text.human_list(boot) + ", which have no closed-form "
+            "paired test, are percentiles of the paired cluster bootstrap above (the same "
+            "replicates for both models), with the two-sided p-value of the replicates' "
+            "sign (twice the smaller share of replicate differences on one side of zero) "
+            "and Holm over every pair and cell per metric.")
+
+
 #: the analyses of the plan's ``roles`` block, as the sentence names them
 ROLE_NAMES = {"overall": "overall accuracy", "precision": "achieved precision",
               "sensitivity_collapse": "sensitivity collapse", "threshold_sweep":
               "threshold sweep", "pooled": "partially pooled cells", "adjusted":
               "adjusted models", "comparisons": "model comparisons", "calibration":
               "calibration", "crs": "CRS", "crs_stability": "CRS stability analyses",
-              "metadata": "metadata quality", "label_error": "error-aware intervals"}
+              "metadata": "metadata quality", "label_error": "error-aware intervals",
+              "operating_points": "operating points", "goals": "performance goals"}
 
 
 def _roles_sentence(study) -> str:
@@ -331,6 +348,8 @@ def _roles_sentence(study) -> str:
     if plan.detection is not None and study.cases is not None:
         shown |= {"overall", "precision", "sensitivity_collapse", "threshold_sweep", "pooled",
                   "comparisons"} | ({"adjusted"} if plan.detection.adjusted else set())
+        shown |= ({"operating_points"} if plan.detection.operating_points else set()) | (
+            {"goals"} if plan.detection.goals else set())
     if plan.crs is not None and study.runs is not None:
         shown |= {"crs", "crs_stability"}
     if "calibration" in study.results:
@@ -361,6 +380,9 @@ def build(study) -> Section:
     sec.add(_roles_sentence(study))
     if plan.detection is not None and study.cases is not None:
         sec.add(" ".join(_detection(study)))
+        from .operating import methods_text
+
+        sec.add(*methods_text(study))
     if plan.detection is not None and study.cases is not None:
         for paragraph in _attribution(study):
             sec.add(paragraph)

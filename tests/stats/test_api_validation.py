@@ -614,6 +614,98 @@ def s_precision_subgroups(draw):
     return Call((), {**kw, "threshold": draw(thr_bad)}, REFUSE, "threshold")
 
 
+def _roc(cases, draw):
+    return call(cases, by=["phase"], n_boot=draw(st.sampled_from([None, 3])), seed=1,
+                cluster=draw(st.sampled_from(["auto", None])))
+
+
+AT_BAD = st.sampled_from([math.nan, math.inf, 1.5, -0.1, "0.9", [], [0.5, math.nan], True])
+
+
+def _op(cases, draw):
+    fixed = draw(st.sampled_from(["specificity", "sensitivity"]))
+    return call(cases, by=["phase"], n_boot=draw(st.sampled_from([None, 3])), seed=1,
+                **{fixed: draw(st.sampled_from([0.9, [0.5, 0.95], 1.0, 0.0]))})
+
+
+def _op_bad(cases, draw):
+    kind = draw(st.sampled_from(["value", "none", "both", "n_boot", "level"]))
+    if kind == "value":
+        return call(cases, specificity=draw(AT_BAD), n_boot=None, expect=REFUSE, why="value")
+    if kind == "none":
+        return call(cases, n_boot=None, expect=REFUSE, why="neither coordinate")
+    if kind == "both":
+        return call(cases, specificity=0.9, sensitivity=0.8, expect=REFUSE, why="both")
+    if kind == "n_boot":
+        return call(cases, specificity=0.9, n_boot=draw(whole_bad(1)), expect=REFUSE,
+                    why="n_boot")
+    return call(cases, specificity=0.9, n_boot=None, conf_level=draw(level_bad), expect=REFUSE,
+                why="level")
+
+
+def _pauc(cases, draw):
+    focus = draw(st.sampled_from(["specificity", "sensitivity"]))
+    return call(cases, by=["phase"], n_boot=draw(st.sampled_from([None, 3])), seed=1,
+                correct=draw(st.booleans()),
+                **{focus: draw(st.sampled_from([(0.8, 1.0), (0.0, 0.4), (0.9, 0.95)]))})
+
+
+def _pauc_bad(cases, draw):
+    kind = draw(st.sampled_from(["range", "both", "n_boot"]))
+    if kind == "range":
+        rg = draw(st.sampled_from([(0.9, 0.8), (math.nan, 1.0), (0.0, 2.0), (0.5,), "ab",
+                                   (0.5, 0.5)]))
+        return call(cases, specificity=rg, n_boot=None, expect=REFUSE, why=f"range {rg!r}")
+    if kind == "both":
+        return call(cases, specificity=(0.8, 1), sensitivity=(0.8, 1), expect=REFUSE,
+                    why="both")
+    return call(cases, n_boot=draw(whole_bad(1)), expect=REFUSE, why="n_boot")
+
+
+@st.composite
+def s_delong_unpaired(draw):
+    la, pa = draw(scored())
+    lb, pb = draw(scored())
+    what = draw(st.sampled_from(["valid", "valid", "arrays", "level", "cluster"]))
+    if what == "valid":
+        kw = {}
+        if draw(st.booleans()):
+            kw = {"cluster_a": [f"p{i // 2}" for i in range(len(la))],
+                  "cluster_b": [f"p{i // 3}" for i in range(len(lb))]}
+        return Call((la, pa, lb, pb), kw)
+    if what == "arrays":
+        lab, p, kind = arrays_with_defect(la, pa, draw)
+        return Call((lab, p, lb, pb), {}, REFUSE, kind)
+    if what == "level":
+        return Call((la, pa, lb, pb), {"conf_level": draw(level_bad)}, REFUSE, "level")
+    which = draw(st.sampled_from(["one side", "length"]))
+    if which == "one side":
+        return Call((la, pa, lb, pb), {"cluster_a": ["p"] * len(la)}, REFUSE, "one side")
+    return Call((la, pa, lb, pb), {"cluster_a": ["p"] * (len(la) + 1),
+                                   "cluster_b": ["p"] * len(lb)}, REFUSE, "cluster length")
+
+
+GOALS_OK = [{"metric": "sensitivity", "goal": 0.7},
+            {"metric": "specificity", "margin": 0.1, "alpha": 0.025}]
+GOALS_BAD = st.sampled_from([
+    [], "sensitivity", [{"metric": "sensitivity", "goal": 1.5}],
+    [{"metric": "sensitivity", "goal": math.nan}], [{"metric": "auc", "goal": 0.7}],
+    [{"metric": "sensitivity", "goal": 0.7, "margin": 0.1}], [{"metric": "sensitivity"}],
+    [{"metric": "sensitivity", "goal": 0.7, "alpha": 0.7}],
+    [{"metric": "sensitivity", "margin": -0.1}], [{"metric": "ppv", "goal": 0.7, "x": 1}],
+    [3]])
+
+
+def _goals(cases, draw):
+    return call(cases, draw(st.sampled_from([GOALS_OK, GOALS_OK[:1], GOALS_OK[1:]])),
+                by=["phase"], cluster=draw(st.sampled_from(["auto", None])))
+
+
+def _goals_bad(cases, draw):
+    g = draw(GOALS_BAD)
+    return call(cases, g, by=["phase"], expect=REFUSE, why=f"goals {g!r}")
+
+
 CALLS: dict[str, st.SearchStrategy] = {
     # contracts
     "as_generator": s_seed(),
@@ -678,6 +770,15 @@ CALLS: dict[str, st.SearchStrategy] = {
                                    good={"n_weights": st.integers(1, 8), "seed": st.just(1)}),
     "rank_agreement": s_rank_agreement(),
     "read_reference": s_reference(),
+    # operating points and fair comparisons
+    "roc_curve": _simple(_roc, n_boot=whole_bad(1), conf_level=level_bad),
+    "operating_point": _table_fn(_op, extra_bad=_op_bad),
+    "partial_auc": _table_fn(_pauc, extra_bad=_pauc_bad),
+    "delong_test_unpaired": s_delong_unpaired(),
+    "likelihood_ratios": _simple(lambda c, d: call(c, by=["phase"],
+                                                   cluster=d(st.sampled_from(["auto", None]))),
+                                 conf_level=level_bad),
+    "performance_goals": _table_fn(_goals, extra_bad=_goals_bad),
 }
 
 

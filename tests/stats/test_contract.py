@@ -108,6 +108,16 @@ def _outputs(cases, runs, reference):
         "pooled_subgroup_metrics": stats.pooled_subgroup_metrics(cases, ["phase",
                                                                          ("age_group", "phase")]),
         "precision_table": stats.precision_table(cases, by=["phase"]),
+        "roc_curve": stats.roc_curve(cases, by=["phase"], n_boot=20, seed=1),
+        "operating_point": stats.operating_point(cases, specificity=[0.9], by=["phase"],
+                                                 n_boot=20, seed=1),
+        "partial_auc": stats.partial_auc(cases, by=["phase"], n_boot=20, seed=1),
+        "delong_test_unpaired": stats.delong_test_unpaired(m["label"][:300], m["score"][:300],
+                                                           m["label"][300:], m["score"][300:]),
+        "likelihood_ratios": stats.likelihood_ratios(cases, by=["phase"]),
+        "performance_goals": stats.performance_goals(
+            cases, [{"metric": "sensitivity", "goal": 0.6},
+                    {"metric": "specificity", "margin": 0.05}], by=["phase"]),
         "site_meta_analysis": stats.site_meta_analysis(cases, by="phase"),
         "compare_naive": stats.compare_naive(
             cases, ["phase"], pd.DataFrame({"field": "phase", "recorded_value": ["venous"] * 2,
