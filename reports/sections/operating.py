@@ -393,7 +393,7 @@ def methods_text(study) -> list[str]:
 
         out.append(methods_sentence(study))
     if det.subgroup_gaps and det.subgroups:
-        from .gaps import methods_sentence as gaps_sentence
+        from .subgroup_gaps import methods_sentence as gaps_sentence
 
         out.append(gaps_sentence(study))
     return out

@@ -119,6 +119,11 @@ def _outputs(cases, runs, reference):
             cases, [{"metric": "sensitivity", "goal": 0.6},
                     {"metric": "specificity", "margin": 0.05}], by=["phase"]),
         "site_meta_analysis": stats.site_meta_analysis(cases, by="phase"),
+        "decompose_gap": stats.decompose_gap(m, "phase", ("arterial", "venous"),
+                                             covariates=["age_group"], method="fixed",
+                                             n_boot=20, seed=1),
+        "transport": stats.transport(m, {"phase": {lv: 1 / m["phase"].nunique()
+                                                   for lv in m["phase"].unique()}}),
         "compare_naive": stats.compare_naive(
             cases, ["phase"], pd.DataFrame({"field": "phase", "recorded_value": ["venous"] * 2,
                                             "true_value": ["venous", "arterial"],
