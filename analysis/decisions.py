@@ -85,6 +85,13 @@ class MultiplicityOf(_Group):
     multiplicity: str | None = Field(None, description="the family's adjustment")
 
 
+class LocalizationDecisions(_Group):
+    hit_rule: str | None = Field(None, description="the lesion hit rule, and where it is stated")
+    lesions: dict[str, int] | None = Field(None, description="lesion rows analysed and left out")
+    axes: list[str] | None = Field(None, description="the case axes of the lesion tables")
+    bootstrap: _Boot = Field(default_factory=_Boot)
+
+
 class SeedDecisions(_Group):
     """The seed of each random stream (``analysis.plan.Plan.seed_for``) and the root."""
 
@@ -95,6 +102,7 @@ class SeedDecisions(_Group):
     crs_bootstrap: int | None = None
     crs_stability: int | None = None
     label_error_imputation: int | None = None
+    lesion_bootstrap: int | None = None
 
 
 class CasesDecisions(_Group):
@@ -116,6 +124,7 @@ class Decisions(_Group):
     calibration: CalibrationDecisions = Field(default_factory=CalibrationDecisions)
     crs: CrsDecisions = Field(default_factory=CrsDecisions)
     metadata: MetadataDecisions = Field(default_factory=MetadataDecisions)
+    localization: LocalizationDecisions = Field(default_factory=LocalizationDecisions)
     seeds: SeedDecisions = Field(default_factory=SeedDecisions)
     #: the names decided, in order (a decision may be None: "no cluster" is a decision)
     _taken: list = PrivateAttr(default_factory=list)

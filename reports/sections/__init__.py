@@ -23,7 +23,7 @@ log = logging.getLogger("clinrel.report")
 
 #: section modules in report order
 ORDER = ("methods", "flow", "cohort", "twobytwo", "overall", "subgroups", "precision", "forest",
-         "failure_map", "threshold", "adjusted", "comparisons", "crs", "calibration",
+         "failure_map", "localization", "threshold", "adjusted", "comparisons", "crs", "calibration",
          "provenance", "checklist")
 
 
