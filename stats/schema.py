@@ -1029,10 +1029,10 @@ def read_probe_predictions(path_or_df) -> pd.DataFrame:
 # --------------------------------------------------------------------------- lesions
 
 LESIONS_REQUIRED = ("case_id", "model", "lesion_id", "kind")
-LESIONS_OPTIONAL = ("score", "volume_mm3", "centroid_z_mm", "centroid_y_mm", "centroid_x_mm",
+LESIONS_OPTIONAL = ("score", "volume_mm3", "centroid_i_mm", "centroid_j_mm", "centroid_k_mm",
                     "matched", "duplicate_of", "dice", "iou", "diameter_mm", "location",
                     "hit_rule")
-LESIONS_NUMERIC = ("score", "volume_mm3", "centroid_z_mm", "centroid_y_mm", "centroid_x_mm",
+LESIONS_NUMERIC = ("score", "volume_mm3", "centroid_i_mm", "centroid_j_mm", "centroid_k_mm",
                    "dice", "iou", "diameter_mm")
 LESION_KINDS = ("reference", "prediction")
 MSG_LESION_KIND = ("{source}: column 'kind' must be 'reference' or 'prediction'; rows {rows} "
@@ -1085,7 +1085,8 @@ def read_lesions(path_or_df) -> pd.DataFrame:
     path_or_df : str, Path or DataFrame
         A CSV/TSV/parquet file or a DataFrame with at least ``case_id, model, lesion_id,
         kind``; predictions need ``score``. Optional: ``volume_mm3``, the centroid
-        ``centroid_z_mm, centroid_y_mm, centroid_x_mm``, ``matched`` (a prediction: the
+        ``centroid_i_mm, centroid_j_mm, centroid_k_mm`` (mm along the image array's
+        first, second and third spatial axis), ``matched`` (a prediction: the
         ``lesion_id`` of the reference lesion the hit rule credits it with, empty for a
         false positive; a reference lesion: the prediction credited to it),
         ``duplicate_of`` (a prediction that hits only reference lesions already matched:
