@@ -1051,6 +1051,8 @@ MSG_LESION_UNPAIRED = ("{source}: the reference lesions must be the same for eve
                        "reference lesion")
 MSG_LESION_RULE = ("{source}: column 'hit_rule' must hold one rule for the whole table (the "
                    "matching was done once); it holds {values}; match again with one rule")
+MSG_LESION_NOT_TABLE = ("{source}: the lesions table must be a file path (CSV/TSV/parquet) or "
+                        "a DataFrame; got a {got}; pass pd.DataFrame(...) of it or its path")
 MSG_LESION_PRED_ONLY = ("{source}: column '{column}' applies to predictions only; rows {rows} "
                         "are reference lesions with a value; empty those cells")
 
@@ -1096,11 +1098,13 @@ def read_lesions(path_or_df) -> pd.DataFrame:
     Raises
     ------
     ContractError
-        Missing columns, an unknown kind, a prediction without a score, a repeated
+        Not a path or a DataFrame, missing columns, an unknown kind, a prediction without a score, a repeated
         (model, case_id, kind, lesion_id), a match naming no reference lesion of the
         case, a reference lesion matched twice, different reference lesions for
         different models, a ``dice`` or ``iou`` outside [0, 1], more than one hit rule.
     """
+    if not isinstance(path_or_df, (pd.DataFrame, str, os.PathLike)):
+        _fail(MSG_LESION_NOT_TABLE, source="lesions", got=type(path_or_df).__name__)
     df, source = read_table(path_or_df, table="lesions")
     _require_columns(df, LESIONS_REQUIRED, source=source, table="lesions")
     _require_nonempty(df, source=source, table="lesions", unit="lesion x model")

@@ -312,6 +312,7 @@ def _one():
      "the same for every model"),
     (lambda d: d.assign(dice=[0.5, 1.5, np.nan]), "must lie in"),
     (lambda d: d.drop(columns="kind"), "missing"),
+    (lambda d: d.to_dict("list"), "must be a file path .* or a DataFrame; got a dict"),
 ])
 def test_read_lesions_refuses_with_the_fix(change, message):
     with pytest.raises(ContractError, match=message):
