@@ -297,6 +297,8 @@ class _Layout:
         self.first_pt = np.r_[0, np.cumsum(counts)[:-1]]   # points of a cell are contiguous
         self.n_pt = counts
         self.G = G
+        #: the model's AFROC layout (:class:`_AfrocLayout`), built by the first call
+        self.afroc = None
 
 
 def _curve_at(lay: _Layout, w_case: np.ndarray, n_scan: np.ndarray, n_les: np.ndarray,
@@ -348,52 +350,68 @@ def _curve_at(lay: _Layout, w_case: np.ndarray, n_scan: np.ndarray, n_les: np.nd
     return out, f_end
 
 
-def _afroc(normal_fp: np.ndarray, ll: np.ndarray, ref_case: np.ndarray, normal_case: np.ndarray,
-           cell_of_case: np.ndarray, w_case: np.ndarray, n_les_case: np.ndarray, G: int
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """AFROC and wAFROC figures of merit (R x G) for replicate case weights ``w_case``:
+class _AfrocLayout:
+    """What the AFROC / wAFROC of one model needs that does not depend on the replicate
+    weights, built once (not per block of replicates): per axis, the normal cases sorted by
+    (cell, rank of their highest false positive), each lesion's positions in that order
+    (first of its cell, first tied, first above) and the cell indicator matrices.
     ``normal_fp`` the highest false-positive score of each normal case (-inf: none),
     ``ll`` each reference lesion's rating (-inf: missed)."""
-    R = w_case.shape[0]
-    vals, inv = np.unique(np.r_[normal_fp, ll], return_inverse=True)
-    K = len(vals) + 1
-    rn, rl = inv[:len(normal_fp)], inv[len(normal_fp):]
-    afroc = np.zeros((R, G))
-    wafroc = np.zeros((R, G))
-    w_n_all = w_case[:, normal_case]                        # R x normals
-    w_l_all = w_case[:, ref_case]                           # R x lesions
-    inv_lk = 1.0 / np.maximum(n_les_case[ref_case], 1)
-    abn = np.flatnonzero(n_les_case > 0)
+
+    def __init__(self, normal_fp: np.ndarray, ll: np.ndarray, ref_case: np.ndarray,
+                 normal_case: np.ndarray, cell_of_case: np.ndarray, n_les_case: np.ndarray,
+                 G: int):
+        vals, inv = np.unique(np.r_[normal_fp, ll], return_inverse=True)
+        K = len(vals) + 1
+        rn, rl = inv[:len(normal_fp)], inv[len(normal_fp):]
+        self.normal_case, self.ref_case = normal_case, ref_case
+        self.inv_lk = 1.0 / np.maximum(n_les_case[ref_case], 1)
+        self.abn = abn = np.flatnonzero(n_les_case > 0)
+        self.axes = []
+        for a in range(cell_of_case.shape[0]):       # a few axes
+            cn = cell_of_case[a, normal_case]
+            cl = cell_of_case[a, ref_case]
+            key_n = cn.astype(np.int64) * K + rn
+            order = np.argsort(key_n, kind="stable")
+            keys = key_n[order]
+            key_l = cl.astype(np.int64) * K + rl
+            lo = np.searchsorted(keys, key_l, "left")
+            hi = np.searchsorted(keys, key_l, "right")
+            st = np.searchsorted(keys, cl.astype(np.int64) * K, "left")
+            S_l = sparse.csr_matrix((np.ones(len(cl)), (np.arange(len(cl)), cl)),
+                                    shape=(len(cl), G))
+            S_n = sparse.csr_matrix((np.ones(len(cn)), (np.arange(len(cn)), cn)),
+                                    shape=(len(cn), G))
+            S_k = sparse.csr_matrix((np.ones(len(abn)), (np.arange(len(abn)),
+                                                         cell_of_case[a, abn])),
+                                    shape=(len(abn), G))
+            self.axes.append((order, lo, hi, st, S_l, S_n, S_k))
+        self.G = G
+
+
+def _afroc(lay: _AfrocLayout, w_case: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """AFROC and wAFROC figures of merit (R x G) for replicate case weights ``w_case``
+    (R x n): per lesion, the weight of the normal cases of its cell whose highest false
+    positive is rated below it plus half of those tied (cumulative sums over the sorted
+    normals), summed per cell."""
+    R, G = w_case.shape[0], lay.G
+    w_n_all = w_case[:, lay.normal_case]                    # R x normals
+    w_l_all = w_case[:, lay.ref_case]                       # R x lesions
     num_a = np.zeros((R, G))
     num_w = np.zeros((R, G))
     den_n = np.zeros((R, G))
     den_l = np.zeros((R, G))
     den_k = np.zeros((R, G))
-    for a in range(cell_of_case.shape[0]):       # a few axes
-        cn = cell_of_case[a, normal_case]
-        cl = cell_of_case[a, ref_case]
-        key_n = cn.astype(np.int64) * K + rn
-        order = np.argsort(key_n, kind="stable")
-        keys = key_n[order]
+    for order, lo, hi, st, S_l, S_n, S_k in lay.axes:       # a few axes
         Cw = np.concatenate([np.zeros((R, 1)), np.cumsum(w_n_all[:, order], axis=1)], axis=1)
-        key_l = cl.astype(np.int64) * K + rl
-        lo = np.searchsorted(keys, key_l, "left")
-        hi = np.searchsorted(keys, key_l, "right")
-        st = np.searchsorted(keys, cl.astype(np.int64) * K, "left")
         less = Cw[:, lo] - Cw[:, st]
         eq = Cw[:, hi] - Cw[:, lo]
         A_l = less + 0.5 * eq                              # R x lesions
-        S_l = sparse.csr_matrix((np.ones(len(cl)), (np.arange(len(cl)), cl)),
-                                shape=(len(cl), G))
-        S_n = sparse.csr_matrix((np.ones(len(cn)), (np.arange(len(cn)), cn)),
-                                shape=(len(cn), G))
-        S_k = sparse.csr_matrix((np.ones(len(abn)), (np.arange(len(abn)),
-                                                     cell_of_case[a, abn])), shape=(len(abn), G))
         num_a += np.asarray((w_l_all * A_l) @ S_l)
-        num_w += np.asarray((w_l_all * A_l * inv_lk[None, :]) @ S_l)
+        num_w += np.asarray((w_l_all * A_l * lay.inv_lk[None, :]) @ S_l)
         den_n += np.asarray(w_n_all @ S_n)
         den_l += np.asarray(w_l_all @ S_l)
-        den_k += np.asarray(w_case[:, abn] @ S_k)
+        den_k += np.asarray(w_case[:, lay.abn] @ S_k)
     with np.errstate(invalid="ignore", divide="ignore"):
         afroc = np.where((den_n > 0) & (den_l > 0), num_a / (den_n * den_l), np.nan)
         wafroc = np.where((den_n > 0) & (den_k > 0), num_w / (den_n * den_k), np.nan)
@@ -431,11 +449,14 @@ def _froc_all(d: _Lesions, w_case: np.ndarray, rates: np.ndarray, cell_of_case, 
     n_les = np.asarray(member @ les_w.T).T                   # R x G
     out = []
     for m in range(len(d.models)):
-        sens, f_end = _curve_at(layouts[m], w_case, n_scan, n_les, rates)
-        normal, fpmax = _normal_maxima(d, m)
-        ll = np.where(d.hit[:, m], d.ref_score[:, m], -np.inf)
-        af, waf = _afroc(fpmax, ll, d.ref_case, normal, cell_of_case, w_case,
-                         d.n_lesions_of_case, G)
+        lay = layouts[m]
+        sens, f_end = _curve_at(lay, w_case, n_scan, n_les, rates)
+        if lay.afroc is None:           # once per model, not per block of replicates
+            normal, fpmax = _normal_maxima(d, m)
+            ll = np.where(d.hit[:, m], d.ref_score[:, m], -np.inf)
+            lay.afroc = _AfrocLayout(fpmax, ll, d.ref_case, normal, cell_of_case,
+                                     d.n_lesions_of_case, G)
+        af, waf = _afroc(lay.afroc, w_case)
         out.append({"sens": sens, "cpm": sens.mean(axis=2), "afroc": af, "wafroc": waf,
                     "f_end": f_end})
     return out, n_scan, n_les

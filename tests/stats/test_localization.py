@@ -209,6 +209,27 @@ def test_bootstrap_is_paired_across_models_and_reproducible():
     assert cpm["method"].str.endswith("bootstrap-percentile").all()
 
 
+def test_blocks_of_replicates_share_one_afroc_layout(monkeypatch):
+    """The weight-free part of the AFROC (sorting the normals, lesion positions, cell
+    matrices) is built once per model, not once per block of replicates (that made the
+    bootstrap's cost grow with cases x blocks, i.e. quadratically); small blocks give the
+    same intervals as one block."""
+    les, cases = fixture(seed=6)
+    one = stats.froc(les, cases, n_boot=40, seed=9, by=["phase"])
+    built = []
+    real = L._AfrocLayout.__init__
+
+    def counting(self, *a, **k):
+        built.append(1)
+        real(self, *a, **k)
+
+    monkeypatch.setattr(L._AfrocLayout, "__init__", counting)
+    monkeypatch.setattr(L, "_BLOCK_ELEMENTS", 2 ** 10)        # many blocks of few replicates
+    many = stats.froc(les, cases, n_boot=40, seed=9, by=["phase"])
+    assert len(built) == 2                                      # one per model
+    pd.testing.assert_frame_equal(one, many, check_exact=True)
+
+
 def test_lesion_metrics_counts_and_the_cluster_ratio_estimator():
     les, cases = fixture(seed=7)
     out = stats.lesion_metrics(les, cases, by=["phase", "lesion_size", "lesion_location"])
