@@ -6,7 +6,12 @@ size; false-positive lesions Poisson(0.4) per scan; scores tied at 0.01), about 
 lesion rows. Timed: ``stats.froc`` (7 rates, by phase, ``n_boot`` patient-cluster
 replicates, the lesions table validated inside) and ``stats.lesion_metrics`` (by phase,
 lesion size, lesion size x phase). Linearity: the same at a quarter of the scans; the time
-ratio should be about 4 (no loop per lesion, case, cell or replicate).
+ratio should be about 4 (no loop per lesion, case, cell or replicate). Each call's wall
+time and its process CPU time are recorded (with the 1-minute load average): the machine is
+shared, and on a loaded one the wall time of a call depends on the other processes, the
+CPU time much less, so linearity is read on the CPU-time ratio. ``froc_point_cpu_s`` is
+``froc`` without replicates (reading and validating the lesions table, one curve), and
+``froc_bootstrap_cpu_s`` the difference: the replicates alone.
 
 ``--quick``: 8,500 scans, 20 replicates; ``--full``: 85,000 scans, 200 replicates.
 """
@@ -76,16 +81,27 @@ def study(n_scans: int, seed: int = 0, models=("model_a", "model_b")):
 def timed(cases, lesions, n_boot: int, repeats: int) -> dict:
     import stats
 
-    t_froc, t_lm = [], []
+    t_froc, t_lm, c_froc, c_lm, c_point, load = [], [], [], [], [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        load.append(os.getloadavg()[0])
+        t0, c0 = time.perf_counter(), time.process_time()
         f = stats.froc(lesions, cases, by=["phase"], n_boot=n_boot, seed=1)
         t_froc.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        c_froc.append(time.process_time() - c0)
+        c0 = time.process_time()      # the same without replicates: reading + one curve
+        stats.froc(lesions, cases, by=["phase"])
+        c_point.append(time.process_time() - c0)
+        t0, c0 = time.perf_counter(), time.process_time()
         lm = stats.lesion_metrics(lesions, cases, by=["phase", "lesion_size",
                                                      ("lesion_size", "phase")])
         t_lm.append(time.perf_counter() - t0)
+        c_lm.append(time.process_time() - c0)
     return {"froc_s": statistics.median(t_froc), "lesion_metrics_s": statistics.median(t_lm),
+            "froc_cpu_s": statistics.median(c_froc),
+            "lesion_metrics_cpu_s": statistics.median(c_lm),
+            "froc_point_cpu_s": statistics.median(c_point),
+            "froc_bootstrap_cpu_s": statistics.median(c_froc) - statistics.median(c_point),
+            "load_1m": statistics.median(load),
             "froc_rows": len(f), "lesion_metrics_rows": len(lm)}
 
 
@@ -104,6 +120,11 @@ def run(full: bool = False, repeats: int | None = None) -> dict:
             "time_ratio_full_to_quarter": {
                 "froc": big["froc_s"] / small["froc_s"],
                 "lesion_metrics": big["lesion_metrics_s"] / small["lesion_metrics_s"]},
+            "cpu_ratio_full_to_quarter": {
+                "froc": big["froc_cpu_s"] / small["froc_cpu_s"],
+                "lesion_metrics": big["lesion_metrics_cpu_s"] / small["lesion_metrics_cpu_s"],
+                "froc_point": big["froc_point_cpu_s"] / small["froc_point_cpu_s"],
+                "froc_bootstrap": big["froc_bootstrap_cpu_s"] / small["froc_bootstrap_cpu_s"]},
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
