@@ -55,7 +55,7 @@ demo-data: install
 	$(VENV)/bin/clinrel demo --regenerate --force --out build/demo-regenerated
 	cp build/demo-regenerated/cases.parquet build/demo-regenerated/runs.parquet \
 	   build/demo-regenerated/probe_predictions.parquet build/demo-regenerated/run_manifest.json \
-	   build/demo-regenerated/metadata.parquet clinrel/demo_data/
+	   build/demo-regenerated/metadata.parquet build/demo-regenerated/lesions.parquet clinrel/demo_data/
 
 # Re-make only the demo's metadata evidence table from the committed cases (seconds, no networks).
 demo-metadata: install

@@ -13,6 +13,7 @@ from __future__ import annotations
 # them in registration order); the analyses import core, never this package
 from . import adjusted, calibration, crs, detection, metadata  # noqa: F401,E402
 from . import operating  # noqa: F401,E402  (after detection: it reads its analyses)
+from . import localization  # noqa: F401,E402
 from . import meta_analysis  # noqa: F401,E402
 from . import attribution  # noqa: F401,E402
 from .core import ANALYSES, Results, Tables, analysis, run, wanted

@@ -25,7 +25,7 @@ from .decisions import Decisions
 
 #: analyses whose tables have one row per input row (inputs with calls, not results;
 #: adjusted_rows is the evaluation rows with the plan's factor levels)
-ROW_LEVEL = ("calls", "evaluation", "adjusted_rows")
+ROW_LEVEL = ("calls", "evaluation", "adjusted_rows", "lesion_rows")
 
 #: name -> Analysis, in registration order (the order :func:`run` computes them)
 ANALYSES: dict[str, "Analysis"] = {}
@@ -77,6 +77,8 @@ class Tables:
     #: a given label-error table (plan key metadata.label_error naming a file)
     label_error: pd.DataFrame | None = None
     probe_predictions: pd.DataFrame | None = None
+    #: the lesions table (``stats.read_lesions``)
+    lesions: pd.DataFrame | None = None
     input_sha256: dict = field(default_factory=dict)
     input_rows: dict = field(default_factory=dict)
     #: values the readers rewrote as Unicode NFC (``stats.schema.unify_text``): one dict

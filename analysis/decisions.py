@@ -119,6 +119,11 @@ class ComparisonsDecisions(MultiplicityOf):
                                       "comparisons")
     gap_metrics: list[str] | None = Field(None, description="the metrics of the subgroup "
                                           "gaps (best minus worst level, per axis)")
+class LocalizationDecisions(_Group):
+    hit_rule: str | None = Field(None, description="the lesion hit rule, and where it is stated")
+    lesions: dict[str, int] | None = Field(None, description="lesion rows analysed and left out")
+    axes: list[str] | None = Field(None, description="the case axes of the lesion tables")
+    bootstrap: _Boot = Field(default_factory=_Boot)
 
 
 class SeedDecisions(_Group):
@@ -133,6 +138,7 @@ class SeedDecisions(_Group):
     label_error_imputation: int | None = None
     gap_bootstrap: int | None = None
     operating_bootstrap: int | None = None
+    lesion_bootstrap: int | None = None
 
 
 class GapsDecisions(_Group):
@@ -172,6 +178,7 @@ class Decisions(_Group):
     calibration: CalibrationDecisions = Field(default_factory=CalibrationDecisions)
     crs: CrsDecisions = Field(default_factory=CrsDecisions)
     metadata: MetadataDecisions = Field(default_factory=MetadataDecisions)
+    localization: LocalizationDecisions = Field(default_factory=LocalizationDecisions)
     site_meta_analysis: SiteMetaDecisions = Field(default_factory=SiteMetaDecisions)
     gaps: GapsDecisions = Field(default_factory=GapsDecisions)
     transport: TransportDecisions = Field(default_factory=TransportDecisions)

@@ -165,12 +165,38 @@ def _load(plan: Plan) -> Tables:
         study.input_sha256["label_error"] = sha256_file(Path(opts.label_error))
         study.label_error = stats.schema.read_table(Path(opts.label_error),
                                                     table="label_error")[0]
+    if plan.lesions is not None:
+        les = stats.read_lesions(plan.lesions)
+        study.text_merged += les.attrs.get("text_merged", [])
+        study.input_rows["lesions"] = len(les)
+        if plan.privacy.pseudonymize_ids:
+            les["case_id"] = pseudonymize(les["case_id"], plan.privacy.salt)
+        _check_hit_rule(les, plan)
+        study.lesions = les
     if plan.probe_predictions is not None:
         pp = stats.schema.read_probe_predictions(plan.probe_predictions)
         study.text_merged += pp.attrs.get("text_merged", [])
         _check_identifiers(pp, plan.probe_predictions, plan)
         study.probe_predictions = pp
     return study
+
+
+MSG_HIT_RULE = ("{plan}: {key} is {rule!r}, but the lesions table ({lesions}) was matched "
+                "with {table!r} (its hit_rule column); match the lesions again with the plan's "
+                "rule, or state the table's rule in the plan")
+
+
+def _check_hit_rule(lesions: pd.DataFrame, plan: Plan) -> None:
+    """A lesions table that states its hit rule must have the plan's (the methods text
+    states the plan's)."""
+    det = plan.detection
+    if det is None or det.lesions is None or "hit_rule" not in lesions.columns:
+        return
+    rules = pd.unique(lesions["hit_rule"].dropna().astype(str))
+    if len(rules) and rules[0] != det.lesions.rule_text:
+        raise PlanError(MSG_HIT_RULE.format(plan=plan.where, key=plan.key("detection.lesions.hit_rule"),
+                                            rule=det.lesions.rule_text, table=rules[0],
+                                            lesions=plan.lesions))
 
 
 def _check_axes(cases: pd.DataFrame, plan: Plan) -> None:
@@ -181,6 +207,8 @@ def _check_axes(cases: pd.DataFrame, plan: Plan) -> None:
     if det.failure_map:
         needed |= {det.failure_map.rows, det.failure_map.cols}
     needed |= {c for axes in (*det.exploratory_subgroups, *det.compare_by) for c in axes}
+    if det.lesions is not None:
+        needed |= {c for axes in det.lesions.subgroups for c in axes} | {det.lesions.map_cols}
     missing = sorted(c for c in needed if c not in cases.columns)
     if missing:
         raise PlanError(f"{plan.where}: {plan.key('detection')} names column(s) {', '.join(missing)} "

@@ -567,6 +567,67 @@ class Goal(Block):
             raise _fail(None, "{file}: {at} needs exactly one of 'goal' (an absolute value) "
                         "and 'margin' (non-inferiority against overall); e.g. goal: 0.8")
         return self
+class Lesions(Block):
+    """Lesion-level localization (needs `inputs.lesions`): FROC, CPM, AFROC / wAFROC,
+    per-lesion sensitivity by size and subgroup, hidden misses."""
+
+    hit_rule: Literal["iou", "dice", "centroid"] = key(
+        "iou", "How a predicted lesion hits a reference lesion: overlap `iou` or `dice` of "
+        "the two components at least `min_overlap`, or the prediction's `centroid` inside "
+        "the reference (MONAI / CAMELYON16); each reference lesion matched at most once. A "
+        "lesions table that states its rule (column `hit_rule`) must agree.", type="text",
+        example="iou", hint="use one of the listed names")
+    min_overlap: float = key(0.1, "The least overlap of a hit (`iou` and `dice`).",
+                             type="a number in (0, 1]", example="0.1",
+                             hint="write e.g. min_overlap: 0.1", gt=0, le=1)
+    fp_per_scan: Annotated[tuple[float, ...], BeforeValidator(_as_tuple)] = key(
+        (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0), "Mean false positives per scan at which the "
+        "FROC's lesion sensitivity is read; the CPM is their mean (LUNA16).",
+        type="a list of numbers > 0", example="[0.125, 0.25, 0.5, 1, 2, 4, 8]",
+        default_text="`[0.125, 0.25, 0.5, 1, 2, 4, 8]`",
+        hint="write e.g. [0.25, 0.5, 1, 2, 4, 8]", cap=(100, "false-positive rates"))
+    n_boot: int = key(1000, "Patient-cluster bootstrap replicates of the FROC, CPM and "
+                      "wAFROC intervals (one draw shared by every model: paired); 0: none.",
+                      type="a whole number >= 2, or 0 for none", example="1000",
+                      hint="write e.g. n_boot: 1000")
+    seed: Seed | None = key(None, "Seed of the replicates (overrides the root seed's stream "
+                            "`lesion_bootstrap`).", type=_SEED_TYPE, example="17",
+                            default_text=_SEED_DEFAULT, hint="write an integer seed, e.g. 17")
+    subgroups: Axes = key((), "Case axes of the lesion-level versus scan-level table and the "
+                          "per-lesion rows.", type=_AXES_TYPE, example="[phase, site]",
+                          default_text="the single-column axes of `detection.subgroups`",
+                          hint="write e.g. [phase, site]", cap=(100, "lesion subgroup axes"))
+    map_cols: str = key("phase", "Columns of the lesion-size failure map (rows: the lesion's "
+                        "size).", type="a column name", example="phase",
+                        hint="name a column, e.g. phase")
+    hidden_miss_margin: float = key(
+        0.05, "A cell whose hidden misses (scans called positive with every tumour missed, "
+        "over the scan-level true positives) have a lower confidence limit above this is "
+        "flagged `localization_gap`.", type="a number in [0, 1)", example="0.05",
+        hint="write e.g. 0.05", ge=0, lt=1)
+
+    @field_validator("fp_per_scan")
+    @classmethod
+    def _rates(cls, r):
+        if not r or any(not (isinstance(x, (int, float)) and not isinstance(x, bool)
+                             and math.isfinite(x) and x > 0) for x in r):
+            raise _fail(None, "{file}: {at} must be one or more numbers > 0 (mean false "
+                        "positives per scan), got {got}; write e.g. [0.25, 0.5, 1, 2, 4, 8]",
+                        got=list(r))
+        return tuple(float(x) for x in r)
+
+    @field_validator("n_boot")
+    @classmethod
+    def _replicates(cls, n):
+        if n != 0 and n < 2:
+            raise _fail(None, "{file}: {at} must be a whole number >= 2, or 0 for none "
+                        "(bootstrap replicates); got {got}; write e.g. n_boot: 1000", got=n)
+        return n
+
+    @property
+    def rule_text(self) -> str:
+        """The rule as the lesions table's `hit_rule` column writes it (``iou>=0.1``)."""
+        return "centroid" if self.hit_rule == "centroid" else f"{self.hit_rule}>={self.min_overlap:g}"
 
 
 class SiteMetaAnalysis(Block):
@@ -784,6 +845,8 @@ class Detection(Block):
         (), "Prespecified performance goals, tested in every level of the prespecified "
         "subgroup axes (`subgroups`).", type="a list of mappings", default_text="`[]`",
         example="[{metric: sensitivity, goal: 0.8}]", cap=(50, "performance goals"))
+    lesions: Lesions | None = key(None, type="a mapping",
+                                  default_text="none (no localization section)")
     site_meta_analysis: SiteMetaAnalysis | None = key(
         None, type="a mapping", default_text="none (no meta-analysis across sites)")
     gaps: Gaps | None = key(None, type="a mapping", default_text="none (no decomposition)")
@@ -1019,6 +1082,9 @@ class Roles(Block):
         "prespecified", "The ROC curves, matched operating points, partial AUC, likelihood "
         "ratios and subgroup-versus-rest AUC tests.", **_ROLE)
     goals: Literal[ROLE_VALUES] = key("prespecified", "The performance-goals table.", **_ROLE)
+    localization: Literal[ROLE_VALUES] = key(
+        "exploratory", "The lesion-level localization (FROC curves, CPM and wAFROC, the "
+        "lesion-size failure map, lesion- versus scan-level sensitivity).", **_ROLE)
     site_meta_analysis: Literal[ROLE_VALUES] = key(
         "prespecified", "The meta-analysis across sites (forest plots, pooled values, "
         "heterogeneity, prediction intervals).", **_ROLE)
@@ -1052,6 +1118,10 @@ class Inputs(Block):
                                          "calibration section.", type="a file path (relative "
                                          "to the plan file)",
                                          example="probe_predictions.parquet", default_text="none")
+    lesions: Path | None = key(None, "The lesions table (docs/contracts.md#lesions); with "
+                               "`detection.lesions`, adds the localization section.",
+                               type="a file path (relative to the plan file)",
+                               example="lesions.parquet", default_text="none")
 
     @field_validator("*", mode="before")
     @classmethod
@@ -1163,6 +1233,11 @@ class PlanSpec(Block):
         if self.detection is None and self.crs is None:
             raise _fail(None, "{file}: the plan has neither a 'detection' nor a 'crs' block; "
                         "add at least one (see clinrel/demo_data/plan.yaml)")
+        if self.detection is not None and self.detection.lesions is not None \
+                and i.lesions is None:
+            raise _fail(None, "{file}: the plan has a 'detection.lesions' block but no "
+                        "'inputs.lesions'; name the lesions table (the runner writes "
+                        "lesions.parquet) or remove the block")
         md = self.metadata
         if md is not None and md.label_error == "estimate" and i.metadata is None:
             raise _fail(None, "{file}: key 'metadata.label_error' is 'estimate', which reads "
@@ -1404,6 +1479,10 @@ class Plan:
         return self.spec.inputs.probe_predictions
 
     @property
+    def lesions(self) -> Path | None:
+        return self.spec.inputs.lesions
+
+    @property
     def metadata_options(self) -> Metadata | None:
         return self.spec.metadata
 
@@ -1429,7 +1508,9 @@ class Plan:
                 "label_error_imputation": s.metadata and s.metadata.seed,
                 "gap_bootstrap": s.detection and s.detection.gaps and s.detection.gaps.seed,
                 "operating_bootstrap": s.detection and s.detection.operating_points
-                and s.detection.operating_points.seed}.get(stream)
+                and s.detection.operating_points.seed,
+                "lesion_bootstrap": s.detection and s.detection.lesions
+                and s.detection.lesions.seed}.get(stream)
 
     def seed_for(self, stream: str) -> int:
         """The seed of one random stream: the block's own seed where the plan gives one,
@@ -1456,6 +1537,9 @@ class Plan:
             out["gap_bootstrap"] = self.seed_for("gap_bootstrap")
         if s.detection is not None and s.detection.operating_points is not None:
             out["operating_bootstrap"] = self.seed_for("operating_bootstrap")
+        if s.detection is not None and s.detection.lesions is not None \
+                and s.detection.lesions.n_boot:
+            out["lesion_bootstrap"] = self.seed_for("lesion_bootstrap")
         return out
 
 

@@ -132,6 +132,42 @@ EVIDENCE = {
                "Where the evidence is."),
 }
 
+LESIONS = {
+    "case_id": ("text", "non-empty", "The scan; lesions of cases the analysis does not "
+                "evaluate (the validation split) are left out and counted."),
+    "model": ("text", "non-empty", "The model whose prediction the row is (reference rows: "
+              "repeated for every model)."),
+    "lesion_id": ("text", "non-empty", "The lesion within its case and kind (the runner: "
+                  "`r1, r2, ...` and `p1, p2, ...` in raster order)."),
+    "kind": ("text", _one_of(S.LESION_KINDS), "A reference lesion (a connected component of "
+             "the reference mask) or a predicted lesion (a component of the model's mask)."),
+    "score": ("number", "finite; required for predictions", "A predicted lesion's confidence: "
+              "the runner writes the maximum tumour probability inside the component; the "
+              "FROC thresholds it. Empty for references."),
+    "volume_mm3": ("number", ">= 0", "Volume (voxels x voxel volume); a reference lesion's "
+                   "size bin (`lesion_size`) is that of the sphere of this volume."),
+    "centroid_i_mm": ("number", "", "Centroid in mm along the image array's first spatial "
+                      "axis (from the first voxel's centre)."),
+    "centroid_j_mm": ("number", "", "... second spatial axis."),
+    "centroid_k_mm": ("number", "", "... third spatial axis."),
+    "matched": ("text", "a reference `lesion_id` of the same model and case, or empty",
+                "A prediction: the reference lesion the hit rule credits it with (empty: a "
+                "false positive). A reference lesion: the prediction credited to it (filled "
+                "in when empty)."),
+    "duplicate_of": ("text", "a matched reference `lesion_id`, or empty", "A prediction that "
+                     "hits only reference lesions already matched: neither a hit nor a false "
+                     "positive (LUNA16, MONAI's FROC)."),
+    "dice": ("number", "0 .. 1", "Dice overlap of the matched pair (the Dice of detected "
+             "lesions)."),
+    "iou": ("number", "0 .. 1", "Intersection over union of the matched pair."),
+    "diameter_mm": ("number", ">= 0", "A reference lesion's diameter, when known (else the "
+                    "equivalent-sphere diameter of `volume_mm3`)."),
+    "location": ("text", "any", "A reference lesion's location (the `lesion_location` "
+                 "axis)."),
+    "hit_rule": ("text", "`iou>=x`, `dice>=x` or `centroid`; one value", "The rule the "
+                 "matching used; it must be the plan's `detection.lesions` rule."),
+}
+
 RULES = {
     "cases": [
         "One row per model x case: a (`model`, `case_id`) pair appears once.",
@@ -152,6 +188,18 @@ RULES = {
     "probe_predictions": [
         "One row per (regime, run key, case_id); runs can be recomputed from it with CIs.",
     ],
+    "lesions": [
+        "One row per (model, case_id, kind, lesion_id); every model lists the same "
+        "reference lesions (one reference standard).",
+        "Each reference lesion is matched at most once (`matched`); the runner matches "
+        "greedily by score (then overlap), so the matches among the predictions scoring at "
+        "least t are the same for every t and one table serves the whole FROC.",
+        "A case with label 1 in the cases table has at least one reference lesion, a case "
+        "with label 0 none.",
+        "Written by `clinrel infer segment` when the cases CSV has a `reference` mask column, "
+        "and by the demo's networks; tables from other tools (nnDetection, MONAI detection) "
+        "can be given directly.",
+    ],
     "metadata evidence": [
         "Written by `clinrel metadata extract`; the report needs "
         + ", ".join(f"`{c}`" for c in EVIDENCE_NEEDED) + ".",
@@ -166,6 +214,9 @@ TABLES = (
      "`stats.read_runs`, `clinrel validate`"),
     ("probe_predictions", "probe-predictions", "per-case probe probabilities (optional)",
      PROBE, S.PROBE_REQUIRED, "`stats.schema.read_probe_predictions`"),
+    ("lesions", "lesions", "one row per reference lesion and per predicted lesion, per model "
+     "and case (optional)", LESIONS, S.LESIONS_REQUIRED,
+     "`stats.read_lesions`, `stats.froc`, `stats.lesion_metrics`"),
     ("metadata evidence", "metadata-evidence", "metadata extracted with evidence",
      EVIDENCE, EVIDENCE_COLUMNS, "the report's metadata section (`clinrel metadata extract` "
      "writes it)"),

@@ -33,6 +33,8 @@ Segment config (``run.yaml``)::
       threshold: 0.5
       min_component_voxels: 10
       connectivity: 1
+      hit_rule: iou             # lesion matching: iou | dice (>= min_overlap) | centroid
+      min_overlap: 0.1
 
 Probe config (``probe.yaml``)::
 
@@ -81,7 +83,10 @@ SEGMENT_DEFAULTS: dict[str, Any] = {
                 "kwargs": {}},
     "inference": {"roi_size": [96, 96, 96], "sw_batch_size": 2, "overlap": 0.25,
                   "tumour_channel": 1, "activation": "softmax", "threshold": 0.5,
-                  "min_component_voxels": 10, "connectivity": 1},
+                  "min_component_voxels": 10, "connectivity": 1,
+                  # the lesion matching (a case list with a 'reference' mask column):
+                  # iou | dice (>= min_overlap) | centroid (inside the reference)
+                  "hit_rule": "iou", "min_overlap": 0.1},
 }
 
 PROBE_DEFAULTS: dict[str, Any] = {
@@ -263,6 +268,9 @@ def validate_segment_config(data: Mapping, *, file: str = "<config>", base: Path
     i["threshold"] = _number(i["threshold"], file, "inference.threshold", lo=0, hi=1)
     _int(i, "min_component_voxels", file, lo=0, name="inference.min_component_voxels")
     _int(i, "connectivity", file, lo=1, hi=3, name="inference.connectivity")
+    _choice(i["hit_rule"], ("iou", "dice", "centroid"), file, "inference.hit_rule")
+    i["min_overlap"] = _number(i["min_overlap"], file, "inference.min_overlap", lo=0, hi=1,
+                               open_lo=True)
     return cfg
 
 

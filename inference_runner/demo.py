@@ -17,6 +17,10 @@ livers draw more false positives: a weakness of the networks, not of the generat
 - ``cases.parquet``: cases contract, one row per model x case (case_id, patient_id,
   model, label, score = predicted tumour voxels, max_prob, site, split, age, sex, race,
   phase, scanner, tumor_size_mm, tumor_location);
+- ``lesions.parquet``: the lesions table (docs/contracts.md#lesions) of the same
+  predictions: connected components of each network's mask and of the reference mask,
+  matched by IoU >= 0.1 (:func:`inference_runner.segment.lesion_table`), with the
+  reference lesions' location;
 - ``runs.parquet`` and ``probe_predictions.parquet``: a small frozen-encoder probe study
   (see :mod:`inference_runner.probe`) on 2D slices of the same volumes;
 - ``metadata.parquet``: the metadata evidence table of the same cases (report texts in
@@ -263,18 +267,57 @@ def train_unet(cohort: Cohort, *, channels, strides, steps: int, seed: int = 0,
 
 
 def predict_cases(net, images: np.ndarray, *, batch_size: int = 32,
-                  threshold: float = 0.5, min_component_voxels: int = MIN_COMPONENT_VOXELS) -> pd.DataFrame:
-    """Sliding-window inference and per-case summaries (as ``clinrel infer segment``)."""
+                  threshold: float = 0.5, min_component_voxels: int = MIN_COMPONENT_VOXELS,
+                  masks: np.ndarray | None = None, case_ids=None, model: str = ""):
+    """Sliding-window inference and per-case summaries (as ``clinrel infer segment``).
+
+    With the reference ``masks`` (and ``case_ids``, ``model``) also the lesions table of
+    the same probability maps (:func:`demo_lesions`): returns ``(summaries, lesions)``.
+    """
     from .segment import predict_probability, summarize_masks
 
-    out = []
+    out, les = [], []
     for i in range(0, len(images), batch_size):
         prob = predict_probability(net, images[i:i + batch_size], roi_size=SHAPE,
                                    sw_batch_size=batch_size, overlap=0.0, activation="softmax",
                                    tumour_channel=1)
         out.append(summarize_masks(prob, threshold=threshold, min_component_voxels=min_component_voxels,
                                    voxel_volume_mm3=SPACING_MM ** 3))
-    return pd.concat(out, ignore_index=True)
+        if masks is not None:
+            les.append(demo_lesions(prob, masks[i:i + batch_size], case_ids[i:i + batch_size],
+                                    model, threshold=threshold,
+                                    min_component_voxels=min_component_voxels))
+    summaries = pd.concat(out, ignore_index=True)
+    if masks is None:
+        return summaries
+    return summaries, pd.concat(les, ignore_index=True)
+
+
+#: the demo's lesion hit rule (the runner's default: IoU >= 0.1)
+HIT_RULE, MIN_OVERLAP = "iou", 0.1
+
+
+def demo_lesions(prob: np.ndarray, masks: np.ndarray, case_ids, model: str, *,
+                 threshold: float = 0.5, min_component_voxels: int = MIN_COMPONENT_VOXELS
+                 ) -> pd.DataFrame:
+    """The lesions table of a batch of the demo's probability maps against its reference
+    masks (:func:`inference_runner.segment.lesion_table` on the 2 mm grid, IoU >= 0.1)."""
+    from .segment import lesion_table
+
+    return lesion_table(prob, masks, case_ids=np.asarray(case_ids, dtype=object), model=model,
+                        threshold=threshold, min_component_voxels=min_component_voxels,
+                        spacing=(SPACING_MM,) * 3, hit_rule=HIT_RULE, min_overlap=MIN_OVERLAP)
+
+
+def with_locations(lesions: pd.DataFrame, meta: pd.DataFrame) -> pd.DataFrame:
+    """``lesions`` with the reference lesions' ``location`` (the position the generator
+    drew the tumour at: the case's ``tumor_location``; each demo tumour is one sphere)."""
+    loc = meta.set_index("case_id")["tumor_location"]
+    out = lesions.copy()
+    ref = (out["kind"] == "reference").to_numpy()
+    out["location"] = np.where(ref, loc.reindex(out["case_id"]).to_numpy(dtype=object), None)
+    out["location"] = out["location"].astype(object).where(out["location"].notna(), None)
+    return out
 
 
 # --------------------------------------------------------------------------- probe study
@@ -381,19 +424,23 @@ def regenerate(out_dir, *, seed: int = 0, quiet: bool = False, n_patients: int =
     test = make_cohort(n_patients, seed=seed, prevalence=0.45)
     t["volumes"] = time.perf_counter()
     say(f"{len(train.meta)} training and {len(test.meta)} demo volumes rendered")
-    frames = []
+    frames, lesion_frames = [], []
     train_seconds = {}
     for j, (name, (channels, strides, steps, lr)) in enumerate(models.items()):
         t0 = time.perf_counter()
         net = train_unet(train, channels=channels, strides=strides, steps=steps, lr=lr, seed=seed + j)
         train_seconds[name] = round(time.perf_counter() - t0, 2)
-        res = predict_cases(net, test.images)
+        res, les = predict_cases(net, test.images, masks=test.masks,
+                                 case_ids=test.meta["case_id"].to_numpy(), model=name)
         frames.append(test.meta.assign(model=name, **{c: res[c].to_numpy() for c in res.columns}))
+        lesion_frames.append(les)
         say(f"{name}: trained {steps} steps in {train_seconds[name]} s; predictions made")
     cases = unrecorded_sizes(pd.concat(frames, ignore_index=True)[list(CASE_COLUMNS)], seed)
     t["segment"] = time.perf_counter()
     write_parquet(cases, out / "cases.parquet")
-    tables = {"cases": cases}
+    lesions = with_locations(pd.concat(lesion_frames, ignore_index=True), test.meta)
+    write_parquet(lesions, out / "lesions.parquet")
+    tables = {"cases": cases, "lesions": lesions}
     metadata = write_metadata(cases, out, seed=seed)
     say(f"metadata: {metadata['metadata_rows']} evidence rows, {metadata['reviewed']} reviewed")
     if probe:
@@ -416,6 +463,7 @@ def regenerate(out_dir, *, seed: int = 0, quiet: bool = False, n_patients: int =
                           "threshold_voxels": DEFAULT_THRESHOLD, "spacing_mm": SPACING_MM,
                           "shape": list(SHAPE), "min_component_voxels": MIN_COMPONENT_VOXELS,
                           "probe_encoders": [e["name"] for e in PROBE_ENCODERS],
+                          "lesion_hit_rule": f"{HIT_RULE}>={MIN_OVERLAP:g}",
                           "metadata": metadata})
     say(f"done in {seconds['total']} s -> {out}")
     return {"n_cases": len(test.meta), "n_rows": len(cases), "n_runs": len(tables.get("runs", [])),

@@ -52,6 +52,10 @@ from .crs import crs_axes, crs_scores, read_reference
 from .crs_resample import crs_bootstrap
 from .ranking import rank_agreement, ranking_stability
 
+# lesion-level localization
+from .schema import read_lesions
+from .localization import froc, lesion_metrics
+
 # submodules reachable as attributes (``stats.simulate.benchx_cohort``, ``stats.adjust``)
 from . import adjust, simulate  # noqa: E402  (isort: after the names they do not shadow)
 
@@ -79,4 +83,6 @@ __all__ = [
     "brier", "calibration_repair", "crs_axes", "crs_bootstrap", "crs_scores", "ece", "ece_ci",
     "mce", "nll", "rank_agreement", "ranking_stability", "read_reference", "reliability_table",
     "temperature_scale",
+    # lesion-level localization
+    "froc", "lesion_metrics", "read_lesions",
 ]

@@ -283,6 +283,8 @@ def _source_name(path_or_df, default: str) -> str:
 #: "N/A", "NaN", "null" and the like are missing.
 TEXT_ID_COLUMNS = ("case_id", "patient_id", "model", "site", "encoder", "dataset",
                    "condition", "extractor", "field", "value")
+#: the lesions table's ids (a lesion "01" is not lesion "1")
+TEXT_ID_COLUMNS = TEXT_ID_COLUMNS + ("lesion_id", "matched", "duplicate_of")
 #: of those, the identifiers and names whose text is kept as written: a site or model
 #: called "NA" or "None" is a name, not a missing value (only an empty cell is missing)
 LITERAL_ID_COLUMNS = tuple(c for c in TEXT_ID_COLUMNS if c != "value")
@@ -1013,3 +1015,195 @@ def read_probe_predictions(path_or_df) -> pd.DataFrame:
     df = df.reset_index(drop=True)
     df.attrs["text_merged"] = merged
     return df
+
+
+# --------------------------------------------------------------------------- lesions
+
+LESIONS_REQUIRED = ("case_id", "model", "lesion_id", "kind")
+LESIONS_OPTIONAL = ("score", "volume_mm3", "centroid_i_mm", "centroid_j_mm", "centroid_k_mm",
+                    "matched", "duplicate_of", "dice", "iou", "diameter_mm", "location",
+                    "hit_rule")
+LESIONS_NUMERIC = ("score", "volume_mm3", "centroid_i_mm", "centroid_j_mm", "centroid_k_mm",
+                   "dice", "iou", "diameter_mm")
+LESION_KINDS = ("reference", "prediction")
+MSG_LESION_KIND = ("{source}: column 'kind' must be 'reference' or 'prediction'; rows {rows} "
+                   "have {values}; recode them")
+MSG_LESION_SCORE = ("{source}: column 'score' must be given for every prediction (its "
+                    "confidence, e.g. the maximum probability inside it); rows {rows} are "
+                    "predictions without one; fill them in or drop the rows")
+MSG_LESION_MATCHED_REF = ("{source}: column '{column}' of a prediction must name a reference "
+                          "lesion of the same model and case; rows {rows} name {values}, which "
+                          "are not among that case's reference lesion_id values; fix the ids "
+                          "or leave the cell empty (a false positive)")
+MSG_LESION_TWICE = ("{source}: a reference lesion is matched at most once (the hit rule "
+                    "credits one prediction per lesion; others that hit it are duplicates, "
+                    "column 'duplicate_of'); rows {rows} match {values} again; keep one match "
+                    "and move the others to 'duplicate_of'")
+MSG_LESION_BOTH = ("{source}: a prediction is either matched (column 'matched') or a "
+                   "duplicate of a matched lesion ('duplicate_of'), not both; rows {rows} give "
+                   "both; empty one of them")
+MSG_LESION_REF_MATCHED = ("{source}: column 'matched' of a reference lesion names the "
+                          "prediction credited to it; rows {rows} have {values}, which no "
+                          "prediction of that model and case matches to them; fix the ids or "
+                          "leave the cells empty")
+MSG_LESION_UNPAIRED = ("{source}: the reference lesions must be the same for every model "
+                       "(one reference standard); {details}; give every model a row for every "
+                       "reference lesion")
+MSG_LESION_RULE = ("{source}: column 'hit_rule' must hold one rule for the whole table (the "
+                   "matching was done once); it holds {values}; match again with one rule")
+MSG_LESION_NOT_TABLE = ("{source}: the lesions table must be a file path (CSV/TSV/parquet) or "
+                        "a DataFrame; got a {got}; pass pd.DataFrame(...) of it or its path")
+MSG_LESION_PRED_ONLY = ("{source}: column '{column}' applies to predictions only; rows {rows} "
+                        "are reference lesions with a value; empty those cells")
+
+
+def _lesion_text(df, column, *, source) -> None:
+    """An optional id column (``matched``, ``duplicate_of``, ``location``) as text: an
+    empty cell (or a missing value) is None, other values trimmed."""
+    if column not in df.columns:
+        df[column] = None
+        return
+    col = df[column]
+    text = _text(col)
+    empty = col.isna().to_numpy() | (text == "").to_numpy()
+    df[column] = text.where(~empty, None).astype(object)
+
+
+def read_lesions(path_or_df) -> pd.DataFrame:
+    """Read and validate a **lesions** table (one row per reference lesion and per
+    predicted lesion, per model and case; docs/contracts.md#lesions).
+
+    Parameters
+    ----------
+    path_or_df : str, Path or DataFrame
+        A CSV/TSV/parquet file or a DataFrame with at least ``case_id, model, lesion_id,
+        kind``; predictions need ``score``. Optional: ``volume_mm3``, the centroid
+        ``centroid_i_mm, centroid_j_mm, centroid_k_mm`` (mm along the image array's
+        first, second and third spatial axis), ``matched`` (a prediction: the
+        ``lesion_id`` of the reference lesion the hit rule credits it with, empty for a
+        false positive; a reference lesion: the prediction credited to it),
+        ``duplicate_of`` (a prediction that hits only reference lesions already matched:
+        that lesion; neither a hit nor a false positive, as LUNA16 and MONAI's FROC count
+        it), ``dice`` and ``iou`` (overlap of the matched pair), ``diameter_mm``,
+        ``location``, ``hit_rule`` (the rule the matching used, e.g. ``iou>=0.1``).
+
+    Returns
+    -------
+    DataFrame
+        A copy with ``kind`` in lower case, ids as text, numeric columns as float64, and
+        ``matched`` / ``duplicate_of`` / ``location`` as text or None (every optional
+        column present). A reference row's ``matched`` is filled from the predictions
+        when the table leaves it empty.
+
+    Raises
+    ------
+    ContractError
+        Not a path or a DataFrame, missing columns, an unknown kind, a prediction without a score, a repeated
+        (model, case_id, kind, lesion_id), a match naming no reference lesion of the
+        case, a reference lesion matched twice, different reference lesions for
+        different models, a ``dice`` or ``iou`` outside [0, 1], more than one hit rule.
+    """
+    if not isinstance(path_or_df, (pd.DataFrame, str, os.PathLike)):
+        _fail(MSG_LESION_NOT_TABLE, source="lesions", got=type(path_or_df).__name__)
+    df, source = read_table(path_or_df, table="lesions")
+    _require_columns(df, LESIONS_REQUIRED, source=source, table="lesions")
+    _require_nonempty(df, source=source, table="lesions", unit="lesion x model")
+    for col in ("case_id", "model", "lesion_id"):
+        _require_ids(df, col, source=source)
+    _require_complete(df, "kind", source=source)
+    _require_in(df, "kind", LESION_KINDS, MSG_LESION_KIND, source=source)
+    for col in LESIONS_NUMERIC:
+        if col not in df.columns:
+            df[col] = np.nan
+        _require_numeric(df, col, source=source)
+    for col in ("matched", "duplicate_of", "location"):
+        _lesion_text(df, col, source=source)
+    merged = unify_text(df, ("case_id", "model", "lesion_id", "matched", "duplicate_of"),
+                        table="lesions")
+    check_lookalikes(df, ("case_id", "model", "lesion_id"), source=source)
+    pred = (df["kind"] == "prediction").to_numpy()
+    score = df["score"].to_numpy()
+    bad = np.flatnonzero(pred & np.isnan(score))
+    if len(bad):
+        _fail(MSG_LESION_SCORE, source=source, column="score", rows=bad)
+    bad = np.flatnonzero(~np.isnan(score) & ~np.isfinite(score))
+    if len(bad):
+        _fail(MSG_NONFINITE, source=source, column="score", rows=bad,
+              values=_values_text(df["score"].iloc[bad]))
+    for col in ("volume_mm3", "diameter_mm"):
+        _require_range(df, col, 0, np.inf, source=source)
+    for col in ("dice", "iou"):
+        _require_range(df, col, 0, 1, source=source)
+    _require_unique(df, ("model", "case_id", "kind", "lesion_id"), source=source)
+    if "hit_rule" in df.columns:
+        rules = pd.unique(df["hit_rule"].dropna().astype(str))
+        if len(rules) > 1:
+            _fail(MSG_LESION_RULE, source=source, column="hit_rule",
+                  values=_values_text(list(rules)))
+    else:
+        df["hit_rule"] = None
+    bad = np.flatnonzero(~pred & df["duplicate_of"].notna().to_numpy())
+    if len(bad):
+        _fail(MSG_LESION_PRED_ONLY, source=source, column="duplicate_of", rows=bad)
+    bad = np.flatnonzero(pred & df["matched"].notna().to_numpy()
+                         & df["duplicate_of"].notna().to_numpy())
+    if len(bad):
+        _fail(MSG_LESION_BOTH, source=source, column="duplicate_of", rows=bad)
+    _check_lesion_matches(df, pred, source=source)
+    _check_lesion_pairing(df, pred, source=source)
+    df = df.reset_index(drop=True)
+    df.attrs["text_merged"] = merged
+    return df
+
+
+def _check_lesion_matches(df: pd.DataFrame, pred: np.ndarray, *, source: str) -> None:
+    """Every ``matched`` / ``duplicate_of`` of a prediction names a reference lesion of its
+    model and case; a reference lesion is matched once; a reference row's own ``matched``
+    agrees with the predictions' (filled in where empty)."""
+    key = df["model"].astype(str) + "\x1f" + df["case_id"].astype(str) + "\x1f"
+    ref_keys = set((key + df["lesion_id"].astype(str))[~pred])
+    for col in ("matched", "duplicate_of"):
+        has = pred & df[col].notna().to_numpy()
+        target = key + df[col].astype(str)
+        bad = np.flatnonzero(has & ~target.isin(ref_keys).to_numpy())
+        if len(bad):
+            _fail(MSG_LESION_MATCHED_REF, source=source, column=col, rows=bad,
+                  values=_values_text(df[col].iloc[bad]))
+    has = pred & df["matched"].notna().to_numpy()
+    target = (key + df["matched"].astype(str)).where(has)
+    again = np.flatnonzero(has & target.duplicated(keep="first").to_numpy())
+    if len(again):
+        _fail(MSG_LESION_TWICE, source=source, column="matched", rows=again,
+              values=_values_text(df["matched"].iloc[again]))
+    # the reference side: the prediction credited to each reference lesion
+    credited = pd.Series(df["lesion_id"].to_numpy()[has], index=target[has].to_numpy())
+    ref_key = (key + df["lesion_id"].astype(str)).to_numpy()
+    expect = credited.reindex(ref_key[~pred]).to_numpy(dtype=object)
+    given = df["matched"].to_numpy(dtype=object)[~pred]
+    given_set = np.array([g is not None for g in given])
+    expect_set = pd.notna(expect)
+    wrong = given_set & (~expect_set | (given.astype(str) != expect.astype(str)))
+    if wrong.any():
+        rows = np.flatnonzero(~pred)[wrong]
+        _fail(MSG_LESION_REF_MATCHED, source=source, column="matched", rows=rows,
+              values=_values_text(df["matched"].iloc[rows]))
+    filled = df["matched"].to_numpy(dtype=object).copy()
+    filled[~pred] = np.where(expect_set, expect, None)
+    df["matched"] = pd.Series(filled, index=df.index, dtype=object)
+
+
+def _check_lesion_pairing(df: pd.DataFrame, pred: np.ndarray, *, source: str) -> None:
+    """One reference standard: every model lists the same reference lesions."""
+    ref = df.loc[~pred, ["model", "case_id", "lesion_id"]]
+    models = pd.unique(df["model"])
+    if len(models) < 2:
+        return
+    keys = ref["case_id"].astype(str) + "/" + ref["lesion_id"].astype(str)
+    sets = {m: set(keys[ref["model"] == m]) for m in models}
+    union = set().union(*sets.values())
+    details = [f"model {show_id(m, quote=True)} lacks reference lesion(s) (case_id/lesion_id) "
+               f"{ids_text(sorted(union - s), hint=False)}"
+               for m, s in sets.items() if union - s]
+    if details:
+        _fail(MSG_LESION_UNPAIRED, source=source, column="lesion_id",
+              details="; ".join(details[:5]))

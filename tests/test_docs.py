@@ -219,6 +219,7 @@ def test_contracts_document_every_column_with_its_required_flag():
         "probe_predictions": (gen["PROBE"], S.PROBE_REQUIRED,
                               S.PROBE_REQUIRED + gen["PROBE_OPTIONAL"]),
         "metadata evidence": (gen["EVIDENCE"], EVIDENCE_COLUMNS, EVIDENCE_COLUMNS),
+        "lesions": (gen["LESIONS"], S.LESIONS_REQUIRED, S.LESIONS_REQUIRED + S.LESIONS_OPTIONAL),
     }
     text = (DOCS / "contracts.md").read_text()
     for title, (documented, required, every) in tables.items():

@@ -13,6 +13,7 @@ from ._common import ForceOpt, InputError, atomic_dir, check_out_files, check_se
 from ._extras import require_runner
 
 DEMO_FILES = ("cases.parquet", "runs.parquet", "probe_predictions.parquet", "run_manifest.json",
+              "lesions.parquet",
               "metadata.parquet", "plan.yaml", "reference.yaml")
 
 

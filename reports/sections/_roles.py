@@ -37,6 +37,8 @@ SHOWN_BY = {
     "goals": ("performance_goals",),
     # on the prespecified axes (detection.subgroups) only: prespecified by construction
     "subgroup_gaps": ("gaps_best_worst",),
+    "localization": ("froc_curves", "froc_summary", "lesion_failure_map",
+                     "localization_vs_scan"),
     "site_meta_analysis": ("site_meta_table", "site_meta_sensitivity", "site_meta_specificity",
                            "site_meta_ppv", "site_meta_npv", "site_meta_accuracy"),
     "gaps": ("gap_decomposition",) + tuple(f"gap_{i}" for i in range(1, 21)),

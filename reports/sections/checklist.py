@@ -56,7 +56,7 @@ ITEMS = (
     ("CLAIM 2024", "35-36", "Performance on all data partitions; estimates of diagnostic "
      "accuracy and their precision", ("overall", "subgroups", "calibration")),
     ("CLAIM 2024", "37", "Failure analysis of incorrectly classified cases",
-     ("failure_map", "subgroups")),
+     ("failure_map", "subgroups", "localization")),
 )
 
 

@@ -386,6 +386,10 @@ def build(study) -> Section:
     if plan.detection is not None and study.cases is not None:
         for paragraph in _attribution(study):
             sec.add(paragraph)
+    from . import localization
+
+    if plan.detection is not None and study.cases is not None and localization.applies(study):
+        sec.add(localization.methods_text(study))
     if plan.crs is not None and study.runs is not None:
         sec.add(" ".join(_crs(study)))
     if "calibration" in study.results:

@@ -55,6 +55,50 @@ def test_tiny_regenerate_writes_the_contracts(tmp_path):
     assert cases.loc[cases["label"] == 0, "tumor_size_mm"].isna().all()
     man = json.loads((tmp_path / "run_manifest.json").read_text())
     assert man["kind"] == "demo" and man["models"]["u_a"]["steps"] == 3 and man["seed"] == 1
+    lesions = stats.read_lesions(tmp_path / "lesions.parquet")
+    _lesions_agree_with_cases(lesions, cases)
+    assert man["tables"]["lesions"] == len(lesions)
+
+
+def _lesions_agree_with_cases(lesions, cases):
+    """The lesions table is made from the same masks as the cases: per model and case, the
+    predicted lesions' voxels add up to the score (predicted voxels, 2 mm grid) and their
+    number is n_components; label-1 cases (and only they) have reference lesions."""
+    for model, c in cases.groupby("model"):
+        c = c.set_index("case_id")
+        pred = lesions[(lesions["model"] == model) & (lesions["kind"] == "prediction")]
+        vox = (pred.groupby("case_id")["volume_mm3"].sum() / demo.SPACING_MM ** 3)
+        assert (vox.reindex(c.index).fillna(0) == c["score"]).all()
+        assert (pred.groupby("case_id").size().reindex(c.index).fillna(0) == c["n_components"]).all()
+        ref = lesions[(lesions["model"] == model) & (lesions["kind"] == "reference")]
+        assert set(ref["case_id"]) == set(c.index[c["label"] == 1])
+
+
+def test_committed_demo_lesions_agree_with_the_committed_cases():
+    import stats
+    from clinrel.cli.core import demo_data_dir
+
+    lesions = stats.read_lesions(demo_data_dir() / "lesions.parquet")
+    cases = pd.read_parquet(demo_data_dir() / "cases.parquet")
+    _lesions_agree_with_cases(lesions, cases)
+    assert (lesions["hit_rule"] == f"{demo.HIT_RULE}>={demo.MIN_OVERLAP:g}").all()
+
+
+def test_committed_demo_cpm_equals_monai():
+    """On the shipped demo lesions (every case), stats.froc's CPM per model equals MONAI's
+    compute_froc_curve_data + compute_froc_score as the runner calls them (monai_froc);
+    measured gap 0 for both networks (unet_large 0.4958, unet_small 0.3945)."""
+    import stats
+    from clinrel.cli.core import demo_data_dir
+    from inference_runner.segment import monai_froc
+
+    lesions = stats.read_lesions(demo_data_dir() / "lesions.parquet")
+    cases = pd.read_parquet(demo_data_dir() / "cases.parquet")
+    out = stats.froc(lesions, cases)
+    for model, c in cases.groupby("model"):
+        want = monai_froc(lesions[lesions["model"] == model], len(c))["cpm"]
+        got = out[(out["model"] == model) & (out["estimand"] == "cpm")]["estimate"].iloc[0]
+        assert abs(got - want) <= 1e-12, (model, got, want)
 
 
 def test_probe_datasets_shapes_and_shift_sites():

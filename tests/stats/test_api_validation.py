@@ -704,6 +704,62 @@ def _goals(cases, draw):
 def _goals_bad(cases, draw):
     g = draw(GOALS_BAD)
     return call(cases, g, by=["phase"], expect=REFUSE, why=f"goals {g!r}")
+def _lesions_for(cases: pd.DataFrame, draw) -> pd.DataFrame:
+    """A lesions table for ``cases``: one reference lesion per label-1 case (every model),
+    0-2 predictions per case and model, some matched."""
+    rows = []
+    for (cid, model, label) in cases[["case_id", "model", "label"]].itertuples(index=False):
+        if label == 1:
+            rows.append({"case_id": cid, "model": model, "lesion_id": "r1", "kind": "reference",
+                         "volume_mm3": float(draw(st.integers(10, 40000)))})
+        for j in range(draw(st.integers(0, 2))):
+            hit = label == 1 and j == 0 and draw(st.booleans())
+            rows.append({"case_id": cid, "model": model, "lesion_id": f"p{j}",
+                         "kind": "prediction", "score": draw(st.sampled_from([0.5, 0.7, 0.9])),
+                         "matched": "r1" if hit else None, "dice": 0.5 if hit else np.nan})
+    return pd.DataFrame(rows, columns=["case_id", "model", "lesion_id", "kind", "volume_mm3",
+                                       "score", "matched", "dice"])
+
+
+def _froc(cases, draw):
+    return call(_lesions_for(cases, draw), cases, by=["phase"],
+                n_boot=draw(st.sampled_from([None, 3])), seed=1)
+
+
+def _froc_bad(cases, draw):
+    good = _froc(cases, draw)
+    kind = draw(st.sampled_from(["rates", "n_boot", "level", "lesions"]))
+    if kind == "rates":
+        return call(*good.args, fp_per_scan=draw(st.sampled_from([(), (0,), (-1, 1), (math.nan,)])),
+                    expect=REFUSE, why="fp_per_scan")
+    if kind == "n_boot":
+        return call(*good.args, n_boot=draw(whole_bad(1)), expect=REFUSE, why="n_boot")
+    if kind == "level":
+        return call(*good.args, conf_level=draw(level_bad), expect=REFUSE, why="level")
+    les = good.args[0].assign(kind="guess")
+    return call(les, cases, expect=REFUSE, why="lesions kind")
+
+
+def _lesion_metrics(cases, draw):
+    return call(_lesions_for(cases, draw), cases, by=["phase", "lesion_size",
+                                                     ("lesion_size", "phase")])
+
+
+@st.composite
+def s_read_lesions(draw):
+    cases = draw(cohorts())
+    les = _lesions_for(cases, draw)
+    if not len(les) or draw(st.booleans()):
+        return Call((les,), {}, RESULT if len(les) else REFUSE, "valid" if len(les) else "empty")
+    kind = draw(st.sampled_from(["no_kind", "bad_score", "not_frame"]))
+    if kind == "no_kind":
+        return Call((les.drop(columns="kind"),), {}, REFUSE, kind)
+    if kind == "bad_score":
+        pred = les["kind"] == "prediction"
+        if not pred.any():
+            return Call((les,), {}, RESULT, "valid")
+        return Call((les.assign(score=np.where(pred, np.nan, les["score"])),), {}, REFUSE, kind)
+    return Call((les.to_dict("list"),), {}, REFUSE, kind)
 
 
 CALLS: dict[str, st.SearchStrategy] = {
@@ -779,6 +835,11 @@ CALLS: dict[str, st.SearchStrategy] = {
                                                    cluster=d(st.sampled_from(["auto", None]))),
                                  conf_level=level_bad),
     "performance_goals": _table_fn(_goals, extra_bad=_goals_bad),
+    # lesion-level localization
+    "froc": _table_fn(_froc, extra_bad=_froc_bad),
+    "lesion_metrics": _simple(_lesion_metrics, conf_level=level_bad, small_n=whole_bad(0),
+                              hidden_miss_margin=st.sampled_from([-0.1, 1, math.nan])),
+    "read_lesions": s_read_lesions(),
 }
 
 
@@ -839,7 +900,7 @@ RETURNS: dict[str, Callable] = {
     "fit_adjusted": _fit_result, "fit_complete_case": _fit_result,
     "ece": _float, "mce": _float, "brier": _float, "nll": _float,
     "temperature_scale": _method("tidy"), "crs_bootstrap": _method("scores"),
-    "read_reference": _type(stats.crs.Reference),
+    "read_reference": _type(stats.crs.Reference), "read_lesions": _frame,
 }
 
 
