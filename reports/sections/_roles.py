@@ -30,7 +30,8 @@ SHOWN_BY = {
     "crs_stability": ("crs_stability", "crs_rank_shift"),
     "calibration": ("calibration_summary", "calibration_repair", "reliability"),
     "metadata": ("metadata_coverage", "metadata_sources", "metadata_agreement",
-                 "metadata_agreement_by_site", "metadata_site_test", "metadata_review"),
+                 "metadata_agreement_by_site", "metadata_site_test", "metadata_review",
+                 "metadata_context"),
     "label_error": ("label_error_table", "label_error_sensitivity"),
 }
 #: table or figure name -> its analysis key
