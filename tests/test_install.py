@@ -62,9 +62,13 @@ def test_runner_commands_exit_2_with_the_install_command(no_runner, command):
         assert not no_runner["regen_written"]  # refused before anything is written
 
 
-def test_report_text_metadata_needs_no_runner(no_runner):
-    assert no_runner["exits"]["metadata extract csv"]["exit_code"] == 0, no_runner["exits"]
-    assert no_runner["text_evidence"]
+def test_report_text_metadata_needs_medspacy_from_the_runner_extra(no_runner):
+    """Report texts are read in clinical context by medspaCy (runner extra): without it the
+    extraction exits 2 naming medspaCy and the install command, writing nothing."""
+    res = no_runner["exits"]["metadata extract csv"]
+    assert res["exit_code"] == 2 and not res["traceback"], no_runner["exits"]
+    assert "medspacy" in res["output"] and INSTALL_HINT in " ".join(res["output"].split())
+    assert not no_runner["text_evidence"]
     assert no_runner["exits"]["subgroups --help"]["exit_code"] == 0
 
 
@@ -72,8 +76,8 @@ def test_runner_packages_are_an_extra_only():
     project = _pyproject()["project"]
     core = {_name(r) for r in project["dependencies"]}
     runner = {_name(r) for r in project["optional-dependencies"]["runner"]}
-    assert {"torch", "monai", "nibabel", "pydicom", "pillow"} <= runner
-    assert not core & {"torch", "monai", "nibabel", "pydicom"}
+    assert {"torch", "monai", "nibabel", "pydicom", "pillow", "medspacy"} <= runner
+    assert not core & {"torch", "monai", "nibabel", "pydicom", "medspacy", "spacy"}
     torch = [r for r in project["optional-dependencies"]["runner"] if _name(r) == "torch"]
     assert torch == ["torch==2.13.0"]
     makefile = (ROOT / "Makefile").read_text()

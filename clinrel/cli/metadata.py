@@ -11,7 +11,7 @@ from ._extras import require_runner
 
 
 def register(app: typer.Typer) -> None:
-    meta = typer.Typer(help="Extract phase, age, sex and other fields with verbatim evidence.",
+    meta = typer.Typer(help="Extract phase, age, sex, race and other fields with verbatim evidence.",
                        no_args_is_help=True)
 
     @meta.command()
@@ -33,7 +33,10 @@ def register(app: typer.Typer) -> None:
 
         inputs = [*check_paths(paths), reviewed]
         if any(not (p.is_file() and p.suffix.lower() in (".csv", ".tsv")) for p in paths):
-            require_runner("clinrel metadata extract of DICOM files", ("pydicom",))
+            require_runner("clinrel metadata extract of DICOM files", ("pydicom", "medspacy"))
+        else:  # each mention's clinical context (negated, prior, family) is medspaCy's
+            require_runner("clinrel metadata extract of report texts (clinical context by "
+                           "medspaCy's ConText)", ("medspacy",))
         check_out_files([("--out", out)], force=force, inputs=inputs)  # a file, so it has a stem
         stem = out.with_suffix("")
         review = review or Path(f"{stem}_review.csv")

@@ -117,7 +117,13 @@ MSG_NO_ENGINE = ("report-text metadata extraction reads each mention's clinical 
                  "install it with: pip install 'clinrel[runner]'")
 
 
-class MissingContextEngine(ImportError):
+def _config_error():
+    from ..config import ConfigError
+
+    return ConfigError
+
+
+class MissingContextEngine(_config_error()):
     """medspaCy is not installed (a bad setup: the CLI exits 2 naming the install)."""
 
 
@@ -147,12 +153,10 @@ def _pipeline():
     :data:`SECTION_RULES` (headers at the start of a line)."""
     try:
         import medspacy
-        from loguru import logger
         from medspacy.context import ConTextRule
         from medspacy.section_detection import SectionRule
     except ImportError as exc:  # medspacy or one of its own packages missing
         raise MissingContextEngine(MSG_NO_ENGINE.format(detail=exc)) from None
-    logger.disable("PyRuSH")  # its sentence splitter logs every token at DEBUG level
     nlp = medspacy.load(medspacy_enable=["medspacy_tokenizer"])
     context = nlp.add_pipe("medspacy_context", config={
         "rules": None, "input_span_type": "group", "span_group_name": "clinrel_mentions"})
@@ -208,8 +212,6 @@ def contexts(text: str, mentions: list[Mention]) -> list[frozenset]:
     mention is asserted, current and about the patient) of each mention of ``text``."""
     if not mentions:
         return []
-    from spacy.tokens import Span
-
     nlp = _pipeline()
     doc = nlp.make_doc(text)
     _sentences(doc, text)
@@ -217,7 +219,7 @@ def contexts(text: str, mentions: list[Mention]) -> list[frozenset]:
     for i, m in enumerate(mentions):
         sp = doc.char_span(m.start, m.end, label=m.kind, alignment_mode="expand")
         if sp is not None and len(sp):
-            spans.append(Span(doc, sp.start, sp.end, label=m.kind))
+            spans.append(sp)
             index.append(i)
     doc.spans["clinrel_mentions"] = spans
     doc = nlp.get_pipe("medspacy_sectionizer")(doc)

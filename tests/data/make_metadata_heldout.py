@@ -2,7 +2,8 @@
 nor the classifier were written for or trained on, with mentions in clinical context.
 
 ``python tests/data/make_metadata_heldout.py`` rewrites ``metadata_heldout.jsonl``
-(deterministic: the same bytes every run). This set is **never** a training corpus:
+(deterministic: the same bytes every run) and ``metadata_heldout_accuracy.csv`` (both
+text extractors on it, per style and field: :func:`measure`). This set is **never** a training corpus:
 :mod:`inference_runner.metadata.classifier` is trained on ``metadata_corpus.jsonl``'s
 tuning part and on :mod:`inference_runner.metadata.synthetic`'s styles A-D only, and
 ``tests/data/make_metadata_corpus.py`` does not read this file. These styles were written
@@ -39,6 +40,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 HELDOUT = HERE / "metadata_heldout.jsonl"
+ACCURACY = HERE / "metadata_heldout_accuracy.csv"
 FIELDS = ("age", "sex", "race", "phase")
 STYLE_NAMES = ("G", "H", "I", "J", "K")
 N_PER_STYLE = 80
@@ -323,8 +325,66 @@ def load() -> list[dict]:
     return [json.loads(x) for x in HELDOUT.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
+def correct(label, row) -> bool:
+    """A missing label wants no value; otherwise the value must equal the label."""
+    if row is None:
+        return label is None
+    if label is None:
+        return False
+    try:
+        return abs(float(row["value"]) - float(label)) < 1e-9
+    except ValueError:
+        return str(row["value"]) == str(label)
+
+
+def measure(records, model=None) -> list[dict]:
+    """Per extractor x style x field: ``n_stated`` (reports whose label is a value),
+    ``n_correct`` (of them, extracted right), ``n_not_stated`` (label null: the field is
+    absent or only negated / prior / hypothetical / family), ``n_false`` (of them, a value
+    was extracted), and the two rates; style ``all`` pools the styles. The classifier
+    (``model``; by default trained on the tuning part of metadata_corpus.jsonl, which
+    holds none of these reports)."""
+    from inference_runner.metadata.classifier import classifier_answers, train_classifier
+    from inference_runner.metadata.text import extract_text, rule_answer
+
+    if model is None:
+        spec = __import__("importlib.util").util.spec_from_file_location(
+            "make_metadata_corpus", HERE / "make_metadata_corpus.py")
+        corpus = __import__("importlib.util").util.module_from_spec(spec)
+        spec.loader.exec_module(corpus)
+        model = train_classifier([r for r in corpus.load_corpus()
+                                  if r["kind"] == "text" and corpus.split_of(r) == "tuning"])
+    answers = {"rules": [rule_answer(extract_text(r["id"], r["text"], f"text:heldout#{r['id']}"))
+                         for r in records],
+               "text_classifier": classifier_answers([r["text"] for r in records], model)}
+    rows = []
+    for name, got in answers.items():
+        for style in (*STYLE_NAMES, "all"):
+            idx = [i for i, r in enumerate(records) if style in ("all", r["style"])]
+            for field in FIELDS:
+                stated = [i for i in idx if records[i][field] is not None]
+                absent = [i for i in idx if records[i][field] is None]
+                ok = sum(correct(records[i][field], got[i].get(field)) for i in stated)
+                false = sum(got[i].get(field) is not None for i in absent)
+                rows.append({"extractor": name, "style": style, "field": field,
+                             "n_stated": len(stated), "n_correct": ok,
+                             "correct_rate": round(ok / len(stated), 4) if stated else "",
+                             "n_not_stated": len(absent), "n_false": false,
+                             "false_rate": round(false / len(absent), 4) if absent else ""})
+    return rows
+
+
+def accuracy_csv(rows) -> str:
+    cols = ("extractor", "style", "field", "n_stated", "n_correct", "correct_rate",
+            "n_not_stated", "n_false", "false_rate")
+    return "".join(",".join(map(str, line)) + "\n"
+                   for line in [cols, *([r[c] for c in cols] for r in rows)])
+
+
 def main() -> int:
     HELDOUT.write_text(dumps(generate()), encoding="utf-8")
+    ACCURACY.write_text(accuracy_csv(measure(load())), encoding="utf-8")
+    sys.stdout.write(ACCURACY.read_text(encoding="utf-8"))
     return 0
 
 
