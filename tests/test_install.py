@@ -26,13 +26,19 @@ def _name(requirement: str) -> str:
     return re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0].lower()
 
 
+def _path() -> str:
+    """PYTHONPATH for the check: this checkout first (an editable install elsewhere would
+    otherwise be what the subprocess imports)."""
+    return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+
+
 @pytest.fixture(scope="module")
 def no_runner(tmp_path_factory):
     out = tmp_path_factory.mktemp("no_runner")
     # -P: the script's folder (tests/, which holds tests/stats/) is not put on sys.path
     proc = subprocess.run([sys.executable, "-P", str(ROOT / "tests" / "no_runner_check.py"), str(out)],
                           capture_output=True, text=True, timeout=600, cwd=out,
-                          env={**os.environ, "MPLBACKEND": "Agg"})
+                          env={**os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": _path()})
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert proc.returncode == 0 and line, proc.stderr[-3000:]
     return json.loads(line[len("RESULT "):])

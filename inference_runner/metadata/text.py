@@ -123,8 +123,9 @@ _PHASE_PATTERNS = [
                  r"equilibrium(?:/delayed)?(?:[- ]?phase)?|"
                  r"\d+[- ]?min(?:ute)?s?\.?\s+delay(?:ed)?(?:[- ]?(?:phase|images?|scans?))?|"
                  r"delay(?:ed)?\s+(?:imgs\s+|images\s+)?(?:of\s+|at\s+)?\d+\s*min(?:ute)?s?|"
-                 r"delayed\s*\(\s*\d+(?:\.\d+)?\s*(?:min(?:ute)?s?|m)\s*\)|"
                  r"excretory(?:[- ]?phase)?|urographic(?:[- ]?phase)?)\b")),
+    # "delayed (5 min)": a delay in brackets (no word boundary after the bracket)
+    ("delayed", r"\bdelayed\s*\(\s*\d+(?:\.\d+)?\s*(?:min(?:ute)?s?|m)\s*\)"),
 ]
 _PHASE_LABEL = re.compile(r"\b(?:phase|protocol|acquisition)\s*[:=|]\s*(?P<v>pv|art|nc|del|delayed|arterial|"
                           r"late arterial|early arterial|portal venous|venous|non-?contrast|unenhanced)\b",
