@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 pytest.importorskip("pydicom")
+pytest.importorskip("medspacy")  # report texts: each mention's context (runner extra)
 
 from inference_runner.metadata import EVIDENCE_COLUMNS
 from inference_runner.metadata import demo as md_demo

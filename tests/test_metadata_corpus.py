@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 pydicom = pytest.importorskip("pydicom")
+pytest.importorskip("medspacy")  # report texts: each mention's context (runner extra)
 pytest.importorskip("sklearn")
 
 from inference_runner.config import ConfigError  # noqa: E402

@@ -32,17 +32,18 @@ def register(app: typer.Typer) -> None:
         from inference_runner.metadata.text import read_text_csv
 
         inputs = [*check_paths(paths), reviewed]
-        if any(not (p.is_file() and p.suffix.lower() in (".csv", ".tsv")) for p in paths):
-            require_runner("clinrel metadata extract of DICOM files", ("pydicom", "medspacy"))
-        else:  # each mention's clinical context (negated, prior, family) is medspaCy's
-            require_runner("clinrel metadata extract of report texts (clinical context by "
-                           "medspaCy's ConText)", ("medspacy",))
         check_out_files([("--out", out)], force=force, inputs=inputs)  # a file, so it has a stem
         stem = out.with_suffix("")
         review = review or Path(f"{stem}_review.csv")
         outs = [("--out", out), ("--out (agreement table)", Path(f"{stem}_agreement.csv")),
                 ("--review", review)]
         check_out_files(outs, force=force, inputs=inputs)
+        texts = [p.is_file() and p.suffix.lower() in (".csv", ".tsv") for p in paths]
+        if not all(texts):  # DICOM headers: pydicom
+            require_runner("clinrel metadata extract of DICOM files", ("pydicom",))
+        if any(texts):  # each report mention's clinical context (negated, prior, family)
+            require_runner("clinrel metadata extract of report texts (each mention's clinical "
+                           "context by medspaCy's ConText)", ("medspacy",))
         with progress("extracting", None, quiet=quiet) as advance:
             table, info = extract_paths(paths, llm_url=llm_url, llm_model=llm_model, advance=advance)
         if reviewed is not None:
