@@ -39,9 +39,9 @@ def register(app: typer.Typer) -> None:
                 ("--review", review)]
         check_out_files(outs, force=force, inputs=inputs)
         texts = [p.is_file() and p.suffix.lower() in (".csv", ".tsv") for p in paths]
-        if not all(texts):  # DICOM headers: pydicom
-            require_runner("clinrel metadata extract of DICOM files", ("pydicom",))
-        if any(texts):  # each report mention's clinical context (negated, prior, family)
+        if not all(texts):  # headers by pydicom; a series description's phase in context
+            require_runner("clinrel metadata extract of DICOM files", ("pydicom", "medspacy"))
+        elif any(texts):  # each report mention's clinical context (negated, prior, family)
             require_runner("clinrel metadata extract of report texts (each mention's clinical "
                            "context by medspaCy's ConText)", ("medspacy",))
         with progress("extracting", None, quiet=quiet) as advance:

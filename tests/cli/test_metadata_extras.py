@@ -1,6 +1,7 @@
-"""``clinrel metadata extract`` asks for the runner packages its inputs need: pydicom for
-DICOM headers, medspaCy for report texts (each mention's clinical context), and only
-after the output checks. An install without medspaCy is simulated by making
+"""``clinrel metadata extract`` asks for the runner packages its inputs need (pydicom for
+DICOM headers; medspaCy for report texts and for a series description's phase, each
+mention read in its clinical context) after the output checks, so a refused output is
+named as such. An install without medspaCy is simulated by making
 ``clinrel.cli._extras.missing`` report it missing."""
 from __future__ import annotations
 
@@ -55,10 +56,12 @@ def test_an_output_refusal_comes_before_the_missing_package(tmp_path, reports, n
     assert "medspacy" not in text and str(reports) in text
 
 
-def test_dicom_headers_need_pydicom_but_not_medspacy(tmp_path, no_medspacy):
+def test_dicom_headers_without_medspacy_exit_2_naming_it(tmp_path, no_medspacy):
+    """A series description's phase is read in context too (``dicom.description_phase``)."""
     pydicom = pytest.importorskip("pydicom")
     dcm = tmp_path / "ct.dcm"
     shutil.copy(Path(pydicom.data.__file__).parent / "test_files" / "CT_small.dcm", dcm)
     rc, text = cli("metadata", "extract", dcm, "--out", tmp_path / "ev.csv", "--quiet")
-    assert rc == 0, text
-    assert len(pd.read_csv(tmp_path / "ev.csv")) > 0
+    assert rc == 2, text
+    assert "DICOM files" in text and "medspacy is not installed" in text and INSTALL in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ct.dcm"]
