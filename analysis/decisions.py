@@ -73,6 +73,8 @@ class MetadataDecisions(_Group):
     n_imputations: int | None = Field(None, description="imputations of the true level")
     per_patient_rule: str | None = Field(None, description="how per-patient fields are chosen")
     label_error_per_patient: list[str] | None = Field(None, description="fields imputed per patient")
+    race_levels: dict | None = Field(None, description="extracted race value -> the study's level")
+    context_excluded: int | None = Field(None, description="mentions set aside by their context")
 
 
 class PrecisionDecisions(_Group):

@@ -2,7 +2,12 @@
 extractors can be trusted, and the subgroup intervals that carry the remaining error.
 
 Input: the metadata evidence table (``case_id, field, value, extractor, evidence, start,
-end, source``; ``review`` rows are human decisions, not an extractor). Per field:
+end, source, context``; ``review`` rows are human decisions, not an extractor). Only rows
+whose ``context`` is asserted (or empty, or a table without the column) are values; the
+mentions the extractors set aside as negated, about a prior study, hypothetical or about a
+relative are counted by ``metadata_context`` and nowhere else. Race values are put on the
+study's levels by the plan's ``metadata.race_levels`` (:func:`race_levels`; default:
+Declined -> Unknown) before anything is counted. Per field:
 
 - ``metadata_sources``: values, cases, values with an evidence span and with a verbatim
   one (``len(evidence) == end - start``), distinct values, per extractor;
@@ -50,6 +55,10 @@ from stats.schema import ContractError
 from .core import analysis
 
 NEEDED = ("case_id", "field", "value", "extractor")
+CONTEXT = "context"
+ASSERTED = "asserted"
+#: the context labels of mentions that are kept as evidence but are no value
+CONTEXT_LABELS = ("negated", "historical", "hypothetical", "family")
 REVIEW = "review"
 ANY = "any source"
 MSG_COLUMNS = ("{file}: metadata evidence table lacks column(s) {missing}; write it with "
@@ -71,7 +80,8 @@ def _wants_label_error(plan, tables) -> bool:
             and getattr(plan, "detection", None) is not None and tables.cases is not None)
 
 
-def _checked(results) -> pd.DataFrame:
+def _all_rows(results) -> pd.DataFrame:
+    """The evidence table as read, ids and names as text (every context)."""
     md = results.tables.metadata
     missing = [c for c in NEEDED if c not in md.columns]
     if missing:
@@ -82,6 +92,40 @@ def _checked(results) -> pd.DataFrame:
     ids = {c: md[c].astype(object).where(md[c].isna(), md[c].astype(str))
            for c in ("case_id", "field", "extractor") if md[c].dtype != object}
     return md.assign(**ids) if ids else md
+
+
+def _asserted(md: pd.DataFrame) -> np.ndarray:
+    """Which rows are values: ``context`` asserted, empty or missing (a table without the
+    column: every row)."""
+    if CONTEXT not in md.columns:
+        return np.ones(len(md), dtype=bool)
+    ctx = md[CONTEXT]
+    return (ctx.isna() | ctx.astype(str).str.strip().isin(["", ASSERTED])).to_numpy()
+
+
+def race_levels(plan) -> dict[str, str]:
+    """Extracted race value -> the study's level: :data:`analysis.plan.DEFAULT_RACE_LEVELS`
+    updated by the plan's ``metadata.race_levels``."""
+    from .plan import DEFAULT_RACE_LEVELS
+
+    opts = getattr(plan, "metadata_options", None)
+    return {**DEFAULT_RACE_LEVELS, **(dict(opts.race_levels) if opts is not None else {})}
+
+
+def _checked(results) -> pd.DataFrame:
+    """The values of the evidence table: asserted rows only (a negated, prior-study,
+    hypothetical or family mention is no value), race values on the study's levels
+    (:func:`race_levels`; a value outside the extractors' vocabulary, such as a
+    reviewer's level, as written)."""
+    md = _all_rows(results)
+    md = md[_asserted(md)]
+    race = (md["field"] == "race").to_numpy()
+    if race.any():
+        levels = race_levels(results.plan)
+        v = md.loc[race, "value"]
+        md = md.copy()
+        md.loc[race, "value"] = v.map(lambda x: levels.get(str(x), x) if pd.notna(x) else x)
+    return md
 
 
 def _values(results) -> pd.DataFrame:
@@ -174,6 +218,28 @@ def metadata_sources(results) -> pd.DataFrame:
     counts["evidence_percent"] = 100 * counts["with_evidence"] / counts["values"]
     counts["verbatim_percent"] = 100 * counts["verbatim"] / counts["values"]
     return counts
+
+
+@analysis("metadata_context", wanted=_wants)
+def metadata_context(results) -> pd.DataFrame:
+    """Mentions the extractors set aside by their clinical context, per field x extractor
+    x context (negated, historical, hypothetical, family): ``mentions`` (rows), ``cases``
+    (distinct cases). They are evidence, never values (medspaCy's ConText; see
+    inference_runner/metadata/context.py)."""
+    md = _all_rows(results)
+    results.decide("metadata.race_levels", race_levels(results.plan))
+    cols = ["field", "extractor", "context", "mentions", "cases"]
+    aside = md[~_asserted(md)]
+    results.decide("metadata.context_excluded", int(len(aside)))
+    if not len(aside):
+        return pd.DataFrame(columns=cols)
+    aside = aside.assign(context=aside[CONTEXT].astype(str))
+    out = (aside.groupby(["field", "extractor", "context"], sort=True)
+           .agg(mentions=("case_id", "size"), cases=("case_id", "nunique")).reset_index())
+    rank = {c: i for i, c in enumerate(CONTEXT_LABELS)}
+    out = out.assign(_r=out["context"].map(rank).fillna(len(rank)))
+    return out.sort_values(["field", "extractor", "_r", "context"]).drop(columns="_r")[cols] \
+        .reset_index(drop=True)
 
 
 @analysis("metadata_coverage", wanted=_wants)

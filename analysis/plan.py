@@ -982,6 +982,14 @@ class Calibration(Block):
     bootstrap: CalBootstrap = key(CalBootstrap(), type="a mapping", default_text="")
 
 
+#: the race values the metadata extractors write (inference_runner/metadata/race.py,
+#: RACE_VALUES; a test checks the two agree)
+RACE_VALUES = ("Black", "White", "Asian", "Hispanic/Latino", "American Indian/Alaska Native",
+               "Native Hawaiian/Pacific Islander", "Other", "Declined", "Unknown")
+#: extracted race value -> the study's level where metadata.race_levels names none
+DEFAULT_RACE_LEVELS = {v: v for v in RACE_VALUES} | {"Declined": "Unknown"}
+
+
 class Metadata(Block):
     """How metadata extraction error reaches the subgroup intervals (needs
     `inputs.metadata` for `estimate`)."""
@@ -1014,6 +1022,31 @@ class Metadata(Block):
                         "read relative to the plan file's folder ({base})", p=str(p),
                         base=str(base))
         return str(p)
+
+    race_levels: dict[str, str] = key(
+        {}, "The study's race level of each extracted race value (the extractors' vocabulary: "
+        + ", ".join(RACE_VALUES) + "; the phrasings each stands for are listed in "
+        "inference_runner/metadata/race.py: African American and AA are Black, Caucasian is "
+        "White, Hispanic or Latino is Hispanic/Latino, a declined answer is Declined). A value "
+        "not named keeps the default: Declined -> Unknown, every other value as itself.",
+        type="a mapping extracted race value -> the study's level",
+        example="{Hispanic/Latino: Other, Declined: Unknown}", default_text="`{}`",
+        hint="write e.g. race_levels: {Hispanic/Latino: Other}",
+        cap=(len(RACE_VALUES), "race values"))
+
+    @field_validator("race_levels")
+    @classmethod
+    def _race_values(cls, value):
+        bad = sorted(k for k in value if k not in RACE_VALUES)
+        if bad:
+            raise _fail(None, "{file}: {at} names {bad}, which the extractors never write; "
+                        "name values of: {known}", bad=", ".join(map(repr, bad)),
+                        known=", ".join(RACE_VALUES))
+        empty = sorted(k for k, v in value.items() if not str(v).strip())
+        if empty:
+            raise _fail(None, "{file}: {at} maps {bad} to an empty level; give a level name",
+                        bad=", ".join(map(repr, empty)))
+        return value
 
     per_patient: Union[Literal["auto"], Seq] = key(
         "auto", "Fields recorded once per patient (race, sex): each is imputed once per "

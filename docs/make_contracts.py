@@ -116,11 +116,13 @@ PROBE = {
 PROBE_OPTIONAL = ("regime", "split")
 EVIDENCE = {
     "case_id": ("text", "", "The case the value is about."),
-    "field": ("text", "`phase`, `age`, `sex`, `contrast_agent`, `manufacturer`, `scanner`, "
+    "field": ("text", "`phase`, `age`, `sex`, `race`, `contrast_agent`, `manufacturer`, `scanner`, "
               "`slice_thickness_mm`, `kvp`, `study_date`, `modality`, "
               "`series_description`", "What was extracted."),
-    "value": ("text", f"phase: {_one_of(PHASES)}; sex: `F`, `M`, `O`; age: years",
-              "The extracted value."),
+    "value": ("text", f"phase: {_one_of(PHASES)}; sex: `F`, `M`, `O`; age: years; race: "
+              "`Black`, `White`, `Asian`, `Hispanic/Latino`, `American Indian/Alaska Native`, "
+              "`Native Hawaiian/Pacific Islander`, `Other`, `Declined`, `Unknown` (the "
+              "study's levels: plan key `metadata.race_levels`)", "The extracted value."),
     "extractor": ("text", "e.g. `dicom_rules`, `dicom_description`, `text_rules`, "
                   "`text_classifier`, `llm`, `review`", "Who extracted it; `review` rows "
                   "are human decisions, not an extractor."),
@@ -130,6 +132,10 @@ EVIDENCE = {
     "end": ("whole number", "> start", "End offset (exclusive)."),
     "source": ("text", "`dicom:<file>#<Keyword>` or `text:<file>#<case_id>`",
                "Where the evidence is."),
+    "context": ("text", "`asserted`, `negated`, `historical`, `hypothetical`, `family`",
+                "The mention's clinical context (medspaCy's ConText): only `asserted` rows "
+                "are values; the others are mentions kept as evidence (a table without the "
+                "column: every row asserted)."),
 }
 
 LESIONS = {

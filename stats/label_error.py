@@ -966,7 +966,9 @@ def misclassification_from_review(evidence: pd.DataFrame, *, fields: Sequence[st
     Parameters
     ----------
     evidence : the metadata evidence table (``case_id, field, value, extractor``; rows with
-        ``extractor == "review"`` are human decisions, taken as the truth).
+        ``extractor == "review"`` are human decisions, taken as the truth; with a
+        ``context`` column, only its ``asserted`` (or empty) rows are values: a negated,
+        prior-study, hypothetical or family mention is left out).
     fields : fields to estimate (default: every field).
     prefer : extractor order of the recorded value when no review exists (default: the
         extractors in sorted order), as the value a case is analysed with is chosen:
@@ -1015,7 +1017,11 @@ def misclassification_from_review(evidence: pd.DataFrame, *, fields: Sequence[st
     if missing:
         raise ContractError(MSG_EVIDENCE.format(columns=", ".join(map(repr, missing)),
                                                 present=", ".join(map(repr, evidence.columns))))
-    ev = evidence[list(need)].dropna(subset=["value"]).astype(str)
+    ev = evidence
+    if "context" in ev.columns:  # a negated, prior-study, hypothetical or family mention is no value
+        ctx = ev["context"]
+        ev = ev[(ctx.isna() | ctx.astype(str).str.strip().isin(["", "asserted"])).to_numpy()]
+    ev = ev[list(need)].dropna(subset=["value"]).astype(str)
     ev = ev[ev["value"].str.strip() != ""].drop_duplicates(["case_id", "field", "extractor"],
                                                              keep="last")
     extractors = sorted(set(ev["extractor"]) - {"review"})

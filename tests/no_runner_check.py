@@ -1,12 +1,12 @@
 """Run by tests/test_install.py in a fresh interpreter: the core install without the
 ``runner`` extra, simulated by refusing every import of its packages.
 
-A meta-path finder makes ``import torch`` (monai, nibabel, pydicom) raise
+A meta-path finder makes ``import torch`` (monai, nibabel, pydicom, medspacy, spacy) raise
 ModuleNotFoundError, as in an environment where they are not installed. Then every module
 of ``stats``, ``analysis``, ``reports``, ``clinrel`` and ``inference_runner.metadata`` is imported, the demo
 report is built through the Python API (no HTML/PDF, figures drawn), and the commands that
-need the runner must exit 2 naming ``pip install 'clinrel[runner]'`` while a report-text
-metadata extraction still works. Prints one JSON line for the test to read.
+need the runner must exit 2 naming ``pip install 'clinrel[runner]'``, report-text
+metadata extraction among them (it reads each mention's context with medspaCy). Prints one JSON line for the test to read.
 
 Usage: python tests/no_runner_check.py OUT_DIR
 """
@@ -20,7 +20,7 @@ import pkgutil
 import sys
 from pathlib import Path
 
-BLOCKED = ("torch", "monai", "nibabel", "pydicom")
+BLOCKED = ("torch", "monai", "nibabel", "pydicom", "medspacy", "spacy")
 
 
 class Blocker(importlib.abc.MetaPathFinder):

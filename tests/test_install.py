@@ -26,13 +26,19 @@ def _name(requirement: str) -> str:
     return re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0].lower()
 
 
+def _path() -> str:
+    """PYTHONPATH for the check: this checkout first (an editable install elsewhere would
+    otherwise be what the subprocess imports)."""
+    return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+
+
 @pytest.fixture(scope="module")
 def no_runner(tmp_path_factory):
     out = tmp_path_factory.mktemp("no_runner")
     # -P: the script's folder (tests/, which holds tests/stats/) is not put on sys.path
     proc = subprocess.run([sys.executable, "-P", str(ROOT / "tests" / "no_runner_check.py"), str(out)],
                           capture_output=True, text=True, timeout=600, cwd=out,
-                          env={**os.environ, "MPLBACKEND": "Agg"})
+                          env={**os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": _path()})
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert proc.returncode == 0 and line, proc.stderr[-3000:]
     return json.loads(line[len("RESULT "):])
@@ -62,9 +68,13 @@ def test_runner_commands_exit_2_with_the_install_command(no_runner, command):
         assert not no_runner["regen_written"]  # refused before anything is written
 
 
-def test_report_text_metadata_needs_no_runner(no_runner):
-    assert no_runner["exits"]["metadata extract csv"]["exit_code"] == 0, no_runner["exits"]
-    assert no_runner["text_evidence"]
+def test_report_text_metadata_needs_medspacy_from_the_runner_extra(no_runner):
+    """Report texts are read in clinical context by medspaCy (runner extra): without it the
+    extraction exits 2 naming medspaCy and the install command, writing nothing."""
+    res = no_runner["exits"]["metadata extract csv"]
+    assert res["exit_code"] == 2 and not res["traceback"], no_runner["exits"]
+    assert "medspacy" in res["output"] and INSTALL_HINT in " ".join(res["output"].split())
+    assert not no_runner["text_evidence"]
     assert no_runner["exits"]["subgroups --help"]["exit_code"] == 0
 
 
@@ -72,8 +82,8 @@ def test_runner_packages_are_an_extra_only():
     project = _pyproject()["project"]
     core = {_name(r) for r in project["dependencies"]}
     runner = {_name(r) for r in project["optional-dependencies"]["runner"]}
-    assert {"torch", "monai", "nibabel", "pydicom", "pillow"} <= runner
-    assert not core & {"torch", "monai", "nibabel", "pydicom"}
+    assert {"torch", "monai", "nibabel", "pydicom", "pillow", "medspacy"} <= runner
+    assert not core & {"torch", "monai", "nibabel", "pydicom", "medspacy", "spacy"}
     torch = [r for r in project["optional-dependencies"]["runner"] if _name(r) == "torch"]
     assert torch == ["torch==2.13.0"]
     makefile = (ROOT / "Makefile").read_text()

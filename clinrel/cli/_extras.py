@@ -3,8 +3,8 @@ pillow or pydicom check for them first and exit 2 saying how to install them.
 
 ``pip install clinrel`` gives ``stats``, ``reports`` and every other command;
 ``pip install 'clinrel[runner]'`` adds the packages of ``inference_runner``
-(``clinrel infer``, ``clinrel demo --regenerate``, DICOM headers in ``clinrel metadata
-extract``).
+(``clinrel infer``, ``clinrel demo --regenerate``, ``clinrel metadata extract``: DICOM
+headers with pydicom, and every report mention's clinical context with medspaCy).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ._common import InputError
 RUNNER_MODULES = ("torch", "monai", "nibabel", "PIL", "pydicom")
 #: their distribution names, as pip knows them
 DISTRIBUTIONS = {"torch": "torch", "monai": "monai", "nibabel": "nibabel", "PIL": "pillow",
-                 "pydicom": "pydicom"}
+                 "pydicom": "pydicom", "medspacy": "medspacy"}
 
 MSG_NEEDS_RUNNER = ("{what} needs the inference runner's packages, and {missing} "
                     "{verb} not installed; install them with: pip install 'clinrel[runner]' "

@@ -11,7 +11,7 @@ from ._extras import require_runner
 
 
 def register(app: typer.Typer) -> None:
-    meta = typer.Typer(help="Extract phase, age, sex and other fields with verbatim evidence.",
+    meta = typer.Typer(help="Extract phase, age, sex, race and other fields with verbatim evidence.",
                        no_args_is_help=True)
 
     @meta.command()
@@ -32,14 +32,18 @@ def register(app: typer.Typer) -> None:
         from inference_runner.metadata.text import read_text_csv
 
         inputs = [*check_paths(paths), reviewed]
-        if any(not (p.is_file() and p.suffix.lower() in (".csv", ".tsv")) for p in paths):
-            require_runner("clinrel metadata extract of DICOM files", ("pydicom",))
         check_out_files([("--out", out)], force=force, inputs=inputs)  # a file, so it has a stem
         stem = out.with_suffix("")
         review = review or Path(f"{stem}_review.csv")
         outs = [("--out", out), ("--out (agreement table)", Path(f"{stem}_agreement.csv")),
                 ("--review", review)]
         check_out_files(outs, force=force, inputs=inputs)
+        texts = [p.is_file() and p.suffix.lower() in (".csv", ".tsv") for p in paths]
+        if not all(texts):  # headers by pydicom; a series description's phase in context
+            require_runner("clinrel metadata extract of DICOM files", ("pydicom", "medspacy"))
+        elif any(texts):  # each report mention's clinical context (negated, prior, family)
+            require_runner("clinrel metadata extract of report texts (each mention's clinical "
+                           "context by medspaCy's ConText)", ("medspacy",))
         with progress("extracting", None, quiet=quiet) as advance:
             table, info = extract_paths(paths, llm_url=llm_url, llm_model=llm_model, advance=advance)
         if reviewed is not None:

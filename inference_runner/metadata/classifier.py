@@ -1,7 +1,7 @@
 """A second report-text extractor with other failure modes than the rules: character
 n-gram TF-IDF and logistic regression (scikit-learn), trained on labelled reports.
 
-- ``phase`` and ``sex``: one multinomial logistic regression per field on the whole
+- ``phase``, ``sex`` and ``race``: one multinomial logistic regression per field on the whole
   report (classes: the values seen in training plus ``none``). The predicted value's
   evidence is the sentence of the report whose own probability of that value is highest,
   so ``text[start:end] == evidence`` holds.
@@ -31,7 +31,7 @@ from stats._threads import one_blas_thread
 
 from .text import NUM_WORD, _row, number
 
-FIELDS = ("phase", "sex", "age")
+FIELDS = ("phase", "sex", "race", "age")
 NONE = "none"
 WINDOW = 24
 SEED = 0
@@ -44,18 +44,21 @@ MSG_ONE_CLASS = ("train_classifier: field '{field}' has only the value(s) {value
                  "training corpus; the classifier needs labelled reports with at least two "
                  "(a missing label counts as 'none')")
 MSG_COLUMNS = ("train_classifier: the corpus needs columns text, age, sex, phase (missing "
-               "{missing}); give one row per labelled report, None where a field is absent")
+               "{missing}), and race to learn race; give one row per labelled report, None "
+               "where a field is absent")
 
 
 @dataclass(frozen=True)
 class ClassifierModel:
-    """Fitted pipelines: ``phase`` and ``sex`` (report -> value or 'none'), ``age``
-    (number in context -> P(age)); ``n_train`` reports."""
+    """Fitted pipelines: ``phase``, ``sex`` and ``race`` (report -> value or 'none'; race
+    None when the corpus labels no race), ``age`` (number in context -> P(age));
+    ``n_train`` reports."""
 
     phase: object
     sex: object
     age: object
     n_train: int
+    race: object = None
 
 
 def _pipeline():
@@ -94,8 +97,9 @@ def _same_age(a: float, label) -> bool:
 
 
 def train_classifier(corpus) -> ClassifierModel:
-    """Fit the three models on labelled reports: a DataFrame (or records) with ``text``,
-    ``age``, ``sex``, ``phase`` (None/NaN where the report states no value)."""
+    """Fit the models on labelled reports: a DataFrame (or records) with ``text``, ``age``,
+    ``sex``, ``phase`` and optionally ``race`` (None/NaN where the report states no value;
+    without a race column, or with no race label, no race model)."""
     from ..config import ConfigError
 
     df = pd.DataFrame(list(corpus) if not isinstance(corpus, pd.DataFrame) else corpus)
@@ -104,6 +108,8 @@ def train_classifier(corpus) -> ClassifierModel:
         raise ConfigError(MSG_COLUMNS.format(missing=", ".join(missing)))
     texts = df["text"].astype(str).tolist()
     data = {field: (texts, [_label(v) for v in df[field].astype(object)]) for field in ("phase", "sex")}
+    if "race" in df.columns and df["race"].notna().any():
+        data["race"] = (texts, [_label(v) for v in df["race"].astype(object)])
     contexts, is_age = [], []
     for text, age in zip(texts, df["age"].astype(object)):
         for _, _, years, context in candidates(text):
@@ -115,7 +121,8 @@ def train_classifier(corpus) -> ClassifierModel:
             raise ConfigError(MSG_ONE_CLASS.format(field=field, values=sorted(set(map(str, y)))))
     with one_blas_thread():  # many BLAS threads on small problems only contend
         fitted = {field: _pipeline().fit(x, y) for field, (x, y) in data.items()}
-    return ClassifierModel(phase=fitted["phase"], sex=fitted["sex"], age=fitted["age"], n_train=len(df))
+    return ClassifierModel(phase=fitted["phase"], sex=fitted["sex"], age=fitted["age"], n_train=len(df),
+                           race=fitted.get("race"))
 
 
 def _sentences(text: str) -> list[tuple[int, int]]:
@@ -170,11 +177,13 @@ def classifier_answers(texts: list[str], model: ClassifierModel, *, case_ids=Non
     with one_blas_thread():
         hits = {"phase": _classified(texts, model.phase), "sex": _classified(texts, model.sex),
                 "age": _ages(texts, model.age)}
+        if model.race is not None:
+            hits["race"] = _classified(texts, model.race)
     out = []
     for i, (cid, text) in enumerate(zip(case_ids, texts)):
         answer = {}
         for field in FIELDS:
-            if (h := hits[field][i]) is not None:
+            if field in hits and (h := hits[field][i]) is not None:
                 answer[field] = _row(cid, field, h[0], EXTRACTOR, text, h[1], h[2], f"{source_prefix}#{cid}")
         out.append(answer)
     return out

@@ -1,5 +1,8 @@
 """Compare two extractors of a field, write disagreements for review, merge reviews back.
 
+Only values count (rows whose ``context`` is asserted): a negated, prior-study,
+hypothetical or family mention is evidence kept for the reader, not a value to compare.
+
 ``agreement(evidence)`` -> one row per field x extractor pair that both ran:
 ``field, extractor_a, extractor_b, n_a, n_b, n_both, n_agree, agreement`` (share of
 cases with both values that agree), ``kappa`` (Cohen's kappa over those cases,
@@ -23,7 +26,7 @@ import pandas as pd
 
 from stats.agreement import AGREEMENT_COLUMNS  # noqa: F401  (one definition, in stats)
 
-from . import EVIDENCE_COLUMNS
+from . import EVIDENCE_COLUMNS, asserted
 
 MSG_REVIEW_COLUMNS = ("{source}: the review table needs columns case_id, field, reviewed_value "
                       "(missing {missing}); start from the review CSV that extraction wrote")
@@ -34,7 +37,7 @@ REVIEW_COLUMNS = ("case_id", "field", "extractor_a", "value_a", "evidence_a", "s
 def _pairs(evidence: pd.DataFrame):
     from stats.agreement import extractor_pairs
 
-    return extractor_pairs(evidence)
+    return extractor_pairs(asserted(evidence))
 
 
 def agreement(evidence: pd.DataFrame) -> pd.DataFrame:
@@ -42,7 +45,7 @@ def agreement(evidence: pd.DataFrame) -> pd.DataFrame:
     lives in ``stats`` (:func:`stats.extractor_agreement`); the runner only calls it."""
     from stats.agreement import extractor_agreement
 
-    return extractor_agreement(evidence)
+    return extractor_agreement(asserted(evidence))
 
 
 def disagreements(evidence: pd.DataFrame) -> pd.DataFrame:
@@ -83,20 +86,24 @@ def merge_reviewed(evidence: pd.DataFrame, review: pd.DataFrame, *, source: str 
         ev, start, end, src = "", 0, 0, source
         for side in ("a", "b"):
             if str(r.get(f"value_{side}")) == r["reviewed_value"] and isinstance(r.get(f"evidence_{side}"), str):
-                match = evidence[(evidence["case_id"].astype(str) == str(r["case_id"]))
-                                 & (evidence["field"] == r["field"])
-                                 & (evidence["extractor"] == r.get(f"extractor_{side}"))]
+                match = asserted(evidence)
+                match = match[(match["case_id"].astype(str) == str(r["case_id"]))
+                              & (match["field"] == r["field"])
+                              & (match["extractor"] == r.get(f"extractor_{side}"))]
                 if len(match):
                     m = match.iloc[0]
                     ev, start, end, src = m["evidence"], m["start"], m["end"], m["source"]
                 break
         new.append({"case_id": str(r["case_id"]), "field": r["field"], "value": r["reviewed_value"],
                     "extractor": "review", "evidence": ev, "start": int(start), "end": int(end),
-                    "source": src})
+                    "source": src, "context": "asserted"})
     keys = set(zip(rv["case_id"].astype(str), rv["field"]))
     pairs = pd.MultiIndex.from_arrays([evidence["case_id"].astype(str), evidence["field"]])
     old_review = (evidence["extractor"] == "review").to_numpy() & pairs.isin(list(keys))
-    out = pd.concat([evidence[~np.asarray(old_review, bool)], pd.DataFrame(new)], ignore_index=True)
+    kept = evidence[~np.asarray(old_review, bool)]
+    if "context" not in kept.columns:
+        kept = kept.assign(context="asserted")
+    out = pd.concat([kept, pd.DataFrame(new)], ignore_index=True)
     return out[list(EVIDENCE_COLUMNS)]
 
 
@@ -104,6 +111,7 @@ def resolve(evidence: pd.DataFrame, *, prefer: tuple[str, ...] = ()) -> pd.DataF
     """One value per case x field: ``review`` first, then ``prefer`` order, then the rest
     in table order. Columns: case_id, field, value, extractor."""
     order = {"review": 0, **{e: i + 1 for i, e in enumerate(prefer)}}
+    evidence = asserted(evidence)
     ev = evidence.assign(_rank=evidence["extractor"].map(order).fillna(len(order) + 1),
                          _pos=np.arange(len(evidence)))
     ev = ev.sort_values(["_rank", "_pos"]).drop_duplicates(["case_id", "field"])

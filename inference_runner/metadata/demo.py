@@ -1,16 +1,19 @@
 """The demo study's metadata: report texts and headers for every demo case, two
 extractors, a review queue resolved against the known truth, and the evidence table.
 
-The demo knows each case's true age, sex and contrast phase (``cases.parquet``). From
+The demo knows each case's true age, sex, race and contrast phase (``cases.parquet``). From
 them, with no network and no randomness outside this module:
 
 1. **Report texts.** Every case gets a radiology report written in its site's style
    (:data:`SITE_STYLES`: the six styles of :mod:`.synthetic`, sites 07 and 08 sharing the
    styles of 02 and 05 as hospitals of one network would); each field is left out of the
-   text with the site's probability (:data:`P_ABSENT`).
+   text with the site's probability (:data:`P_ABSENT`), race with its own
+   (:data:`P_RACE_TEXT`: site_07 records no race at all), written as the site records it
+   (:data:`RACE_RECORDED`).
 2. **Headers.** A share of each site's cases (:data:`P_HEADER`) also has DICOM-like
-   header values (``PatientAge``, ``PatientSex``, ``SeriesDescription``,
-   ``ContrastBolusAgent``; :func:`.synthetic.header_for`), with a few agents missing
+   header values (``PatientAge``, ``PatientSex``, ``EthnicGroup`` with the site's
+   probability :data:`P_RACE_HEADER`, ``SeriesDescription``, ``ContrastBolusAgent``;
+   :func:`.synthetic.header_for`), with a few agents missing
    (:data:`P_AGENT_MISSING`: a header that reads as non-contrast on a contrast scan).
 3. **Extractors.** ``text_rules`` (:func:`.text.extract_rules`, regular expressions),
    ``text_classifier`` (:mod:`.classifier`, character n-grams and logistic regression)
@@ -48,7 +51,7 @@ import pandas as pd
 
 from . import EVIDENCE_COLUMNS
 
-FIELDS = ("age", "sex", "phase")
+FIELDS = ("age", "sex", "race", "phase")
 SITE_STYLES = {"site_01": "A", "site_02": "B", "site_03": "C", "site_04": "D",
                "site_05": "E", "site_06": "F", "site_07": "B", "site_08": "E"}
 #: probability that a report leaves a field out, by style
@@ -57,12 +60,24 @@ P_ABSENT = {"A": 0.06, "B": 0.15, "C": 0.04, "D": 0.10, "E": 0.08, "F": 0.15}
 P_HEADER = {"site_01": 0.8, "site_02": 0.7, "site_03": 0.75, "site_04": 0.6,
             "site_05": 0.5, "site_06": 0.4, "site_07": 0.3, "site_08": 0.35}
 P_AGENT_MISSING = 0.04
+#: probability that a report states the patient's race, by site: site_07 never records it
+#: (nor does its headers' EthnicGroup); site_01 nearly always does
+P_RACE_TEXT = {"site_01": 0.9, "site_02": 0.6, "site_03": 0.5, "site_04": 0.7,
+               "site_05": 0.8, "site_06": 0.6, "site_07": 0.0, "site_08": 0.75}
+#: probability that a header carries EthnicGroup, by site
+P_RACE_HEADER = {"site_01": 0.9, "site_02": 0.5, "site_03": 0.3, "site_04": 0.6,
+                 "site_05": 0.8, "site_06": 0.5, "site_07": 0.0, "site_08": 0.7}
+#: how a site's records write a true race level (the extractors' vocabulary): "Other" is
+#: sometimes recorded as Hispanic/Latino, "Unknown" sometimes as declined; the demo plan's
+#: metadata.race_levels puts them back on the study's levels
+RACE_RECORDED = {"White": ("White",), "Black": ("Black",), "Asian": ("Asian",),
+                 "Other": ("Other", "Hispanic/Latino"), "Unknown": ("Unknown", "Declined")}
 TRAIN_STYLES = ("A", "B", "C", "D")
 N_TRAIN = 60
 EXTRACTORS = ("dicom_rules", "text_classifier", "text_rules")
 TEXT_SOURCE = "text:demo_reports"
 HEADER_FOLDER = "demo_headers"
-MSG_CASES = ("demo metadata: the cases table needs columns case_id, site, age, sex, phase "
+MSG_CASES = ("demo metadata: the cases table needs columns case_id, site, age, sex, race, phase "
              "(missing {missing}); give the demo's cases.parquet")
 MSG_SITE = ("demo metadata: site(s) {sites} have no reporting style; the demo's sites are "
             "{known}")
@@ -82,7 +97,7 @@ class DemoMetadata:
 
 
 def truth_table(cases: pd.DataFrame) -> pd.DataFrame:
-    """One row per case: ``case_id, site, age`` (whole years), ``sex``, ``phase``."""
+    """One row per case: ``case_id, site, age`` (whole years), ``sex``, ``race``, ``phase``."""
     missing = [c for c in ("case_id", "site", *FIELDS) if c not in cases.columns]
     if missing:
         raise ValueError(MSG_CASES.format(missing=", ".join(missing)))
@@ -109,12 +124,15 @@ def write_texts(truth: pd.DataFrame, *, seed: int = 0) -> tuple[pd.DataFrame, di
         rng = random.Random(f"clinrel-demo-metadata-{seed}-{rec['case_id']}")
         style = SITE_STYLES[rec["site"]]
         lab = {f: (None if rng.random() < P_ABSENT[style] else
-                   (int(rec[f]) if f == "age" else rec[f])) for f in FIELDS}
+                   (int(rec[f]) if f == "age" else rec[f])) for f in ("age", "sex", "phase")}
+        recorded = rng.choice(RACE_RECORDED[rec["race"]]) if pd.notna(rec["race"]) else None
+        lab["race"] = recorded if rng.random() < P_RACE_TEXT[rec["site"]] else None
         texts.append(STYLES[style](rng, lab))
         styles.append(style)
         if rng.random() < P_HEADER[rec["site"]]:
             headers[rec["case_id"]] = header_for(
-                rng, {f: rec[f] for f in FIELDS}, p_agent_missing=P_AGENT_MISSING)
+                rng, {**{f: rec[f] for f in ("age", "sex", "phase")}, "race": recorded},
+                p_agent_missing=P_AGENT_MISSING, p_race=P_RACE_HEADER[rec["site"]])
     reports = pd.DataFrame({"case_id": truth["case_id"], "site": truth["site"],
                             "style": styles, "text": texts})
     return reports, headers

@@ -8,7 +8,10 @@ of it that carries the value), ``start``/``end`` are offsets into that string an
 Extractors:
 
 - ``dicom_header``: PatientAge (``058Y`` -> 58; M/W/D units converted to years),
-  PatientSex, ContrastBolusAgent (absent or empty on CT/MR -> ``non_contrast`` with empty
+  PatientSex, EthnicGroup (0010,2160; free text, its spellings read by
+  :func:`.race.race_value`: ``WHITE``, ``W``, ``CAUC``, ``AFR AM``, ``B``, ``HISP``,
+  ``UNK``, ``DECLINED``, the CDC race codes ``2106-3`` ...; a spelling it does not know
+  gives no value), ContrastBolusAgent (absent or empty on CT/MR -> ``non_contrast`` with empty
   evidence, start = end = 0; present
   with ContrastBolusStartTime and AcquisitionTime -> arterial < 45 s <= venous < 150 s <=
   delayed; present without timing -> no phase), and Manufacturer, ManufacturerModelName,
@@ -54,6 +57,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
+from .race import race_value
 from .text import first_hit, phase_matches
 from .text import rule_answer as _rule_answer
 
@@ -74,7 +78,8 @@ _DESCRIPTION_RE = [re.compile(p, re.IGNORECASE) for _, p in _DESCRIPTION_ABBREVI
 _DESCRIPTION_VALUE = {p: v for v, p in _DESCRIPTION_ABBREVIATIONS}
 #: the rule answer per field: the first of these extractors that gave a value
 RULE_PREFERENCE = {"phase": ("dicom_description", "dicom_header"),
-                   "age": ("dicom_header", "dicom_birthdate"), "sex": ("dicom_header",)}
+                   "age": ("dicom_header", "dicom_birthdate"), "sex": ("dicom_header",),
+                   "race": ("dicom_header",)}
 DATE_MODES = ("refuse", "allow", "shift")
 DateMode = Literal["refuse", "allow", "shift"]
 IDENTIFIER_VRS = ("DA", "DT", "TM")
@@ -206,7 +211,8 @@ def shift_dates(ds, *, salt: str, patient: str | None = None):
 
 def _row(case_id, field, value, extractor, evidence, start, end, source):
     return {"case_id": case_id, "field": field, "value": str(value), "extractor": extractor,
-            "evidence": evidence, "start": int(start), "end": int(end), "source": source}
+            "evidence": evidence, "start": int(start), "end": int(end), "source": source,
+            "context": "asserted"}
 
 
 def _text(ds, keyword) -> str | None:
@@ -315,6 +321,10 @@ def extract_dataset(ds, path, *, dates: DateMode = "refuse", salt: str | None = 
     sex = _text(ds, "PatientSex")
     if sex and sex.upper() in ("M", "F", "O"):
         rows.append(_row(case, "sex", sex.upper(), "dicom_header", sex, 0, len(sex), f"{src}#PatientSex"))
+    ethnic = _text(ds, "EthnicGroup")
+    if ethnic and (race := race_value(ethnic)) is not None:
+        rows.append(_row(case, "race", race, "dicom_header", ethnic, 0, len(ethnic),
+                         f"{src}#EthnicGroup"))
     b, s = _parse_date(_text(ds, "PatientBirthDate")), _parse_date(_text(ds, "StudyDate"))
     years = None
     if b and s and b <= s:

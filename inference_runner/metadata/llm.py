@@ -2,8 +2,12 @@
 
 The model is asked for JSON ``[{"field": ..., "value": ..., "evidence": ...}]``. An
 answer counts only when its ``evidence`` is a verbatim substring of the source text
-(its first occurrence gives ``start``/``end``) and its value is allowed for the field;
-everything else is rejected and counted. Only the standard library (urllib) is used.
+(its first occurrence gives ``start``/``end``) and its value is allowed for the field
+(race: a value of :data:`.race.RACE_VALUES` or a phrasing of one, and the evidence must
+itself state it, :func:`_supports`); everything else is rejected and counted. The prompt
+asks for asserted statements about the current study and the patient only (no negated,
+prior-study, recommended or family mentions); the model's answer is not checked for
+context beyond that. Only the standard library (urllib) is used.
 """
 from __future__ import annotations
 
@@ -16,14 +20,21 @@ import urllib.request
 
 from ..config import ConfigError
 from . import PHASES
+from .race import RACE_VALUES, race_value
 
-FIELDS = ("phase", "age", "sex")
+FIELDS = ("phase", "age", "sex", "race")
 PROMPT = (
-    "Extract from the radiology report below the contrast phase (one of non_contrast, "
-    "arterial, venous, delayed), the patient's age in years and sex (F or M). Answer with "
-    "JSON only: a list of objects with keys field, value, evidence, where evidence is an "
-    "exact substring of the report that states the value. Leave out fields the report does "
-    "not state.\n\nREPORT:\n{text}"
+    "Extract from the radiology report below the contrast phase of the current study (one "
+    "of non_contrast, arterial, venous, delayed), the patient's age in years, sex (F or M) "
+    "and race (one of " + ", ".join(RACE_VALUES) + "; African American or AA is Black, "
+    "Caucasian is White, Hispanic or Latino is Hispanic/Latino, a patient who declined to "
+    "state it is Declined, a recorded unknown is Unknown). Use only statements about the "
+    "current study and the patient that are asserted: leave out a phase or contrast that "
+    "was not given or not acquired, belongs to a prior or comparison study, or is "
+    "recommended or conditional, and an age, sex or race of a relative. Answer with JSON "
+    "only: a list of objects with keys field, value, evidence, where evidence is an exact "
+    "substring of the report that states the value. Leave out fields the report does not "
+    "state.\n\nREPORT:\n{text}"
 )
 
 
@@ -92,7 +103,21 @@ def _valid(field: str, value) -> str | None:
         return v if v in ("F", "M") else None
     if field == "age":
         return v if re.fullmatch(r"\d{1,3}", v) and int(v) <= 120 else None
+    if field == "race":
+        return race_value(v)
     return None
+
+
+def _supports(field: str, value: str, evidence: str) -> bool:
+    """For race, the evidence must itself say the value (a phrasing of it, by the text
+    rules, :mod:`.race`): a model may not map "unremarkable" to White. Other fields: the
+    verbatim-substring check alone."""
+    if field != "race":
+        return True
+    from .race import description_mentions, label_mentions
+
+    said = {v for v, _, _ in label_mentions(evidence) + description_mentions(evidence)}
+    return value in said or race_value(evidence) == value
 
 
 def parse_answer(content: str, text: str, *, case_id: str, source: str) -> tuple[list[dict], int]:
@@ -112,11 +137,12 @@ def parse_answer(content: str, text: str, *, case_id: str, source: str) -> tuple
         ev = it.get("evidence")
         value = _valid(it["field"], it.get("value"))
         start = text.find(ev) if isinstance(ev, str) and ev else -1
-        if value is None or start < 0:
+        if value is None or start < 0 or not _supports(it["field"], value, ev):
             rejected += 1
             continue
         rows.append({"case_id": case_id, "field": it["field"], "value": value, "extractor": "llm",
-                     "evidence": ev, "start": start, "end": start + len(ev), "source": source})
+                     "evidence": ev, "start": start, "end": start + len(ev), "source": source,
+                     "context": "asserted"})
     return rows, rejected
 
 

@@ -8,13 +8,15 @@ Six styles (``STYLES``, keys ``A``-``F``): academic prose (A), terse abbreviated
 dictation (E), informal mixed phrasing with spelled ages (F). Each takes a
 ``random.Random`` and the labels ``{"age": int | None, "sex": "F" | "M" | None, "phase":
 "non_contrast" | "arterial" | "venous" | "delayed" | None}`` (None: the report states no
-value) and returns one report text. :func:`random_header` draws a header and its labels;
+value; ``"race"``: a value of :data:`RACES` or None, stated by :func:`race_statement`)
+and returns one report text. :func:`random_header` draws a header and its labels;
 :func:`header_for` writes a header for given labels. Pure Python ``random``: the same seed
 gives the same text on every platform.
 """
 from __future__ import annotations
 
 import random
+import re
 
 # ---------------------------------------------------------------- phrase pools
 WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven",
@@ -79,11 +81,20 @@ def _findings(rng: random.Random, sex, k: int = 3) -> list[str]:
     return out
 
 
+#: the race values the synthetic reports state (the extracted vocabulary of .race)
+RACES = ("White", "Black", "Asian", "Hispanic/Latino", "Other", "Declined", "Unknown")
+#: a report states race less often than the other fields
+P_RACE_ABSENT = 0.35
+
+
 def random_labels(rng: random.Random, p_absent: float = 0.15) -> dict:
-    """Random labels; each field absent (None) with probability ``p_absent``."""
-    return {"age": None if rng.random() < p_absent else rng.randint(19, 94),
-            "sex": None if rng.random() < p_absent else rng.choice("FM"),
-            "phase": None if rng.random() < p_absent else rng.choice(sorted(PHASES))}
+    """Random labels; each field absent (None) with probability ``p_absent`` (race: at
+    least :data:`P_RACE_ABSENT`)."""
+    lab = {"age": None if rng.random() < p_absent else rng.randint(19, 94),
+           "sex": None if rng.random() < p_absent else rng.choice("FM"),
+           "phase": None if rng.random() < p_absent else rng.choice(sorted(PHASES))}
+    lab["race"] = None if rng.random() < max(p_absent, P_RACE_ABSENT) else rng.choice(RACES)
+    return lab
 
 
 def _pick(rng: random.Random, options):
@@ -258,7 +269,51 @@ def _site_f(rng, lab) -> str:
     return " ".join(pieces)
 
 
-STYLES = {"A": _site_a, "B": _site_b, "C": _site_c, "D": _site_d, "E": _site_e, "F": _site_f}
+#: how each style states race: a description ("{}" a race phrase) or a label ("{}" a label value)
+RACE_WORDS = {"Black": ["African American", "Black", "AA"], "White": ["White", "Caucasian"],
+              "Asian": ["Asian"], "Hispanic/Latino": ["Hispanic", "Latino", "Hispanic/Latino"]}
+RACE_LABEL_WORDS = {**RACE_WORDS, "Other": ["other", "multiracial"], "Declined": ["declined"],
+                    "Unknown": ["unknown", "not recorded"]}
+_RACE_FORMS = {"A": ("The patient is {}.", "Race: {}."), "B": ("pt {}.", "race {}."),
+               "C": (None, "Race: {}"), "D": ("The patient is of {} descent.", "Ethnicity: {}."),
+               "E": (None, "RACE: {}."), "F": ("Pt is {}.", "Race: {}.")}
+_DESCENT = {"Black": "African", "White": "White European", "Asian": "Asian",
+            "Hispanic/Latino": "Hispanic"}
+
+
+def race_statement(rng: random.Random, style: str, race: str) -> str:
+    """One sentence (a line for C) stating ``race`` in ``style``'s manner."""
+    described, labelled = _RACE_FORMS[style]
+    if described and race in RACE_WORDS and rng.random() < 0.6:
+        word = _DESCENT[race] if style == "D" else _pick(rng, [w for w in RACE_WORDS[race] if w != "AA"]
+                                                         if style in ("A", "F") else RACE_WORDS[race])
+        return described.format(word)
+    word = _pick(rng, RACE_LABEL_WORDS[race])
+    return labelled.format(word.upper() if style == "E" else word)
+
+
+def _with_race(style: str, write):
+    """``write`` (a style) and, when ``lab`` has a race, its race statement inserted at a
+    sentence (for C: line) boundary."""
+    def styled(rng: random.Random, lab: dict) -> str:
+        text = write(rng, lab)
+        if not lab.get("race"):
+            return text
+        said = race_statement(rng, style, lab["race"])
+        sep = "\n" if style == "C" else " "
+        if style == "C":
+            parts = text.split("\n")
+        else:
+            parts = [p for p in re.split(r"(?<=[.])\s+", text) if p]
+        parts.insert(rng.randint(0, min(2, len(parts))), said)
+        return sep.join(parts)
+
+    styled.__doc__ = write.__doc__
+    return styled
+
+
+STYLES = {k: _with_race(k, f) for k, f in
+          {"A": _site_a, "B": _site_b, "C": _site_c, "D": _site_d, "E": _site_e, "F": _site_f}.items()}
 
 # ---------------------------------------------------------------- DICOM headers
 DESCRIPTIONS = {
@@ -269,14 +324,20 @@ DESCRIPTIONS = {
     None: ["Abd Pel 5mm", "AXIAL 3mm", "Recon 2", "SOFT TISSUE 5.0"],
 }
 SEX_VALUES = {"M": ["M", "M", "m"], "F": ["F", "F", "f"], "O": ["O"]}
+#: EthnicGroup (0010,2160) spellings, as sites write the free text (16 characters at most)
+ETHNIC_GROUP = {"White": ["WHITE", "W", "CAUCASIAN", "2106-3"],
+                "Black": ["BLACK", "B", "AFR AM", "AFRICAN AMERICAN"], "Asian": ["ASIAN", "ASN"],
+                "Hispanic/Latino": ["HISPANIC", "H"], "Other": ["OTHER"],
+                "Declined": ["DECLINED", "PT REFUSED"], "Unknown": ["UNKNOWN", "UNK"]}
 
 
 def random_header(rng: random.Random, site: str) -> tuple[dict, dict]:
     """A random header (CT or MR; ages in years or months, or empty; sex M/F/O or absent;
-    a phase from the description, the contrast timing, or no agent) and its labels."""
+    a phase from the description, the contrast timing, or no agent; EthnicGroup in half)
+    and its labels."""
     age_unit = rng.random()
     header = {"Modality": rng.choice(["CT", "CT", "CT", "MR"]), "PatientID": f"{site}{rng.randint(1000, 9999)}"}
-    labels = {"age": None, "sex": None, "phase": None}
+    labels = {"age": None, "sex": None, "phase": None, "race": None}
     if age_unit < 0.6:
         a = rng.randint(19, 94)
         header["PatientAge"], labels["age"] = f"{a:03d}Y", a
@@ -304,16 +365,20 @@ def random_header(rng: random.Random, site: str) -> tuple[dict, dict]:
     if "ContrastBolusAgent" not in header and phase is None:
         phase = "non_contrast"  # a conforming CT/MR header without the agent: no contrast
     labels["phase"] = phase
+    if rng.random() < 0.5:  # EthnicGroup, in a site's spelling (after the other draws)
+        race = rng.choice(RACES)
+        header["EthnicGroup"], labels["race"] = rng.choice(ETHNIC_GROUP[race]), race
     return header, labels
 
 
 def header_for(rng: random.Random, lab: dict, *, p_no_age: float = 0.1, p_no_sex: float = 0.1,
                p_plain_description: float = 0.2, p_timing: float = 0.3,
-               p_agent_missing: float = 0.0) -> dict:
+               p_agent_missing: float = 0.0, p_race: float = 0.0) -> dict:
     """A DICOM-like header (keyword -> string) for known labels ``lab``.
 
     ``PatientAge`` as ``"072Y"`` (absent with probability ``p_no_age``), ``PatientSex``
-    (absent with ``p_no_sex``), ``Modality`` CT, a ``SeriesDescription`` naming the phase
+    (absent with ``p_no_sex``), ``EthnicGroup`` for a race label with probability ``p_race``
+    (a spelling of :data:`ETHNIC_GROUP`), ``Modality`` CT, a ``SeriesDescription`` naming the phase
     (a plain one such as ``"AXIAL 3mm"`` with ``p_plain_description``), and for a
     contrast phase ``ContrastBolusAgent`` (left out with ``p_agent_missing``: a header
     error that reads as non-contrast) with, with ``p_timing``, the bolus start and
@@ -324,6 +389,8 @@ def header_for(rng: random.Random, lab: dict, *, p_no_age: float = 0.1, p_no_sex
         header["PatientAge"] = f"{int(lab['age']):03d}Y"
     if lab.get("sex") and rng.random() >= p_no_sex:
         header["PatientSex"] = rng.choice(SEX_VALUES[lab["sex"]])
+    if lab.get("race") and rng.random() < p_race:
+        header["EthnicGroup"] = rng.choice(ETHNIC_GROUP[lab["race"]])
     phase = lab.get("phase")
     plain = rng.random() < p_plain_description
     header["SeriesDescription"] = rng.choice(DESCRIPTIONS[None if plain else phase])

@@ -83,6 +83,8 @@ _AGE_YEAROLD = [
     r"\b(?P<n>\d{1,3})\s*/\s*(?-i:[MFmf])\b",
     r"(?-i:\b[MFmf])\s*/\s*(?P<n>\d{1,3})\b",
     rf"(?:\b(?:male|female|man|woman)|(?-i:\b[MF])),\s*(?P<n>\d{{1,3}})\b{_NOT_SIZE}",
+    # a bare "76 yrs" as a field of a demographics line ("DEMOGRAPHICS | 76 yrs | Sex M")
+    r"(?:^|(?<=[|;]))\s*(?P<n>\d{1,3})\s*(?:yrs?|years?)\b\.?(?=\s*(?:[|;,]|$))",
 ]
 _AGE_LABEL = [
     rf"\b(?:age|aged)\b\s*(?:[:=]\s*|is\s+|of\s+)?{_N}\b{_NOT_SIZE}(?:\s*(?:years?|yrs?|y)\b\.?)?",
@@ -109,17 +111,10 @@ _SEX_NOUN = [
 _PRONOUN = [("F", re.compile(r"\b(?:she|her|hers)\b", _I)),
             ("M", re.compile(r"\b(?:he|his|him)\b", _I))]
 # ------------------------------------------------------------------ phase
-_NEG_CONTRAST = (r"(?:without|w/o|wo|no)\s+(?:(?:iv|i\.v\.|intravenous)\s+(?:or\s+oral\s+)?|"
-                 r"oral\s+or\s+(?:iv|i\.v\.|intravenous)\s+)?contrast\b"
-                 r"(?![- ]?(?:enhanc|uptake|related|reaction|allerg))")
-_CONTRAST_NONE = (r"(?<!oral )(?<!po )\b(?:(?:iv|i\.v\.|intravenous)\s+)?contrast\s*[:=]\s*"
-                  r"(?:none|no|nil|not given)\b")
 _PHASE_PATTERNS = [
     ("non_contrast", (r"\b(?:non[- ]?contrast(?:ed)?|non[- ]?con\b|unenhanced|non[- ]?enhanced\b|"
                       r"pre[- ]?contrast|nect|ncct|native (?:phase|scan|ct)|"
                       r"plain (?:ct|scan|phase|images?|acquisition|study))")),
-    ("non_contrast", rf"\b{_NEG_CONTRAST}"),
-    ("non_contrast", _CONTRAST_NONE),
     ("arterial", (r"\b(?:(?:late|early)\s+(?:hepatic\s+)?arterial(?:[- ]?phase)?|hepatic\s+arterial[- ]?phase|"
                   r"arterial[- ]?phase|art\.?\s+phase|corticomedullary(?:[- ]?phase)?|angiographic\s+phase)\b")),
     ("venous", (r"\b(?:portal[- ]?venous(?:[- ]?phase)?|porto[- ]?venous(?:[- ]?phase)?|portal[- ]phase|"
@@ -129,28 +124,36 @@ _PHASE_PATTERNS = [
                  r"\d+[- ]?min(?:ute)?s?\.?\s+delay(?:ed)?(?:[- ]?(?:phase|images?|scans?))?|"
                  r"delay(?:ed)?\s+(?:imgs\s+|images\s+)?(?:of\s+|at\s+)?\d+\s*min(?:ute)?s?|"
                  r"excretory(?:[- ]?phase)?|urographic(?:[- ]?phase)?)\b")),
+    # "delayed (5 min)": a delay in brackets (no word boundary after the bracket)
+    ("delayed", r"\bdelayed\s*\(\s*\d+(?:\.\d+)?\s*(?:min(?:ute)?s?|m)\s*\)"),
 ]
-_PHASE_LABEL = re.compile(r"\bphase\s*[:=]\s*(?P<v>pv|art|nc|del|delayed|arterial|venous|"
-                          r"non-?contrast|unenhanced)\b", _I)
-_LABEL_VALUES = {"pv": "venous", "venous": "venous", "art": "arterial", "arterial": "arterial",
+_PHASE_LABEL = re.compile(r"\b(?:phase|protocol|acquisition)\s*[:=|]\s*(?P<v>pv|art|nc|del|delayed|arterial|"
+                          r"late arterial|early arterial|portal venous|venous|non-?contrast|unenhanced)\b",
+                          _I)
+_LABEL_VALUES = {"pv": "venous", "venous": "venous", "portal venous": "venous", "art": "arterial",
+                 "arterial": "arterial", "late arterial": "arterial", "early arterial": "arterial",
                  "nc": "non_contrast", "noncontrast": "non_contrast", "non-contrast": "non_contrast",
                  "unenhanced": "non_contrast", "del": "delayed", "delayed": "delayed"}
 _PHASE_RE = [(v, re.compile(p, _I)) for v, p in _PHASE_PATTERNS]
 #: text right after a phase phrase that makes it a finding or an anatomical term, not a phase
 _NOT_A_PHASE = re.compile(r"^[- ]?(?:phase\s+)?(?:(?:hyper|hypo|iso)?enhanc|wash|calcif)|"
                           r"^\s*(?:system|thromb|gas|hypertension|flow|invasion|vein)", _I)
-_NEGATED_BEFORE = re.compile(r"\b(?:no|not|without)\s+(?:\w+\s+)?$", _I)
-_NEGATED_AFTER = re.compile(r"^[^.;]{0,20}?\b(?:was|were|is)\s+not\s+(?:acquired|performed|obtained|done)|"
-                            r"^[^.;]{0,12}\bomitted", _I)
-_HISTORY = re.compile(r"\b(?:comparison|compared|prior|previous(?:ly)?|earlier|outside)\b", _I)
-_SENTENCE_END = re.compile(r"[.;!?](?=\s|$)|\n")
+#: a mention of IV contrast (ConText decides: negated -> non-contrast; asserted -> no phase):
+#: not oral/rectal contrast, not "contrast-enhanced", "contrast-related complications",
+#: "contrast allergy", not the "contrast" of "non-contrast" / "pre-contrast"
+_CONTRAST = re.compile(
+    r"(?<!oral )(?<!po )(?<!rectal )(?<!non-)(?<!non)(?<!pre-)(?<!pre)(?<!post-)(?<!post)"
+    r"\b(?:(?:iv|i\.v\.|intravenous)\s+(?:or\s+oral\s+)?)?contrast\b"
+    r"(?![- ]?(?:enhanc|uptake|related|reaction|allerg|induced|nephropathy|medium\s+(?:allerg|reaction)|"
+    r"agent\s+(?:allerg|reaction)|extravasation|to\s+noise|resolution))", _I)
+_CONTRAST_WORDS = re.compile(r"contrast|injection|bolus", _I)
 _DELAY = re.compile(r"\b(\d{1,3})\s*(?:s|sec|secs|seconds)\b(?:\s+(?:after|post|following))?", _I)
-_NO_CONTRAST = re.compile(rf"\b{_NEG_CONTRAST}", _I)
 
 #: the rule answer per field: the first of these extractors that gave a value
 RULE_PREFERENCE = {"phase": ("text_phase_regex", "text_contrast_timing"),
                    "age": ("text_age_yearold", "text_age_label"),
-                   "sex": ("text_sex_noun", "text_sex_pronoun")}
+                   "sex": ("text_sex_noun", "text_sex_pronoun"),
+                   "race": ("text_race_label", "text_race_mention")}
 
 MSG_TEXT_COLUMNS = ("{file}: a report-text CSV needs columns 'case_id' and 'text' (found {found}); "
                     "rename them")
@@ -184,59 +187,124 @@ def first_hit(patterns, text: str, value) -> tuple | None:
     return best
 
 
-def _sentence_start(text: str, pos: int) -> int:
-    ends = [m.end() for m in _SENTENCE_END.finditer(text, 0, pos)]
-    return ends[-1] if ends else 0
+def _is_phase_phrase(text: str, start: int, end: int) -> bool:
+    """False for a phrase that is a finding or an anatomical term ("arterial phase
+    hyperenhancement", "portal venous thrombosis"), not a phase (a lexical sense: the
+    clinical context is ConText's)."""
+    return not _NOT_A_PHASE.match(text[end:end + 40])
 
 
-def _is_phase(text: str, value: str, start: int, end: int) -> bool:
-    """False for a phrase that is a finding, negated, or about a prior study."""
-    after, before = text[end:end + 40], text[_sentence_start(text, start):start]
-    if _NOT_A_PHASE.match(after) or _HISTORY.search(before):
-        return False
-    negated = _NEGATED_BEFORE.search(before) or _NEGATED_AFTER.match(after)
-    return value == "non_contrast" or not negated
+def _candidates(text: str) -> list[dict]:
+    """Every candidate mention: ``field``, ``extractor``, ``value`` (None: read from the
+    context: a contrast mention), ``kind`` (the ConText target type), ``start``, ``end``."""
+    from . import race as _race
+    from .context import AGE, CONTRAST, PHASE, RACE, SEX
+
+    out = []
+
+    def add(field, extractor, value, kind, s, e):
+        out.append({"field": field, "extractor": extractor, "value": value, "kind": kind,
+                    "start": s, "end": e})
+
+    for v, rx in _PHASE_RE:
+        for m in rx.finditer(text):
+            if _is_phase_phrase(text, m.start(), m.end()):
+                add("phase", "text_phase_regex", v, PHASE, m.start(), m.end())
+    for m in _PHASE_LABEL.finditer(text):
+        add("phase", "text_phase_regex", _LABEL_VALUES[m.group("v").lower()], PHASE, m.start(), m.end())
+    for m in _CONTRAST.finditer(text):
+        for extractor in ("text_phase_regex", "text_contrast_timing"):
+            add("phase", extractor, None, CONTRAST, m.start(), m.end())
+    if _CONTRAST_WORDS.search(text):
+        for m in _DELAY.finditer(text):
+            sec = int(m.group(1))
+            v = "arterial" if sec < 45 else "venous" if sec < 150 else "delayed"
+            add("phase", "text_contrast_timing", v, PHASE, m.start(), m.end())
+    for extractor, patterns in _AGE_RULES.items():
+        for rx in patterns:
+            for m in rx.finditer(text):
+                if (v := _age(m)) is not None:
+                    add("age", extractor, v, AGE, m.start(), m.end())
+    for rx in _SEX_RULES:
+        for m in rx.finditer(text):
+            add("sex", "text_sex_noun", _SEX_WORDS[m.group("s").lower()], SEX, m.start(), m.end())
+    for v, rx in _PRONOUN:
+        for m in rx.finditer(text):
+            add("sex", "text_sex_pronoun", v, SEX, m.start(), m.end())
+    for v, s, e in _race.label_mentions(text):
+        add("race", "text_race_label", v, RACE, s, e)
+    for v, s, e in _race.description_mentions(text):
+        add("race", "text_race_mention", v, RACE, s, e)
+    return out
+
+
+def _read(text: str, cands: list[dict]) -> list[dict]:
+    """Each candidate with its ``context`` (medspaCy ConText, :mod:`.context`) and its
+    value: a contrast mention negated about the current study is non-contrast (context
+    asserted), negated about a prior or hypothetical study keeps that label; a contrast
+    mention that is not negated states no phase and is dropped."""
+    from .context import ASSERTED, NEGATED, Mention, contexts, top_label
+
+    keys = list(dict.fromkeys((c["kind"], c["start"], c["end"]) for c in cands))
+    labels = dict(zip(keys, contexts(text, [Mention(*k) for k in keys])))
+    out = []
+    for c in cands:
+        cats = labels[(c["kind"], c["start"], c["end"])]
+        if c["value"] is None:  # a contrast mention
+            if NEGATED not in cats:
+                continue
+            c = {**c, "value": "non_contrast", "context": top_label(cats - {NEGATED}) or ASSERTED}
+        else:
+            c = {**c, "context": top_label(cats) or ASSERTED}
+        out.append(c)
+    return out
 
 
 def phase_matches(text: str) -> list[tuple[str, int, int]]:
-    """Every phase phrase in ``text`` that states this study's phase, as
-    ``(value, start, end)`` in text order."""
-    hits = [(v, m.start(), m.end()) for v, rx in _PHASE_RE for m in rx.finditer(text)]
-    hits += [(_LABEL_VALUES[m.group("v").lower()], m.start(), m.end()) for m in _PHASE_LABEL.finditer(text)]
-    return sorted((h for h in hits if _is_phase(text, *h)), key=lambda h: (h[1], -h[2]))
+    """Every phase mention of ``text`` that states this study's phase (asserted, current),
+    as ``(value, start, end)`` in text order."""
+    from .context import ASSERTED
+
+    hits = {(c["value"], c["start"], c["end"]) for c in _read(text, [
+        c for c in _candidates(text) if c["extractor"] == "text_phase_regex"])
+        if c["context"] == ASSERTED}
+    return sorted(hits, key=lambda h: (h[1], -h[2]))
 
 
-def _row(case_id, field, value, extractor, text, start, end, source):
+def _row(case_id, field, value, extractor, text, start, end, source, context="asserted"):
     return {"case_id": case_id, "field": field, "value": str(value), "extractor": extractor,
-            "evidence": text[start:end], "start": int(start), "end": int(end), "source": source}
+            "evidence": text[start:end], "start": int(start), "end": int(end), "source": source,
+            "context": context}
 
 
 def extract_text(case_id: str, text: str, source: str) -> list[dict]:
-    """Evidence rows from one report (all six extractors)."""
+    """Evidence rows from one report: per extractor, its first asserted mention (context
+    ``asserted``: the value), and every mention in another context (negated, historical,
+    hypothetical, family: kept, never the value); for the pronoun extractor the majority
+    of the asserted he/his/him vs she/her/hers (ties give nothing)."""
+    from .context import ASSERTED
+
+    read = sorted(_read(text, _candidates(text)), key=lambda c: (c["start"], -c["end"]))
     rows: list[dict] = []
-    hits = phase_matches(text)
-    if hits:
-        v, s, e = hits[0]
-        rows.append(_row(case_id, "phase", v, "text_phase_regex", text, s, e, source))
-    if (m := _NO_CONTRAST.search(text)) is not None:
-        rows.append(_row(case_id, "phase", "non_contrast", "text_contrast_timing", text, m.start(), m.end(),
-                         source))
-    elif (m := _DELAY.search(text)) is not None and re.search(r"contrast|injection|bolus", text, _I):
-        sec = int(m.group(1))
-        v = "arterial" if sec < 45 else "venous" if sec < 150 else "delayed"
-        rows.append(_row(case_id, "phase", v, "text_contrast_timing", text, m.start(), m.end(), source))
-    for extractor, patterns in _AGE_RULES.items():
-        if (hit := first_hit(patterns, text, _age)) is not None:
-            rows.append(_row(case_id, "age", hit[0], extractor, text, hit[1], hit[2], source))
-    sex = first_hit(_SEX_RULES, text, lambda m: _SEX_WORDS[m.group("s").lower()])
-    if sex is not None:
-        rows.append(_row(case_id, "sex", sex[0], "text_sex_noun", text, sex[1], sex[2], source))
-    counts = {v: [m for m in rx.finditer(text)] for v, rx in _PRONOUN}
-    nf, nm = len(counts["F"]), len(counts["M"])
-    if nf != nm:
-        v = "F" if nf > nm else "M"
-        m = counts[v][0]
-        rows.append(_row(case_id, "sex", v, "text_sex_pronoun", text, m.start(), m.end(), source))
+    order = ("text_phase_regex", "text_contrast_timing", "text_age_yearold", "text_age_label",
+             "text_sex_noun", "text_sex_pronoun", "text_race_label", "text_race_mention")
+    for extractor in order:
+        mine = [c for c in read if c["extractor"] == extractor]
+        asserted = [c for c in mine if c["context"] == ASSERTED]
+        if extractor == "text_sex_pronoun":
+            nf = sum(c["value"] == "F" for c in asserted)
+            nm = len(asserted) - nf
+            asserted = [next(c for c in asserted if c["value"] == ("F" if nf > nm else "M"))] \
+                if nf != nm else []
+        chosen = asserted[:1]
+        seen = set()
+        for c in chosen + [c for c in mine if c["context"] != ASSERTED]:
+            key = (c["value"], c["start"], c["end"], c["context"])
+            if key in seen:
+                continue
+            seen.add(key)
+            rows.append(_row(case_id, c["field"], c["value"], extractor, text, c["start"], c["end"],
+                             source, c["context"]))
     return rows
 
 
@@ -245,7 +313,8 @@ def rule_answer(rows: list[dict], preference: dict = RULE_PREFERENCE) -> dict[st
     out: dict[str, dict] = {}
     for field, order in preference.items():
         for extractor in order:
-            row = next((r for r in rows if r["field"] == field and r["extractor"] == extractor), None)
+            row = next((r for r in rows if r["field"] == field and r["extractor"] == extractor
+                        and r.get("context", "asserted") == "asserted"), None)
             if row is not None:
                 out[field] = row
                 break
@@ -254,12 +323,19 @@ def rule_answer(rows: list[dict], preference: dict = RULE_PREFERENCE) -> dict[st
 
 def extract_rules(reports, *, source_prefix: str = "text:") -> list[dict]:
     """One evidence row per report x field with a value (extractor ``text_rules``): the rule
-    answer of :func:`extract_text` by :data:`RULE_PREFERENCE`. ``reports``: a DataFrame with
-    ``case_id`` and ``text``."""
+    answer of :func:`extract_text` by :data:`RULE_PREFERENCE`; and, with the same extractor
+    name, every mention the context set aside (negated, historical, hypothetical, family),
+    once per field x span. ``reports``: a DataFrame with ``case_id`` and ``text``."""
     rows = []
     for cid, text in zip(reports["case_id"], reports["text"]):
-        answer = rule_answer(extract_text(cid, text, f"{source_prefix}#{cid}"))
+        found = extract_text(cid, text, f"{source_prefix}#{cid}")
+        answer = rule_answer(found)
         rows += [{**r, "extractor": "text_rules"} for r in answer.values()]
+        aside = {}
+        for r in found:
+            if r["context"] != "asserted" and r["field"] in RULE_PREFERENCE:
+                aside.setdefault((r["field"], r["start"], r["end"]), {**r, "extractor": "text_rules"})
+        rows += list(aside.values())
     return rows
 
 

@@ -1,6 +1,7 @@
 """Metadata provenance: how each metadata field was obtained and how far it can be trusted.
 
-Per field: coverage (cases with a value / cases), the sources and their share of values
+Per field (age, sex, race, phase, ...): coverage (cases with a value / cases), the
+mentions set aside by their clinical context, the sources and their share of values
 with a verbatim evidence span, agreement between extractors (Wilson CI) and Cohen's kappa
 (Fleiss-Cohen-Everitt CI), agreement by site with a test of equal agreement, the review
 queue and its outcomes, and, when the plan asks (``metadata.label_error``), naive beside
@@ -79,6 +80,43 @@ def sources_table(study) -> ReportTable:
                "non-contrast; the phase from the bolus timing, whose times are identifiers "
                "the table leaves out) or written new by the reviewer. Evidence spans are kept in the "
                "evidence table, not printed here.",))
+
+
+def context_table(study) -> ReportTable | None:
+    """Mentions set aside by their clinical context (never values)."""
+    ctx = study.results["metadata_context"]
+    if not len(ctx):
+        return None
+    disp = pd.DataFrame({"field": ctx["field"].astype(str), "extractor": ctx["extractor"].astype(str),
+                         "context": ctx["context"].astype(str),
+                         "mentions": ctx["mentions"].map(text.count),
+                         "cases": ctx["cases"].map(text.count)})
+    return ReportTable(
+        name="metadata_context", caption="Mentions in the report texts that were not used as "
+        "values, by their clinical context (negated, about a prior study, hypothetical or "
+        "recommended, about a relative).", data=ctx, display=disp, group_col="field",
+        labels={"extractor": "Extractor", "context": "Context", "mentions": "Mentions",
+                "cases": "Cases"},
+        notes=("Context read by medspaCy's ConText (NegEx/ConText rules) and its Sectionizer: "
+               "a mention is a value only when it is asserted, about the current study and "
+               "about the patient. A negated mention of IV contrast (\u201cno IV contrast was "
+               "administered\u201d) is the value non-contrast; a negated phase, a prior study's "
+               "phase, a recommended examination and a relative's age are kept here, in the "
+               "evidence table, and never become the value.",))
+
+
+def _race_text(study) -> str:
+    """The race levels the evidence was put on (decision ``metadata.race_levels``), when
+    race is a field."""
+    md = study.results["metadata_sources"]
+    if "race" not in set(md["field"].astype(str)):
+        return ""
+    levels = study.results.decisions.metadata.race_levels or {}
+    moved = {k: v for k, v in levels.items() if k != v}
+    return (" Race values are the extractors' (phrasings such as African American or AA read "
+            "as Black, Caucasian as White) put on the study's levels"
+            + (": " + text.md(", ".join(f"{k} \u2192 {v}" for k, v in sorted(moved.items())))
+               if moved else "") + " (plan key metadata.race_levels).")
 
 
 def agreement_table(study) -> ReportTable | None:
@@ -306,8 +344,13 @@ def build(study) -> Section:
             f"of cases with a value per field")
     if len(any_cov):
         lead += (f" (any source: {text.md(', '.join(f'{f} {_pct(c)}' for f, c in zip(any_cov['field'], any_cov['coverage'])))})")
-    lead += "; @tbl-metadata-sources the sources and their evidence spans."
+    lead += "; @tbl-metadata-sources the sources and their evidence spans." + _race_text(study)
     sec.add(lead, t_cov, t_src)
+    t_ctx = context_table(study)
+    if t_ctx is not None:
+        sec.add("@tbl-metadata-context counts the mentions set aside by their clinical "
+                "context: they stay in the evidence table with their label and are never a "
+                "value.", t_ctx)
     if t_agree is not None:
         sec.add("@tbl-metadata-agreement compares the extractors on the cases where both gave "
                 "a value" + (" and @fig-metadata-agreement-by-site does so per site, with "

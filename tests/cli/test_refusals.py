@@ -140,6 +140,7 @@ def test_crs_k_above_the_number_of_encoders_is_refused(good, tmp_path):
 
 def _test_dicom(name: str = "CT_small.dcm") -> Path:
     pydicom = pytest.importorskip("pydicom")
+    pytest.importorskip("medspacy")  # DICOM extraction reads a series description in context
     return Path(pydicom.data.__file__).parent / "test_files" / name
 
 
@@ -167,6 +168,7 @@ def test_metadata_extract_refuses_a_fifo_or_a_device_without_opening_it(tmp_path
 ])
 def test_metadata_extract_refuses_a_garbage_dicom(tmp_path, kind, data, words):
     pytest.importorskip("pydicom")
+    pytest.importorskip("medspacy")
     p = tmp_path / "garbage.dcm"
     p.write_bytes(data)
     rc, text = cli("metadata", "extract", p, "--out", tmp_path / "ev.csv")
@@ -188,6 +190,7 @@ def test_metadata_extract_refuses_an_unsupported_file_type(tmp_path, name):
 
 def test_metadata_extract_refuses_a_folder_without_dicom(tmp_path):
     pytest.importorskip("pydicom")
+    pytest.importorskip("medspacy")
     folder = tmp_path / "series"
     folder.mkdir()
     (folder / "a.dcm").write_bytes(os.urandom(500))

@@ -12,8 +12,12 @@ Records (one JSON object a line): ``id``, ``site``, ``kind`` (``text``; ``dicom`
 header as a dict of keyword -> string; ``dicom_file``: a file pydicom ships, ``path``
 relative to its ``test_files`` folder), the input (``text`` / ``header`` / ``path``) and the
 labels ``age`` (years; months etc. as a fraction of a year), ``sex`` (F, M, O), ``phase``
-(non_contrast, arterial, venous, delayed). A ``null`` label means the input states no value:
-any extraction there is an error.
+(non_contrast, arterial, venous, delayed), ``race`` (:data:`inference_runner.metadata.race.RACE_VALUES`;
+a record without it, as the hand-written ones, states none). A ``null`` label means the
+input states no value: any extraction there is an error.
+
+The held-out institutional styles of ``make_metadata_heldout.py`` are not part of this
+corpus and nothing here reads them.
 
 Conventions decided here: spelled-out ages ("seventy-two-year-old") count; ages in
 months, weeks or days are years rounded to 2 decimals; "nephrographic" is venous,
@@ -39,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 GENERATED = HERE / "metadata_corpus.jsonl"
 HARD = HERE / "metadata_corpus_hard.jsonl"
 ACCURACY = HERE / "metadata_corpus_accuracy.csv"
-FIELDS = ("age", "sex", "phase")
+FIELDS = ("age", "sex", "phase", "race")
 HELD_OUT_SITES = frozenset({"E", "F"})
 SPLITS = ("tuning", "held_out", "blind")
 SITES = ("A", "B", "C", "D", "E", "F")
@@ -141,7 +145,7 @@ def measure(records, answers_by_extractor: dict) -> list[dict]:
                 sub = [r for r in records if r["kind"] in kinds and split_of(r) == split
                        and ("text" if r["kind"] == "text" else "dicom") == kind]
                 for field in FIELDS if sub else ():
-                    ok = sum(correct(r[field], got[r["id"]].get(field)) for r in sub)
+                    ok = sum(correct(r.get(field), got[r["id"]].get(field)) for r in sub)
                     rows.append({"extractor": name, "kind": kind, "split": split, "field": field,
                                  "n": len(sub), "n_correct": ok, "accuracy": round(ok / len(sub), 4)})
     return rows

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 pytest.importorskip("pydicom")
+pytest.importorskip("medspacy")  # report texts: each mention's context (runner extra)
 
 from inference_runner.metadata import EVIDENCE_COLUMNS
 from inference_runner.metadata import demo as md_demo
@@ -88,7 +89,18 @@ def test_sites_write_in_their_styles_with_fields_left_out_and_headers_for_part(b
     ev = built.evidence
     text_rules = ev[ev["extractor"] == "text_rules"]
     per_field = text_rules.groupby("field")["case_id"].nunique()
-    assert (per_field < len(rep)).all() and (per_field > 0.8 * len(rep)).all()
+    others = per_field.drop("race")
+    assert (others < len(rep)).all() and (others > 0.8 * len(rep)).all()
+    # race: stated less often, and never at site_07 (a site that does not record it)
+    assert 0.4 * len(rep) < per_field["race"] < 0.9 * len(rep)
+    race_cases = set(ev.loc[ev["field"] == "race", "case_id"])
+    site07 = set(rep.loc[rep["site"] == "site_07", "case_id"])
+    assert site07 and not race_cases & site07
+    site01 = rep.loc[rep["site"] == "site_01", "case_id"]
+    assert site01.isin(race_cases).mean() > 0.8
+    headers_race = [h for h in built.headers.values() if "EthnicGroup" in h]
+    assert headers_race and not any("EthnicGroup" in built.headers[c] for c in site07
+                                    if c in built.headers)
 
 
 def test_the_classifier_is_trained_on_other_reports_than_the_demo(built):
@@ -113,7 +125,8 @@ def test_demo_plan_shows_provenance_and_institution_style_effect():
         r = run(plan, load_tables(plan), only=names, errors="raise")
     cov = r["metadata_coverage"]
     anyv = cov[cov["extractor"] == "any source"].set_index("field")["coverage"]
-    assert set(anyv.index) == {"age", "sex", "phase"} and (anyv > 0.9).all() and (anyv < 1).all()
+    assert set(anyv.index) == {"age", "sex", "race", "phase"}
+    assert (anyv.drop("race") > 0.9).all() and (anyv < 1).all() and 0.5 < anyv["race"] < 0.9
     assert (r["metadata_review"]["not_reviewed"] > 0).any()  # half the queue stays unreviewed
     test = r["metadata_site_test"].set_index(["field", "extractor_a", "extractor_b"])
     assert test.loc[("sex", "text_classifier", "text_rules"), "p_value"] < 0.01
@@ -122,7 +135,13 @@ def test_demo_plan_shows_provenance_and_institution_style_effect():
     worst = set(sex.nsmallest(2, "estimate")["site"])
     assert worst == {"site_02", "site_07"}  # the two sites writing terse style B
     m = r["label_error_metrics"]
-    assert {"phase", "sex", "age_group"} <= set(m["group_var"]) and "race" not in set(m["group_var"])
+    assert {"phase", "sex", "age_group", "race"} <= set(m["group_var"])
+    # race agreement per site (site_07 records none) with the clustered kappa and Rao-Scott
+    race = by[by["field"] == "race"]
+    assert len(race) and "site_07" not in set(race["site"]) and "site_01" in set(race["site"])
+    ag = r["metadata_agreement"]
+    assert (ag.loc[ag["field"] == "race", "kappa_method"] == "linearization-cluster-t").all()
+    assert (test.loc["race", "method"] == "rao-scott-f").all()
 
 
 def test_clinrel_demo_copies_the_metadata_and_its_plan_loads(tmp_path):
@@ -185,20 +204,20 @@ def _demo_label_error(per_patient=None, flip_sex_of_one_scan=False):
 
 def test_plan_declares_the_fields_recorded_once_per_patient():
     """metadata.per_patient: the declared fields are those drawn per patient (the demo's
-    age group and sex: the same table as auto), the rule is recorded, and a patient whose
+    age group, race and sex: the same table as auto), the rule is recorded, and a patient whose
     scans then differ in sex is an error naming the patient (auto instead imputes sex
     scan by scan and says why in a note naming the plan key)."""
     from stats.schema import ContractError
 
     auto, _ = _demo_label_error()
-    declared, _ = _demo_label_error(per_patient=["age_group", "sex"])
+    declared, _ = _demo_label_error(per_patient=["age_group", "race", "sex"])
     pd.testing.assert_frame_equal(auto["label_error_metrics"], declared["label_error_metrics"])
     assert declared.decisions["metadata.per_patient_rule"].startswith("declared in the plan")
     assert auto.decisions["metadata.per_patient_rule"].startswith("read from the data")
-    assert declared.decisions["metadata.label_error_per_patient"] == ["age_group", "sex"]
+    assert declared.decisions["metadata.label_error_per_patient"] == ["age_group", "race", "sex"]
     flipped, pid = _demo_label_error(flip_sex_of_one_scan=True)
-    assert flipped.decisions["metadata.label_error_per_patient"] == ["age_group"]
+    assert flipped.decisions["metadata.label_error_per_patient"] == ["age_group", "race"]
     note = [n for n in flipped.notes if n.startswith("sex differs between the scans of 1 ")]
     assert note and "metadata.per_patient" in note[0], flipped.notes
     with pytest.raises(ContractError, match=f"declares 'sex'.*{pid} \\(cases "):
-        _demo_label_error(per_patient=["age_group", "sex"], flip_sex_of_one_scan=True)
+        _demo_label_error(per_patient=["age_group", "race", "sex"], flip_sex_of_one_scan=True)

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 pydicom = pytest.importorskip("pydicom")
+pytest.importorskip("medspacy")  # report texts: each mention's context (runner extra)
 
 from inference_runner.metadata import EVIDENCE_COLUMNS  # noqa: E402
 from inference_runner.metadata.compare import agreement, disagreements, merge_reviewed, resolve  # noqa: E402

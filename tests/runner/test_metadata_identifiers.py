@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 pydicom = pytest.importorskip("pydicom")
+pytest.importorskip("medspacy")  # a series description's phase is read in context
 from pydicom.dataset import Dataset  # noqa: E402
 
 from inference_runner.config import ConfigError  # noqa: E402
