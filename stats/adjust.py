@@ -28,7 +28,8 @@ cluster-robust covariance 6e-15 (tested to 1e-8).
 ``kind="standardized"`` (g-computation over the observed cohort): every fitted row is
 set to the level of ``by``, the predicted probability is averaged over the rows and, for
 a GLMM, over the random-intercept distribution N(0, SD^2) by Gauss-Hermite quadrature
-(``n_nodes`` nodes)::
+(``n_nodes`` nodes; nested site and patient intercepts: their sum, N(0, SD_site^2 +
+SD_patient^2))::
 
     P(by = l) = mean_i sum_k w_k expit(x_i(l)' beta + SD z_k).
 
@@ -269,7 +270,11 @@ def _quad_form(g: np.ndarray, V: np.ndarray) -> float:
 def _standardized(mf, cols, *, n_nodes=32):
     data = mf.design.data
     counts = _level_counts(data, cols)
-    theta = mf.theta if mf.theta is not None else 0.0
+    # nested intercepts (site + patient): their sum is normal with the summed variance
+    sds = mf.variance_components() if hasattr(mf, "variance_components") else (
+        {"group": mf.theta} if mf.theta is not None else {})
+    theta = float(np.sqrt(sum(v ** 2 for v in sds.values()))) if len(sds) > 1 else (
+        mf.theta if mf.theta is not None else 0.0)
     if mf.theta is not None and n_nodes > 1:
         x, w = np.polynomial.hermite_e.hermegauss(n_nodes)
         w = w / w.sum()
@@ -294,7 +299,15 @@ def _standardized(mf, cols, *, n_nodes=32):
         g_beta = rmatvec(X, matvec(dP, w)) / len(X)
         # the SD's row enters only where the fit estimated it (a boundary fit's SD is 0
         # with no SE: stats.models.glmm)
-        if mf.theta is not None and mf.vcov_full is not None and np.isfinite(mf.vcov_full[0, 0]):
+        if len(sds) > 1 and mf.vcov_full is not None:
+            # d/d sigma_k = d/d sigma * sigma_k / sigma; a singular SD (NaN row, SD 0) has
+            # weight 0 and drops out of the quadratic form
+            d_sd = float(np.mean(matvec(dP, w * x)))
+            vals = np.array(list(sds.values()), float)
+            ok = np.isfinite(np.diag(mf.vcov_full)[:len(vals)]) & (vals > 0)
+            g_sd = np.where(ok, d_sd * vals / theta if theta > 0 else 0.0, 0.0)
+            var = _quad_form(np.concatenate([g_sd, g_beta]), mf.vcov_full)
+        elif mf.theta is not None and mf.vcov_full is not None and np.isfinite(mf.vcov_full[0, 0]):
             g = np.concatenate([[np.mean(matvec(dP, w * x))], g_beta])
             var = _quad_form(g, mf.vcov_full)
         else:
