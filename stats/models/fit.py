@@ -309,3 +309,13 @@ class Fit:
 
         return marginal_means(self, by, kind=kind, conf_level=conf_level or self.conf_level,
                               n_nodes=n_nodes)
+
+    def contrasts(self, by, *, adjust: str = "holm", strata=None,
+                  conf_level: float | None = None) -> pd.DataFrame:
+        """Pairwise odds ratios of the adjusted levels of ``by`` (emmeans' ``pairs(emmeans(
+        fit, ~ by, type = "response"), adjust = "holm")``; with ``strata``, ``~ by |
+        strata``); see :func:`stats.adjust.contrasts`."""
+        from stats.adjust import contrasts
+
+        return contrasts(self, by, strata=strata, adjust=adjust,
+                         conf_level=conf_level or self.conf_level)
