@@ -37,6 +37,7 @@ from .label_error import compare_naive, misclassification_from_review
 
 # adjusted models
 from .models import block_tests, fit_adjusted, fit_complete_case, likelihood_ratio_test
+from .models import variance_partition
 
 # calibration, CRS and ranking
 from .calibration import (brier, calibration_repair, ece, ece_ci, mce, nll, reliability_table,
@@ -62,6 +63,7 @@ __all__ = [
     "subgroup_vs_rest", "threshold_sweep",
     # adjusted models
     "block_tests", "fit_adjusted", "fit_complete_case", "likelihood_ratio_test",
+    "variance_partition",
     # calibration, CRS and ranking
     "brier", "calibration_repair", "crs_axes", "crs_bootstrap", "crs_scores", "ece", "ece_ci",
     "mce", "nll", "rank_agreement", "ranking_stability", "read_reference", "reliability_table",

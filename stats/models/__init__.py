@@ -55,9 +55,10 @@ from .fixed import FITTED_0_1, fit_glm
 from .gee import fit_gee
 from .glmm import fit_glmm
 from .nested import fit_nested_glmm
+from .partition import variance_partition
 
 __all__ = ["fit_adjusted", "likelihood_ratio_test", "block_tests", "fit_complete_case",
-           "compare_complete_case", "Fit", "DEFAULT_BLOCKS"]
+           "compare_complete_case", "Fit", "DEFAULT_BLOCKS", "variance_partition"]
 
 Method = Literal["glmm", "gee", "fixed"]
 Population = Literal["positives", "negatives"]
