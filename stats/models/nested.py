@@ -48,6 +48,13 @@ centred and scaled columns, Newton polish on the finite-difference Hessian of th
 gradient; SEs from the inverse of half the deviance Hessian in ``(sigma_s, sigma_p,
 beta)`` (lme4's ``use.hessian = TRUE``, at the exact Laplace optimum).
 
+**Extreme SDs.** An SD above :data:`EXTREME_SD` (10 logit units) is flagged
+``extreme_sd``: with binary outcomes and a level whose groups' outcomes are nearly all
+alike (a patient's scans all detected or all missed) the Laplace deviance can have its
+optimum at an implausible SD, the fixed effects are then conditional on extreme effects
+and not comparable with the other fits' (lme4 stops there without converging); the
+estimates are reported as computed, with the flag.
+
 **Boundary (singular) fits**, each SD by the rule of :func:`stats.models.glmm.fit_glmm`: an
 SD below :data:`~stats.models.glmm.SINGULAR_SD`, or one whose removal raises the deviance
 by less than :data:`~stats.models.glmm.SINGULAR_DEVIANCE` (the one-level fit without it is
@@ -72,6 +79,10 @@ from stats._linalg import matmul, matvec, pd_inverse, pd_solve, rmatvec, standar
 from .glmm import SINGULAR_DEVIANCE, SINGULAR_SD, fit_glmm
 
 _MAX_STEP = 3.0
+#: an SD above this (logit units: patients 1 SD apart differ in odds by e^20) is flagged
+#: ``extreme_sd``: the Laplace optimum of binary data with few, nearly all-alike scans per
+#: patient (separation at that level); lme4 fails to converge there
+EXTREME_SD = 10.0
 #: the patient-only GLMM is fitted (to check whether the site SD is on the boundary by the
 #: deviance rule) only when the site SD ends below this; above it the site level is kept
 SINGULAR_CHECK_SD = 0.05
@@ -387,7 +398,7 @@ def fit_nested_glmm(X, y, trials, site, patient, n_sites, n_patients, *, beta0=N
                             loglik=loglik, u_site=u_site, u_patient=u_pat, var_site=var_site,
                             var_patient=var_pat, converged=converged, n_iter=int(res.nit),
                             grad_norm=gnorm, singular=(bool(sing_s), bool(sing_p)),
-                            warnings=warnings + more)
+                            warnings=warnings + more + _extreme(sds, names))
     A = np.eye(p + 2)
     A[2:, 2:] = M
     vcov = matmul(matmul(A, pd_inverse(Hess / 2.0)), A.T)
@@ -398,4 +409,13 @@ def fit_nested_glmm(X, y, trials, site, patient, n_sites, n_patients, *, beta0=N
     return NestedResult(beta=matvec(M, x[2:]), sds=np.array([ss, sp]), vcov_full=vcov,
                         loglik=-dev / 2.0, u_site=us_, u_patient=u_p, var_site=inv_ss,
                         var_patient=v_p, converged=converged, n_iter=int(res.nit),
-                        grad_norm=gnorm, warnings=warnings)
+                        grad_norm=gnorm, warnings=warnings + _extreme((ss, sp), names))
+
+
+def _extreme(sds, names) -> list[str]:
+    """The ``extreme_sd`` warning of each SD above :data:`EXTREME_SD`."""
+    return [f"extreme_sd: the {n} SD is {float(v):.3g} logit units (> {EXTREME_SD:g}): the "
+            f"Laplace optimum of a level whose groups' outcomes are nearly all alike "
+            f"(separation at that level); the fixed effects are conditional on extreme "
+            f"effects, not comparable with other fits'" for n, v in zip(names, sds)
+            if v > EXTREME_SD]
