@@ -674,7 +674,8 @@ def adjusted_interactions(results) -> dict:
             if "model" in (a, b):
                 cons.append(full.contrasts("model", strata=other).assign(term=term))
     results.decide("adjusted.interactions", record)
-    out = pd.concat(tests, ignore_index=True)
+    out = (pd.concat(tests, ignore_index=True) if tests
+           else pd.DataFrame(columns=["term", "model", "statistic", "df", "p_value"]))
     if prespecified:
         out["family"] = "interactions"
         out = adjust_p(out, ["family"]).drop(columns=["family", "p_adjusted_bh"])
