@@ -133,6 +133,14 @@ def main() -> None:
     ]
     lines += [f"| {k} | {r.true_share:.4f} | {r.mean_estimate:.4f} | {r.bias:+.4f} | "
               f"{r.sd:.4f} | {r.rmse:.4f} | {r.mc_se_mean:.4f} |" for k, r in tab.iterrows()]
+    pb = tab.loc["patient_id:site"]
+    lines += ["", f"The fixed-effect blocks and the site share are recovered within about two "
+              f"Monte Carlo SEs. The patient share is low by {-pb.bias:.4f} "
+              f"({-pb.bias / pb.mc_se_mean:.1f} MC SEs), and the residual's share higher by "
+              "as much: the Laplace approximation underestimates a variance component of "
+              "binary data with few observations per cluster (here 5 scans per patient; "
+              "Breslow & Lin 1995), a property of the Laplace likelihood that lme4's glmer shares "
+              "(ours equals it: tests/r/glmer_nested.R)."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
