@@ -469,7 +469,8 @@ def _interactions(res, det):
                + ("Prespecified: Holm's adjustment over the plan's interaction tests."
                   if holm else "Exploratory: p-values not adjusted for multiplicity.")
                + " Fit flags of either fit (singular, extreme_sd, fitted_0_1...): a statistic "
-               "of 0 where the fit with the term is no better than the fit without it.",))
+               "of 0 where the fit with the term is no better than the fit without it; none "
+               "(full_below_reduced) where it ends below it, its optimum missed.",))
     means_tbl = cons_tbl = None
     mm = got["means"]
     if len(mm):

@@ -74,6 +74,12 @@ DEFAULT_BLOCKS: dict[str, list[str]] = {
 MIN_GROUPS = 5
 #: a likelihood-ratio statistic below this (deviance units) is reported as exactly 0
 LRT_ZERO = 1e-8
+#: a statistic below ``-LRT_WORSE`` (deviance units) means the full fit's log-likelihood is
+#: below the reduced fit's, which nested ML fits cannot be at their optima: the full fit
+#: missed its optimum (a degenerate Laplace fit, flag extreme_sd) and the test is NaN,
+#: flag ``full_below_reduced``. 1e-4 is far above the fits' convergence (about 1e-10) and
+#: far below any statistic that could matter.
+LRT_WORSE = 1e-4
 
 
 MSG_FORMULA = ("{func}: formula must be a formula text such as 'detected ~ phase + sex' (or "
@@ -457,7 +463,9 @@ def likelihood_ratio_test(full: Fit, reduced: Fit) -> pd.DataFrame:
 
     ``statistic = 2 (loglik_full - loglik_reduced)``, set to 0 below :data:`LRT_ZERO`
     (1e-8: the fits' convergence is about 1e-10 in deviance, so a smaller value is
-    rounding, e.g. a boundary fit against the same model without its random intercept),
+    rounding, e.g. a boundary fit against the same model without its random intercept);
+    below ``-LRT_WORSE`` (1e-4) the full fit missed its optimum and the statistic and p
+    are NaN, flag ``full_below_reduced``,
     ``df`` = difference in parameters,
     p from chi-square(df). When ``full`` has one random intercept more than ``reduced``
     (a GLMM against the logistic model, a nested GLMM against the one-level GLMM) and
@@ -498,6 +506,7 @@ def likelihood_ratio_test(full: Fit, reduced: Fit) -> pd.DataFrame:
                                 f"{r.nobs}); refit on the same complete cases")
         df = f.n_params - r.n_params
         stat = 2.0 * (f.loglik - r.loglik)
+        worse = stat < -LRT_WORSE
         # the fits converge to about 1e-10 in deviance: a statistic within LRT_ZERO of 0
         # (or below it) is 0, so that a boundary fit compared with its own reduced model
         # gives exactly 0 whatever the rounding
@@ -508,9 +517,12 @@ def likelihood_ratio_test(full: Fit, reduced: Fit) -> pd.DataFrame:
             p, method = 0.5 * sps.chi2.sf(stat, 1), "lrt-chibar2"
         else:
             p, method = (sps.chi2.sf(stat, df) if df > 0 else np.nan), "lrt-chisq"
+        if worse:
+            stat, p = np.nan, np.nan
         rows.append(dict(estimand="likelihood_ratio", model=m, estimate=stat, statistic=stat,
                          p_value=p, n=f.nobs, method=method,
-                         flag=";".join(x for x in (f.flags(), r.flags()) if x),
+                         flag=";".join(x for x in (f.flags(), r.flags(),
+                                                   "full_below_reduced" if worse else "") if x),
                          df=float(df), loglik_full=f.loglik, loglik_reduced=r.loglik))
     return tidy(pd.DataFrame(rows), group_cols=("model",))
 

@@ -272,3 +272,28 @@ def test_separated_level_in_a_nested_fit(data):
                                g.variance_components()["patient_id:site"], rtol=1e-6)
     re = fit.random_effects()
     assert set(re.group_var) == {"site", "patient_id:site"}
+
+
+def test_lrt_of_a_full_fit_below_its_reduced_fit_is_nan(data):
+    """A full fit whose log-likelihood is below the reduced fit's (nested ML fits cannot
+    be, at their optima: a degenerate Laplace fit, as unet_small's phase:age_group in the
+    demo) gives NaN and the flag full_below_reduced, never a statistic of 0 and p = 1;
+    within LRT_WORSE of the reduced fit it is still rounding (0)."""
+    import copy
+    import dataclasses
+
+    from stats.models import LRT_WORSE
+
+    fa = fit_adjusted(data, "detected ~ phase * age_group + sex + race + np.log(tumor_size_mm)",
+                      group=NESTED, model="model_A")
+    ra = fit_adjusted(data, FORMULA, group=NESTED, model="model_A")
+    for drop, nan in ((5.0, True), (0.4 * LRT_WORSE, False)):
+        worse = copy.copy(fa)
+        worse.fits = {m: dataclasses.replace(f, loglik=ra.fits[m].loglik - drop)
+                      for m, f in fa.fits.items()}
+        t = likelihood_ratio_test(worse, ra).iloc[0]
+        assert np.isnan(t.statistic) == nan and np.isnan(t.p_value) == nan
+        assert ("full_below_reduced" in t.flag) == nan
+        if not nan:
+            assert t.statistic == 0.0 and t.p_value == 1.0
+    check_tidy(likelihood_ratio_test(worse, ra))
