@@ -60,13 +60,50 @@ MSG_LEVELS_COLUMN = ("{file}: {key} names a column the cases "
 
 
 def _fit_kw(results) -> dict:
-    """The fitting options every adjusted fit shares, from the plan."""
+    """The fitting options every adjusted fit shares, from the plan (``group``: the outer
+    column; the GLMM's own grouping is :func:`glmm_group`)."""
     det = results.plan.detection
     adj = det.adjusted
-    return dict(group=adj.group, population=adj.population,
+    return dict(group=adj.group_columns[0], population=adj.population,
                 nagq=adj.nagq, model=adj.model,
                 bias_reduced=adj.bias_reduced, conf_level=det.conf_level,
                 scheduler=results.scheduler)
+
+
+#: the rule behind the GLMM's random intercepts (decision ``adjusted.glmm_group``)
+GLMM_GROUP_RULES = {
+    "plan_nested": "the plan lists [outer, inner]: nested intercepts",
+    "plan_one": "the plan lists [group]: one random intercept",
+    "repeated_nested": "patients repeat among the modelled scans and each patient's scans "
+                       "lie in one {group}: patients nested in {group}s, (1 | {group}/{cluster})",
+    "repeated_crossed": "patients repeat, but some have scans in more than one {group}: one "
+                        "random intercept per {group} (crossed patient effects are not fitted)",
+    "no_repeats": "no patient repeats among the modelled scans: one random intercept per "
+                  "{group}",
+}
+
+
+def glmm_group(results) -> str | tuple[str, str]:
+    """The GLMM's grouping: ``(site, patient_id)`` (nested) or ``site``, and the decision
+    ``adjusted.glmm_group`` recording it and its rule (:data:`GLMM_GROUP_RULES`). The
+    default (the plan names one column): nested when the decided cluster's patients repeat
+    among the modelled scans and nest in the groups (``repeated_scans``); a plan list is
+    used as given."""
+    adj = results.plan.detection.adjusted
+    cols = adj.group_columns
+    rep = repeated_scans(results)
+    if not isinstance(adj.group, str):
+        group = cols if len(cols) == 2 else cols[0]
+        rule = "plan_nested" if len(cols) == 2 else "plan_one"
+    elif rep and rep["nested"]:
+        group, rule = (cols[0], rep["cluster"]), "repeated_nested"
+    else:
+        group, rule = cols[0], "repeated_crossed" if rep else "no_repeats"
+    text = GLMM_GROUP_RULES[rule].format(group=cols[0], cluster=(rep or {}).get("cluster", ""))
+    results.decide("adjusted.glmm_group", {
+        "group": list(group) if isinstance(group, tuple) else [group], "rule": rule,
+        "why": text})
+    return tuple(group) if isinstance(group, tuple) else group
 
 
 @analysis("adjusted_rows", wanted=_wants, lane="models")
@@ -105,10 +142,12 @@ def adjusted_fits(results) -> dict:
     ev = results["adjusted_rows"]
     formula = adj.formula
     kw = _fit_kw(results)
+    ggroup = glmm_group(results) if "glmm" in adj.methods else kw["group"]
     fits, failed = {}, {}
     for m in adj.methods:
         try:
-            fits[m] = fit_adjusted(ev, formula, method=m, **kw)
+            fits[m] = fit_adjusted(ev, formula, method=m,
+                                   **{**kw, "group": ggroup if m == "glmm" else kw["group"]})
         except ValueError as exc:
             from stats.schema import ContractError
 
@@ -122,7 +161,7 @@ def adjusted_fits(results) -> dict:
     if cc is not None and "glmm" in fits:
         try:
             fits["glmm_cc"] = fit_complete_case(ev, formula, column="race", drop=(UNKNOWN,),
-                                                method="glmm", **kw)
+                                                method="glmm", **{**kw, "group": ggroup})
         except Exception as exc:
             failed["glmm_cc"] = f"{type(exc).__name__}: {exc}"
     results.decide("adjusted.fitted", list(fits))
@@ -186,9 +225,12 @@ def adjusted_blocks(results) -> pd.DataFrame:
     results.decide("adjusted.block_method", ml)
     kw = _fit_kw(results)
     kw.pop("conf_level")
+    full = (results.get("adjusted_fits") or {}).get(ml)
+    if ml == "glmm":    # the GLMM's own grouping (nested when patients repeat)
+        kw["group"] = full.group if full is not None else glmm_group(results)
     # the full model is the primary fit of that method (same rows, formula and options)
     out = block_tests(results["adjusted_rows"], adj.formula, adj.blocks or None,
-                      method=ml, full=(results.get("adjusted_fits") or {}).get(ml), **kw)
+                      method=ml, full=full, **kw)
     # prespecified: Holm over each model's block tests (the group's test included), as the
     # multiplicity statement says for every prespecified family
     from stats.subgroups import adjust_p
@@ -213,7 +255,7 @@ def repeated_scans(results) -> dict | None:
     with every formula variable present; every model scores the same scans)."""
     cluster = results["cluster"]
     adj = results.plan.detection.adjusted
-    group = adj.group
+    group = adj.group_columns[0]
     if not cluster or cluster == group:
         return None
     ev = results["adjusted_rows"]
@@ -233,15 +275,36 @@ def repeated_scans(results) -> dict | None:
             "with_repeats": int((per > 1).sum()), "scans": int(len(rows)), "nested": nested}
 
 
+def nested_glmm(fit) -> bool:
+    """Whether ``fit`` (a ``stats.models.Fit``) is a GLMM with nested intercepts (its
+    group is an (outer, inner) pair); False for anything else (tests pass placeholders)."""
+    return isinstance(getattr(fit, "group", None), tuple)
+
+
 def means_fit_method(fits: dict, repeated: dict | None = None) -> str:
     """The fit behind the adjusted means: the GLMM, unless a patient's scans repeat within
-    the GLMM's groups (its standard errors treat them as independent given the group) and
-    a GEE clustered on groups that nest the patients was fitted: then the GEE. A fit that
-    did not converge is passed over while another did."""
-    ok = {m: f for m, f in fits.items() if _converged(f)} or fits
-    if repeated and repeated.get("nested") and "gee" in ok:
+    the GLMM's groups and its random intercept is per group only (its standard errors
+    treat them as independent given the group) and a GEE clustered on groups that nest
+    the patients was fitted: then the GEE. A GLMM with patients nested in its groups
+    (the default when patients repeat, :func:`glmm_group`) carries the repeats itself and
+    stays. A fit that did not converge, or whose random-effect SD is extreme (flag
+    ``extreme_sd``), is passed over while another is neither."""
+    ok = {m: f for m, f in fits.items() if _converged(f) and not _extreme(f)} or fits
+    if (repeated and repeated.get("nested") and "gee" in ok
+            and not nested_glmm(ok.get("glmm"))):
         return "gee"
     return "glmm" if "glmm" in ok else next(iter(ok))
+
+
+def _extreme(fit) -> bool:
+    """Whether a per-model fit of ``fit`` has a random-effect SD flagged ``extreme_sd``
+    (``stats.models.nested.EXTREME_SD``: a degenerate Laplace optimum); False for objects
+    without that record."""
+    per = getattr(fit, "fits", None)
+    if not isinstance(per, dict):
+        return False
+    return any(w.startswith("extreme_sd") for f in per.values()
+               for w in getattr(f, "warnings", []))
 
 
 def _converged(fit) -> bool:
@@ -350,6 +413,10 @@ def adjusted_random_effects(results) -> pd.DataFrame:
     if "glmm" not in fits:
         return pd.DataFrame(columns=cols)
     re = fits["glmm"].random_effects()
+    # the outer group's effects (site); a nested fit's patient effects stay in the CSV of
+    # the fit, not in the figure (hundreds of patients)
+    outer = results.plan.detection.adjusted.group_columns[0]
+    re = re[re["group_var"] == outer]
     sd = re.loc[re["estimand"] == "group_sd", "estimate"]
     singular = not bool((sd > SINGULAR_SD).any())
     results.decide("adjusted.singular", singular)
@@ -477,3 +544,146 @@ def adjusted_table(results) -> pd.DataFrame:
                 variable=var, value=units[var]))
     results.decide("adjusted.units", {t: u for t, u in steps.items()})
     return pd.DataFrame(out)
+
+
+# ------------------------------------------------- contrasts, variance partition, interactions
+
+MSG_CONTRAST_FACTOR = ("{file}: {key} lists {factor!r}, which is not a factor of the adjusted "
+                       "formula {formula!r} (factors: {factors}); list factors of the formula")
+
+
+def _wants_contrasts(plan, tables) -> bool:
+    return _wants(plan, tables) and bool(plan.detection.adjusted.contrasts)
+
+
+@analysis("adjusted_contrasts", wanted=_wants_contrasts, lane="models")
+def adjusted_contrasts(results) -> pd.DataFrame:
+    """Pairwise odds ratios of the adjusted levels of each factor in
+    ``detection.adjusted.contrasts`` (``Fit.contrasts``: emmeans' ``pairs``, Holm within
+    each model and factor), from the fit of the adjusted means (``means_fit_method``: the
+    nested GLMM when patients repeat)."""
+    from stats.schema import ContractError
+
+    adj = results.plan.detection.adjusted
+    fits = results["adjusted_fits"]
+    m = means_fit_method(fits, repeated_scans(results))
+    results.decide("adjusted.contrasts_fit", m)
+    ev = results["adjusted_rows"]
+    factors = [c for c in formula_columns(adj.formula, ev.columns)
+               if not pd.api.types.is_numeric_dtype(ev[c])
+               or isinstance(ev[c].dtype, pd.CategoricalDtype)]
+    parts = []
+    for i, var in enumerate(adj.contrasts):
+        if var not in factors:
+            raise ContractError(MSG_CONTRAST_FACTOR.format(
+                file=results.plan.where, key=results.plan.key(f"detection.adjusted.contrasts[{i}]"),
+                factor=var, formula=adj.formula, factors=", ".join(factors) or "none"))
+        parts.append(fits[m].contrasts(var, adjust="holm").assign(fit_method=m))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _partition_method(plan) -> str | None:
+    """The fit the variance partition uses: the GLMM, else the site-fixed model (GEE has
+    no latent-scale decomposition)."""
+    return next((m for m in ("glmm", "fixed") if m in plan.detection.adjusted.methods), None)
+
+
+@analysis("adjusted_variance_partition",
+          wanted=lambda p, t: _wants(p, t) and _partition_method(p) is not None, lane="models")
+def adjusted_variance_partition(results) -> pd.DataFrame:
+    """Latent-scale shares of the variation in detection (``stats.variance_partition``):
+    each random intercept (site; patients within sites), each covariate block of the plan
+    (``detection.adjusted.blocks``, else protocol, demographics, tumour), their covariance
+    and the logistic residual; from the GLMM (else the site-fixed model)."""
+    from stats.models import DEFAULT_BLOCKS, variance_partition
+
+    adj = results.plan.detection.adjusted
+    fits = results["adjusted_fits"]
+    m = _partition_method(results.plan)
+    if m not in fits:
+        m = next((k for k in ("glmm", "fixed") if k in fits), None)
+    if m is None:
+        return pd.DataFrame(columns=["estimand", "model", "component", "estimate"])
+    blocks = {k: list(v) for k, v in (adj.blocks or DEFAULT_BLOCKS).items()}
+    results.decide("adjusted.partition_fit", m)
+    results.decide("adjusted.partition_blocks", blocks)
+    return variance_partition(fits[m], blocks).assign(fit_method=m)
+
+
+def _wants_interactions(plan, tables) -> bool:
+    return _wants(plan, tables) and bool(plan.detection.adjusted.interactions)
+
+
+def _pooled_group(rows: pd.DataFrame, outer: str, cluster: str | None):
+    """The grouping of a fit of every model's scans together: patients nested in sites
+    when every patient's scans lie in one site (each scan repeats once per model, so the
+    patients always repeat), else the site."""
+    if cluster and cluster in rows.columns and cluster != outer and outer in rows.columns:
+        if bool((rows.groupby(cluster, observed=True)[outer].nunique() <= 1).all()):
+            return (outer, cluster)
+    return outer
+
+
+@analysis("adjusted_interactions", wanted=_wants_interactions, lane="models")
+def adjusted_interactions(results) -> dict:
+    """The plan's interaction terms (``detection.adjusted.interactions``), each tested by a
+    likelihood-ratio test of the GLMM with the term against the GLMM without it on the same
+    rows: a term with ``model`` fits every model's scans together (``model`` and the term
+    added; patients nested in sites as a random effect, :func:`_pooled_group`), another
+    term is added to each model's GLMM (grouped as :func:`glmm_group`). Prespecified
+    (``roles.interactions``): Holm over the plan's interaction tests, and the adjusted
+    sensitivities per cell (kind ``detection.adjusted.means_kind``) and, for a model term,
+    the models' odds ratios within each level of the other factor (``Fit.contrasts``).
+
+    Returns ``{"tests": ..., "means": ..., "contrasts": ...}`` (tidy; ``term`` names the
+    interaction; ``means``/``contrasts`` empty when exploratory)."""
+    from stats.models import fit_adjusted, likelihood_ratio_test
+    from stats.subgroups import adjust_p
+
+    adj = results.plan.detection.adjusted
+    ev = results["adjusted_rows"]
+    kw = _fit_kw(results)
+    kw.pop("model")
+    prespecified = results["roles"]["interactions"] == "prespecified"
+    base = adj.formula
+    tests, means, cons, record = [], [], [], {}
+    for term in adj.interactions:
+        a, b = (x.strip() for x in term.split(":"))
+        if "model" in (a, b):
+            other = b if a == "model" else a
+            group = _pooled_group(ev[ev["label"] == (1 if adj.population == "positives" else 0)],
+                                  kw["group"], results["cluster"])
+            fkw = {**kw, "group": group, "model": "pooled"}
+            full = fit_adjusted(ev, f"{base} + {other}:model", method="glmm", **fkw)
+            red = fit_adjusted(ev, base, method="glmm", **fkw)
+            record[term] = {"fit": "every model's scans together, model as a term",
+                            "group": list(group) if isinstance(group, tuple) else [group]}
+        else:
+            group = glmm_group(results)
+            fkw = {**kw, "group": group}
+            full = fit_adjusted(ev, f"{base} + {a}:{b}", method="glmm", **fkw)
+            red = fit_adjusted(ev, base, method="glmm", **fkw)
+            record[term] = {"fit": "each model's GLMM with the term added",
+                            "group": list(group) if isinstance(group, tuple) else [group]}
+        t = likelihood_ratio_test(full, red)
+        t["term"] = term
+        tests.append(t)
+        if prespecified:
+            cells = [other, "model"] if "model" in (a, b) else [a, b]
+            means.append(full.marginal_means(cells, kind=adj.means_kind).assign(term=term))
+            if "model" in (a, b):
+                cons.append(full.contrasts("model", strata=other).assign(term=term))
+    results.decide("adjusted.interactions", record)
+    out = (pd.concat(tests, ignore_index=True) if tests
+           else pd.DataFrame(columns=["term", "model", "statistic", "df", "p_value"]))
+    if prespecified:
+        out["family"] = "interactions"
+        out = adjust_p(out, ["family"]).drop(columns=["family", "p_adjusted_bh"])
+        results.decide("adjusted.interaction_multiplicity",
+                       "Holm over the plan's interaction tests")
+    else:
+        results.decide("adjusted.interaction_multiplicity",
+                       "none (exploratory: plan roles.interactions)")
+    empty = pd.DataFrame(columns=["estimand", "model", "group_var", "group_level", "term"])
+    return {"tests": out, "means": pd.concat(means, ignore_index=True) if means else empty,
+            "contrasts": pd.concat(cons, ignore_index=True) if cons else empty}

@@ -47,6 +47,14 @@ class AdjustedDecisions(_Group):
     crude_rows: dict | None = Field(None, description="the rows of the crude values")
     singular: bool | None = Field(None, description="the group SD at the boundary")
     units: dict[str, str] | None = Field(None, description="the unit of each odds ratio")
+    glmm_group: dict | None = Field(None, description="the GLMM's random intercepts and why")
+    contrasts_fit: str | None = Field(None, description="the fit the pairwise contrasts use")
+    partition_fit: str | None = Field(None, description="the fit the variance partition uses")
+    partition_blocks: dict[str, list[str]] | None = Field(
+        None, description="the blocks of fixed effects of the variance partition")
+    interactions: dict | None = Field(None, description="each interaction's fit and rows")
+    interaction_multiplicity: str | None = Field(None, description="the interaction tests' "
+                                                 "family")
 
 
 class CalibrationDecisions(_Group):

@@ -201,6 +201,8 @@ def roles(results) -> dict:
     plan = results.plan
     det = getattr(plan, "detection", None)
     out = dict(plan.roles)
+    if out.get("adjusted") == EXPLORATORY:   # the interactions are part of the adjusted models
+        out["interactions"] = EXPLORATORY
     if det is not None:
         out.update({"axis:" + ":".join(a): axis_role(plan, a) for a in axes(plan)})
         out["threshold"] = PRESPECIFIED if det.threshold.value is not None or det.threshold.given \

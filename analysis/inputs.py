@@ -225,8 +225,13 @@ def _check_axes(cases: pd.DataFrame, plan: Plan) -> None:
         named.append(("detection.bootstrap.strata", det.bootstrap.strata,
                       "name a column such as site, or leave strata out"))
     if det.adjusted is not None:
-        named.append(("detection.adjusted.group", det.adjusted.group,
-                      "name the clustering column, e.g. site"))
+        for column in det.adjusted.group_columns:
+            named.append(("detection.adjusted.group", column,
+                          "name the clustering column, e.g. site"))
+        for term in det.adjusted.interactions:
+            for column in term.split(":"):
+                named.append(("detection.adjusted.interactions", column.strip(),
+                              "name factor columns of the cases table, e.g. phase:model"))
     for key, column, fix in named:
         if column not in cases.columns:
             raise PlanError(MSG_PLAN_COLUMN.format(

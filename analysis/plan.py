@@ -324,8 +324,34 @@ class Adjusted(Block):
         "exchangeable, robust SE (as geepack); `fixed`: site fixed effect, cluster-robust SE.",
         type="a list of texts", example="[glmm, gee]", default_text="`[glmm]`",
         hint="use one of the listed names")
-    group: str = key("site", "The grouping column (random intercept, GEE cluster, fixed "
-                     "effect).", type="a column name", example="site", cli="--group")
+    group: Annotated[Union[str, Annotated[tuple[str, ...], Field(min_length=1, max_length=2)]],
+                     BeforeValidator(_as_tuple)] = key(
+        "site", "The grouping column (random intercept, GEE cluster, fixed effect). A column "
+        "name: the GLMM's random intercept is per group, and nested, `(1 | site/patient_id)`, "
+        "when the patients (the decided cluster) repeat among the modelled scans and each "
+        "patient's scans lie in one group (the default rule: a patient's repeated scans are "
+        "correlated, and the patient level carries it). A list `[site, patient_id]`: nested "
+        "intercepts whatever the design; `[site]`: one level whatever the design. GEE and the "
+        "fixed-effect model use the first column.", type="a column name, or a list [outer, "
+        "inner] of two", example="[site, patient_id]", cli="--group",
+        hint="write a column name such as site, or [site, patient_id]")
+    interactions: Annotated[tuple[str, ...], BeforeValidator(
+        lambda v: (v,) if isinstance(v, str) else _as_tuple(v)), Field(max_length=20)] = key(
+        (), "Interaction terms `a:b` tested by a likelihood-ratio test (the model with the "
+        "term against the model without it, same rows, ML). A term with `model` (e.g. "
+        "`phase:model`) fits every model's scans of the population together, with `model` "
+        "and the term added and the patients as a random effect nested in the group; "
+        "another (e.g. `phase:age_group`) is added to each model's GLMM. With the role "
+        "`roles.interactions` prespecified, the report also gives the adjusted "
+        "sensitivities per cell and, for a `model` term, the models' odds ratios within "
+        "each level.", type="a list of terms a:b (two factor columns)",
+        example="[phase:model, phase:age_group]", default_text="`[]`",
+        cap=(20, "interaction terms"), hint="write e.g. [phase:model]")
+    contrasts: Annotated[tuple[str, ...], BeforeValidator(
+        lambda v: (v,) if isinstance(v, str) else _as_tuple(v))] = key(
+        (), "Factors whose adjusted levels are compared pairwise (odds ratios, emmeans "
+        "`pairs`, Holm within each model and factor), from the fit of the adjusted means.",
+        type="a list of factors of the formula", example="[phase]", default_text="`[]`")
     blocks: dict[Literal[BLOCKS], Annotated[tuple[str, ...], BeforeValidator(_as_tuple),
                                             Field(max_length=100)]] = key(
         {}, "Covariate blocks, each tested by a likelihood-ratio test.",
@@ -390,6 +416,33 @@ class Adjusted(Block):
                         "{got}; write e.g. detected ~ phase + age_group", got=repr(text))
         _parse(text)
         return text
+
+    @field_validator("group")
+    @classmethod
+    def _group(cls, g):
+        if isinstance(g, tuple) and len(set(g)) != len(g):
+            raise _fail(None, "{file}: {at} lists {got}; the outer and inner columns must "
+                        "differ; write e.g. [site, patient_id]", got=list(g))
+        return g
+
+    @field_validator("interactions")
+    @classmethod
+    def _interactions(cls, terms):
+        for i, term in enumerate(terms):
+            where = "{at." + f"interactions[{i}]" + "}"
+            parsed = _parse(f"detected ~ {term}", where=where)
+            names = [t.name for t in parsed.terms]
+            inter = [t for t in parsed.terms if len(t.factors) == 2]
+            if (len(inter) != 1 or names != [inter[0].name]
+                    or any(f.kind != "column" for f in inter[0].factors)):
+                raise _fail(None, "{file}: " + where + " is {got}; write one interaction "
+                            "of two factor columns, a:b (e.g. phase:model)", got=repr(term))
+        return terms
+
+    @property
+    def group_columns(self) -> tuple[str, ...]:
+        """``group`` as a tuple of columns (one or two)."""
+        return (self.group,) if isinstance(self.group, str) else tuple(self.group)
 
     @field_validator("blocks")
     @classmethod
@@ -1097,6 +1150,10 @@ class Roles(Block):
     adjusted: Literal[ROLE_VALUES] = key(
         "prespecified", "The adjusted models (odds ratios, block tests, variance, adjusted "
         "versus crude); exploratory: block tests not Holm-adjusted.", **_ROLE)
+    interactions: Literal[ROLE_VALUES] = key(
+        "prespecified", "The interaction tests of `detection.adjusted.interactions`; "
+        "prespecified: Holm over them and the adjusted sensitivities per cell; exploratory "
+        "(also whenever `adjusted` is): the tests only, unadjusted.", **_ROLE)
     comparisons: Literal[ROLE_VALUES] = key("prespecified", "The paired model comparisons.",
                                             **_ROLE)
     calibration: Literal[ROLE_VALUES] = key(

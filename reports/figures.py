@@ -325,6 +325,29 @@ def points_ci(df: pd.DataFrame, *, x: str, y: str, color: str | None = None,
     return p
 
 
+def bars(df: pd.DataFrame, *, x: str, y: str, fill: str, xlab: str | None = None,
+         ylab: str | None = None, percent: bool = True):
+    """Bars of ``y`` per ``x`` (categories in their order of appearance), dodged by
+    ``fill``, horizontal; a negative value (a covariance share) is drawn to the left of a
+    zero line."""
+    import plotnine as p9
+
+    d = df.copy()
+    d[x] = pd.Categorical(d[x].astype(str), categories=list(dict.fromkeys(
+        d[x].astype(str)))[::-1])
+    d[fill] = pd.Categorical(d[fill].astype(str), categories=_ordered(d[fill].astype(str)))
+    p = (p9.ggplot(d, p9.aes(x=x, y=y, fill=fill))
+         + p9.geom_col(position=p9.position_dodge(width=0.8), width=0.75)
+         + p9.geom_hline(yintercept=0.0, color="#8d96a3")
+         + p9.scale_fill_manual(values=PALETTE[: d[fill].nunique()], name=fill.replace("_", " "))
+         + p9.coord_flip())
+    if percent:
+        from mizani.labels import percent_format
+
+        p += p9.scale_y_continuous(labels=percent_format())
+    return p + p9.labs(x=x if xlab is None else xlab, y=y if ylab is None else ylab) + theme()
+
+
 def meta_forest_plot(sites: pd.DataFrame, pooled: pd.DataFrame, *, xlab: str,
                      count_label: str, facet: str = "model", width: float = 7.5):
     """A meta-analysis forest plot, one panel per ``facet`` (two per row): per study (site)

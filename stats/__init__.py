@@ -40,6 +40,7 @@ from .operating import (delong_test_unpaired, likelihood_ratios, operating_point
 
 # adjusted models
 from .models import block_tests, fit_adjusted, fit_complete_case, likelihood_ratio_test
+from .models import variance_partition
 
 # attribution and transport
 from .gaps import decompose_gap
@@ -79,6 +80,7 @@ __all__ = [
     "block_tests", "fit_adjusted", "fit_complete_case", "likelihood_ratio_test",
     # attribution and transport
     "decompose_gap", "transport",
+    "variance_partition",
     # calibration, CRS and ranking
     "brier", "calibration_repair", "crs_axes", "crs_bootstrap", "crs_scores", "ece", "ece_ci",
     "mce", "nll", "rank_agreement", "ranking_stability", "read_reference", "reliability_table",

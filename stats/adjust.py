@@ -28,7 +28,8 @@ cluster-robust covariance 6e-15 (tested to 1e-8).
 ``kind="standardized"`` (g-computation over the observed cohort): every fitted row is
 set to the level of ``by``, the predicted probability is averaged over the rows and, for
 a GLMM, over the random-intercept distribution N(0, SD^2) by Gauss-Hermite quadrature
-(``n_nodes`` nodes)::
+(``n_nodes`` nodes; nested site and patient intercepts: their sum, N(0, SD_site^2 +
+SD_patient^2))::
 
     P(by = l) = mean_i sum_k w_k expit(x_i(l)' beta + SD z_k).
 
@@ -269,7 +270,11 @@ def _quad_form(g: np.ndarray, V: np.ndarray) -> float:
 def _standardized(mf, cols, *, n_nodes=32):
     data = mf.design.data
     counts = _level_counts(data, cols)
-    theta = mf.theta if mf.theta is not None else 0.0
+    # nested intercepts (site + patient): their sum is normal with the summed variance
+    sds = mf.variance_components() if hasattr(mf, "variance_components") else (
+        {"group": mf.theta} if mf.theta is not None else {})
+    theta = float(np.sqrt(sum(v ** 2 for v in sds.values()))) if len(sds) > 1 else (
+        mf.theta if mf.theta is not None else 0.0)
     if mf.theta is not None and n_nodes > 1:
         x, w = np.polynomial.hermite_e.hermegauss(n_nodes)
         w = w / w.sum()
@@ -294,7 +299,15 @@ def _standardized(mf, cols, *, n_nodes=32):
         g_beta = rmatvec(X, matvec(dP, w)) / len(X)
         # the SD's row enters only where the fit estimated it (a boundary fit's SD is 0
         # with no SE: stats.models.glmm)
-        if mf.theta is not None and mf.vcov_full is not None and np.isfinite(mf.vcov_full[0, 0]):
+        if len(sds) > 1 and mf.vcov_full is not None:
+            # d/d sigma_k = d/d sigma * sigma_k / sigma; a singular SD (NaN row, SD 0) has
+            # weight 0 and drops out of the quadratic form
+            d_sd = float(np.mean(matvec(dP, w * x)))
+            vals = np.array(list(sds.values()), float)
+            ok = np.isfinite(np.diag(mf.vcov_full)[:len(vals)]) & (vals > 0)
+            g_sd = np.where(ok, d_sd * vals / theta if theta > 0 else 0.0, 0.0)
+            var = _quad_form(np.concatenate([g_sd, g_beta]), mf.vcov_full)
+        elif mf.theta is not None and mf.vcov_full is not None and np.isfinite(mf.vcov_full[0, 0]):
             g = np.concatenate([[np.mean(matvec(dP, w * x))], g_beta])
             var = _quad_form(g, mf.vcov_full)
         else:
@@ -303,3 +316,153 @@ def _standardized(mf, cols, *, n_nodes=32):
             yield level, float(logit(est)), np.nan, nrow
             continue
         yield level, float(logit(est)), float(np.sqrt(var)) / (est * (1 - est)), nrow
+
+
+# ------------------------------------------------------------------------ contrasts
+
+#: multiplicity adjustments of :func:`contrasts` (within each model and stratum)
+ContrastAdjust = Literal["holm", "bonferroni", "none"]
+MSG_CONTRAST_BY = ("contrasts: {arg}={cols} is not a factor of the formula {formula!r}; "
+                   "choose one of its categorical variables ({factors})")
+MSG_CONTRAST_ADJUST = ("contrasts: adjust must be 'holm', 'bonferroni' or 'none'; got {got!r}")
+
+
+def _adjust_family(p: np.ndarray, how: str) -> np.ndarray:
+    """Holm / Bonferroni adjusted p-values of one family (NaN p-values stay NaN and do not
+    count), vectorised: Holm's ``max_{j <= i} min(1, (m - j + 1) p_(j))``."""
+    out = np.full(len(p), np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    m = len(ok)
+    if m == 0 or how == "none":
+        return p.astype(float).copy() if how == "none" else out
+    if how == "bonferroni":
+        out[ok] = np.minimum(1.0, m * p[ok])
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]
+    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out[order] = adj
+    return out
+
+
+def contrasts(fit, by, *, strata=None, adjust: ContrastAdjust = "holm",
+              conf_level: float = 0.95) -> pd.DataFrame:
+    """Pairwise odds ratios of the adjusted levels of ``by`` (emmeans' ``pairs``).
+
+    The adjusted levels are emmeans' marginal means on the logit scale (the reference
+    grid of :func:`reference_grid`, equal weights over the other factors, numerics at
+    their means): ``eta_l = L_l beta``. For every pair ``l < m`` (levels in their order)
+    the contrast is ``eta_l - eta_m`` with SE ``sqrt((L_l - L_m) V (L_l - L_m)')``, the
+    fit's covariance (Hessian-based for a GLMM, the sandwich for GEE, the model-based one
+    for a glm without clusters, the cluster-robust one for a site-fixed fit); the odds
+    ratio ``exp(eta_l - eta_m)`` has the delta-method SE ``OR * SE`` (emmeans'
+    ``type = "response"``). With ``strata`` the means and pairs are computed within each
+    level of ``strata`` (emmeans ``~ by | strata``), averaging over the other factors.
+
+    Parameters
+    ----------
+    fit : stats.models.Fit
+    by : str or list of str
+        Factor(s) whose levels are compared (several: their crossed levels).
+    strata : str or list of str, optional
+        Factor(s) within whose levels the pairs are formed.
+    adjust : {"holm", "bonferroni", "none"}
+        Multiplicity adjustment of the p-values within each model and stratum (emmeans'
+        family; its default for pairs is Tukey, R users write ``adjust = "holm"``).
+    conf_level : float
+
+    Returns
+    -------
+    DataFrame
+        Tidy contract, grouping ``model, group_var, stratum, group_level``: estimand
+        ``odds_ratio``; ``group_var`` the ``by`` factor(s), ``stratum`` the ``strata``
+        level (``""`` without strata), ``group_level`` the pair ``"l / m"`` (emmeans'
+        label); ``estimate`` the odds ratio, ``std_error`` its delta-method SE,
+        ``conf_low``/``conf_high`` ``exp(log OR +- q SE)`` (per comparison, not
+        adjusted), ``statistic`` the Wald z (t for a GEE with Mancl-DeRouen SEs, with
+        ``df``), ``p_value`` two-sided unadjusted, ``p_adjusted`` per ``adjust``,
+        ``n`` the fitted rows at the two levels, ``method`` ``emmeans-pairs-wald``,
+        ``flag`` (the fit's flags; ``not_estimable`` where a level's mean needs a cell
+        without data, emmeans' nonEst); extras ``level1``, ``level2``, ``log_odds_ratio``,
+        ``log_std_error``, ``df``, ``strata_var``, ``adjust``.
+
+    Notes
+    -----
+    Validated against R's emmeans 1.8.4 ``pairs(emmeans(fit, ~ by, type = "response"),
+    adjust = "holm")`` for glm (model-based covariance), geeglm (exchangeable, sandwich),
+    glmer with one and with nested random intercepts (tests/r/contrasts_emmeans.R,
+    tests/stats/test_contrasts.py).
+    """
+    from stats.models.fit import wald_reference
+
+    if adjust not in ("holm", "bonferroni", "none"):
+        raise ContractError(MSG_CONTRAST_ADJUST.format(got=adjust))
+    cols = _by_list(by)
+    scols = [] if strata is None else _by_list(strata)
+    rows = []
+    for m, mf in fit.fits.items():
+        data = mf.design.data
+        factors = [c for c in data.columns if isinstance(data[c].dtype, pd.CategoricalDtype)
+                   and c in set(mf.design.parsed.rhs_columns())]
+        for arg, cc in (("by", cols), ("strata", scols)):
+            bad = [c for c in cc if c not in factors]
+            if bad:
+                raise ContractError(MSG_CONTRAST_BY.format(arg=arg, cols=bad,
+                                                           formula=fit.formula,
+                                                           factors=", ".join(factors)))
+        df = float(mf.extra.get("df", np.inf))
+        q, pfun = wald_reference(df, conf_level)
+        grid = reference_grid(mf)
+        Xg = _design_rows(mf, grid, full=True)
+        N, kept = null_basis(mf), _kept(mf)
+        counts = _level_counts(data, cols + scols) if scols else _level_counts(data, cols)
+        bkeys = grid[cols].astype(str).agg("\x1f".join, axis=1).to_numpy()
+        skeys = (grid[scols].astype(str).agg("\x1f".join, axis=1).to_numpy() if scols
+                 else np.full(len(grid), ""))
+        levels = list(itertools.product(*[_levels(data[c]) for c in cols]))
+        slevels = (list(itertools.product(*[_levels(data[c]) for c in scols])) if scols
+                   else [()])
+        for st in slevels:
+            fam = []
+            sk = "\x1f".join(map(str, st))
+            Ls = []
+            for lv in levels:
+                sel = (bkeys == "\x1f".join(map(str, lv))) & (skeys == sk)
+                Ls.append(Xg[sel].mean(axis=0) if sel.any() else np.full(Xg.shape[1], np.nan))
+            for i, j in itertools.combinations(range(len(levels)), 2):
+                d_all = Ls[i] - Ls[j]
+                ok = (np.all(np.isfinite(d_all)) and estimable(Ls[i], N)[0]
+                      and estimable(Ls[j], N)[0])
+                if ok:
+                    dL = d_all[kept]
+                    est = float(np.sum(dL * mf.beta))
+                    se = float(np.sqrt(_quad_form(dL, mf.vcov)))
+                else:
+                    est = se = np.nan
+                key = lambda lv: "\x1f".join(map(str, lv + st))   # noqa: E731
+                n = counts.get(key(levels[i]), 0) + counts.get(key(levels[j]), 0)
+                z = est / se if se > 0 else np.nan
+                orr = float(np.exp(est))
+                fam.append(dict(
+                    estimand="odds_ratio", model=m, group_var=":".join(cols),
+                    stratum=":".join(map(str, st)),
+                    group_level=f"{':'.join(map(str, levels[i]))} / "
+                                f"{':'.join(map(str, levels[j]))}",
+                    estimate=orr, std_error=orr * se, conf_low=float(np.exp(est - q * se)),
+                    conf_high=float(np.exp(est + q * se)), conf_level=conf_level,
+                    statistic=z, p_value=float(pfun(z)), n=n,
+                    method="emmeans-pairs-wald",
+                    flag=";".join(dict.fromkeys(x for x in (
+                        *mf.flags().split(";"), "" if ok else "not_estimable") if x)),
+                    level1=":".join(map(str, levels[i])), level2=":".join(map(str, levels[j])),
+                    log_odds_ratio=est, log_std_error=se,
+                    df=df if df != np.inf else np.nan, strata_var=":".join(scols),
+                    adjust=adjust))
+            # one family per model and stratum (emmeans' "by" groups)
+            adj = _adjust_family(np.array([r["p_value"] for r in fam], float), adjust)
+            for r, a in zip(fam, adj):
+                r["p_adjusted"] = a
+            rows.extend(fam)
+    cols_out = ("model", "group_var", "stratum", "group_level")
+    if not rows:
+        return tidy(pd.DataFrame(columns=["estimand", *cols_out]), group_cols=cols_out)
+    return tidy(pd.DataFrame(rows), group_cols=cols_out)

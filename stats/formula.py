@@ -58,11 +58,11 @@ MAX_TERMS = 256          # fixed-effect terms after expanding '*'
 MAX_DEPTH = 16           # nested parentheses
 
 ALLOWED = ("allowed: column names (plain ASCII names, or Q(\"odd name\") for names with "
-           "spaces or symbols); + : * and ( ); 1, 0 or -1 for the intercept; (1 | group) once; "
-           "C(col), C(col, Treatment('level')), C(col, Treatment(reference='level')); "
-           "np.log, log, np.log2, log2, np.log10, log10, np.sqrt, sqrt, np.exp, exp, scale, "
-           "center of a column or of 'column op number'; I(column op number) with op one of "
-           "+ - * / **")
+           "spaces or symbols); + : * and ( ); 1, 0 or -1 for the intercept; (1 | group) or "
+           "(1 | group/inner) once; C(col), C(col, Treatment('level')), "
+           "C(col, Treatment(reference='level')); np.log, log, np.log2, log2, np.log10, "
+           "log10, np.sqrt, sqrt, np.exp, exp, scale, center of a column or of 'column op "
+           "number'; I(column op number) with op one of + - * / **")
 MSG_FORMULA = "formula {formula!r}: {problem} in term {term!r} at character {pos}; " + ALLOWED
 MSG_NOT_TEXT = "formula must be text such as 'detected ~ phase + sex'; got {got!r}"
 MSG_TOO_LONG = ("formula is {n} characters long; at most {limit} are accepted; shorten it or "
@@ -97,7 +97,8 @@ P_ASSIGN = "assignment ':=' is not allowed"
 P_DEPTH = f"more than {MAX_DEPTH} nested parentheses"
 P_MINUS = "'-' may only remove the intercept ('- 1'); leave a term out instead of subtracting it"
 P_EXPECTED = "expected {what}, found {found}"
-P_RANDOM = "only a random intercept '(1 | group)' is supported, once, at the top level"
+P_RANDOM = ("only a random intercept '(1 | group)' (or nested, '(1 | group/inner)') is "
+            "supported, once, at the top level")
 P_ARGUMENTS = "{name}() takes {takes}"
 P_SECOND_TILDE = "a second '~'"
 P_SYNTAX = "{found} is not a column, a number or an allowed function call ({why})"
@@ -312,7 +313,9 @@ class ParsedFormula:
 
     ``terms`` are the fixed-effect terms, expanded as patsy expands them (``a*b`` ->
     ``a``, ``b``, ``a:b``; duplicates dropped), without the intercept; ``intercept`` says
-    whether the model has one; ``random_group`` is the column of ``(1 | group)``.
+    whether the model has one; ``random_group`` is the column of ``(1 | group)``;
+    ``random_nested`` the inner column of ``(1 | group/inner)`` (lme4's nested
+    intercepts, ``(1 | group) + (1 | inner:group)``).
     """
 
     text: str
@@ -320,6 +323,7 @@ class ParsedFormula:
     terms: tuple[Term, ...]
     intercept: bool = True
     random_group: Column | None = None
+    random_nested: Column | None = None
 
     def rhs_columns(self) -> list[str]:
         """The source data columns of the right-hand side's fixed-effect terms, in order
@@ -329,7 +333,7 @@ class ParsedFormula:
     def columns(self) -> list[str]:
         """Every column the formula names: response, right-hand side, random group."""
         return list(_uniq([c.name for c in (self.response,) if c] + self.rhs_columns()
-                          + [c.name for c in (self.random_group,) if c]))
+                          + [c.name for c in (self.random_group, self.random_nested) if c]))
 
     def term_names(self) -> list[str]:
         """patsy's names of the fixed-effect terms (``Intercept`` not included)."""
@@ -360,14 +364,16 @@ class ParsedFormula:
         return f"{self.response.code + ' ' if self.response else ''}~ {self.patsy_rhs}"
 
     def __str__(self) -> str:
-        return self.formula + (f" + (1 | {self.random_group.code})" if self.random_group else "")
+        inner = f"/{self.random_nested.code}" if self.random_nested else ""
+        return self.formula + (f" + (1 | {self.random_group.code}{inner})"
+                               if self.random_group else "")
 
     def with_response(self, name: str) -> ParsedFormula:
         return replace(self, response=Column(name))
 
     def fixed_only(self) -> ParsedFormula:
         """The formula without its random intercept."""
-        return replace(self, random_group=None)
+        return replace(self, random_group=None, random_nested=None)
 
     def with_columns(self, *names: str) -> ParsedFormula:
         """The formula with main-effect terms for ``names`` appended (kept once)."""
@@ -393,7 +399,8 @@ class ParsedFormula:
         only with ``include_response``: ``detected``/``correct`` are derived)."""
         present = [str(c) for c in columns]
         names = ([self.response.name] if include_response and self.response else [])
-        names += self.rhs_columns() + ([self.random_group.name] if self.random_group else [])
+        names += self.rhs_columns() + [c.name for c in (self.random_group, self.random_nested)
+                                       if c]
         missing = [c for c in _uniq(names) if c not in set(present)]
         if not missing:
             return
@@ -499,10 +506,10 @@ class _Reader:
         if len(tree.args) == 2:
             response = self.column(self.expr(tree.args[0], "the outcome column before '~'"),
                                    "the outcome column before '~'")
-        terms, intercept, group = self.sum(tree.args[-1])
+        terms, intercept, group, nested = self.sum(tree.args[-1])
         if not terms and not intercept:
             raise FormulaError(MSG_NO_TERMS.format(formula=self.text))
-        return ParsedFormula(self.text, response, terms, intercept, group)
+        return ParsedFormula(self.text, response, terms, intercept, group, nested)
 
     def pos(self, node) -> int:
         return self.lead + node.token.origin.start
@@ -514,12 +521,13 @@ class _Reader:
         return terms
 
     def sum(self, node):
-        """The top-level sum: its terms, the intercept and the random group."""
+        """The top-level sum: its terms, the intercept, the random group and the nested
+        inner group (None without one)."""
         items = []
         while node.type in ("+", "-") and len(node.args) == 2:
             items.append((node.type, node.args[1]))
             node = node.args[0]
-        terms, intercept, group = (), True, None
+        terms, intercept, group, nested = (), True, None, None
         for sign, item in reversed(items + [("+", node)]):
             if item.type in ("+", "-") and len(item.args) == 1 and sign == "+":
                 sign, item = item.type, item.args[0]
@@ -530,10 +538,16 @@ class _Reader:
             elif item.type == "|":
                 if group is not None or item.args[0].type != "ONE":
                     self.fail(P_RANDOM, self.pos(item))
-                group = self.column(self.expr(item.args[1], P_RANDOM), "the group column")
+                g = item.args[1]
+                if g.type == "/" and len(g.args) == 2:    # (1 | site/patient_id)
+                    nested = self.column(self.expr(g.args[1], P_RANDOM), "the inner group column")
+                    g = g.args[0]
+                group = self.column(self.expr(g, P_RANDOM), "the group column")
+                if nested is not None and nested.name == group.name:
+                    self.fail(P_RANDOM, self.pos(item))
             else:
                 terms = self.limit(_uniq(terms + self.expand(item)))
-        return terms, intercept, group
+        return terms, intercept, group, nested
 
     def expand(self, node) -> tuple[Term, ...]:
         """The terms of ``node``; a chain (``a:b:...``) is walked, not recursed into."""

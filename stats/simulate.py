@@ -75,6 +75,7 @@ def benchx_cohort(
     prevalence: float = 0.4,
     site_sd: float = 0.6,
     validation_fraction: float = 0.3,
+    patient_sd: float = 0.0,
     seed=None,
 ) -> Simulation:
     """Simulate a BenchX-like multi-site detection cohort scored by ``n_models`` models.
@@ -93,6 +94,10 @@ def benchx_cohort(
         True SD of the site random intercept on the logit scale (sensitivity model).
     validation_fraction : float
         Fraction of patients in the validation split; the rest are ``test``.
+    patient_sd : float
+        True SD of a patient random intercept (nested in sites) on the logit scale of the
+        sensitivity model; 0 (the default) draws none and leaves the random stream of
+        the other quantities as it was.
     seed : int, Generator or None
 
     Returns
@@ -102,7 +107,9 @@ def benchx_cohort(
         model, label, score, max_prob, site, split, age, age_group, sex, race, phase,
         scanner, tumor_size_mm, tumor_location). ``truth``: ``threshold``, ``coef``
         (model, term, estimate), ``site_sd``, ``site_effect`` (site, effect),
-        ``coef_negatives``, ``site_sd_negatives``, ``p_call`` (model, case_id, p_call).
+        ``coef_negatives``, ``site_sd_negatives``, ``p_call`` (model, case_id, p_call),
+        ``patient_sd`` and ``patient_effect`` (patient_id, effect; zeros when
+        ``patient_sd`` is 0).
     """
     if n_cases < 1 or n_models < 1 or n_sites < 2:
         raise ValueError("benchx_cohort needs n_cases >= 1, n_models >= 1 and n_sites >= 2")
@@ -171,7 +178,9 @@ def benchx_cohort(
     spec_phase = np.array([0.0, -0.15, 0.0, -0.25])
 
     logsize = np.log(np.where(label == 1, size, 1.0))
-    eta_pos = (intercept[:, None]
+    # drawn only when asked for: the default keeps every other draw where it was
+    pat_b = rng.normal(0, patient_sd, n_pat) if patient_sd > 0 else np.zeros(n_pat)
+    eta_pos = (intercept[:, None] + pat_b[pat_of_case][None, :]
                + robust[:, None] * phase_eff[phase][None, :]
                + age_eff[age_group][None, :] + sex_eff * sex[None, :]
                + race_eff[race][None, :] + size_eff * logsize[None, :]
@@ -229,6 +238,11 @@ def benchx_cohort(
         "coef_negatives": pd.concat(values, ignore_index=True),
         "site_sd_negatives": site_sd_neg,
         "site_effect_negatives": pd.DataFrame({"site": site_names, "effect": site_b_neg}),
+        "patient_sd": patient_sd,
+        "patient_effect": pd.DataFrame({
+            "patient_id": np.char.add("P", np.char.zfill((np.arange(n_pat) + 1).astype(str),
+                                                         6)).astype(object),
+            "effect": pat_b}),
         "p_call": pd.DataFrame({"model": data["model"].to_numpy(), "case_id": data["case_id"].to_numpy(),
                                 "p_call": p_call.ravel()}),
     }

@@ -123,13 +123,21 @@ def _detection(study) -> list[str]:
                    f"{study.plan.seed_for('detection_bootstrap')}; {BOOT_NAMES[boot.boot_ci]}.")
     if det.adjusted:
         a = det.adjusted
-        methods = "; ".join(ADJ_NAMES[m].format(g=md(a.group)) for m in a.methods)
+        dec = study.results.decisions.adjusted
+        gg = dec.glmm_group or {}
+        g0 = a.group_columns[0]
+        names = dict(ADJ_NAMES)
+        if len(gg.get("group") or []) == 2:
+            names["glmm"] = NESTED_NAME
+        methods = "; ".join(names[m].format(g=md(g0)) for m in a.methods)
         out.append(f"Confounding-adjusted models of detection among reference positives: "
                    f"{md(a.formula)}, fitted as {methods}. Likelihood-ratio tests compare "
                    f"the full model with the model without each block ("
                    + md("; ".join(f"{b}: {', '.join(t)}" for b, t in a.blocks.items()))
                    + ")."
-                   + _repeated_methods(study.results.decisions.adjusted.repeated_scans))
+                   + (_nested_methods(gg, dec.repeated_scans) if names["glmm"] == NESTED_NAME
+                      else _repeated_methods(dec.repeated_scans)))
+        out += _model_extras(study)
         units = study.results.decisions.adjusted.units or {}
         if units:
             out.append("Odds ratios of continuous terms are reported per a stated unit: "
@@ -408,6 +416,52 @@ def build(study) -> Section:
         sec.add("Sections not produced in this build: " + text.md("; ".join(
             f"{t} ({r})" for _, t, r in skipped)) + ".")
     return sec
+
+
+NESTED_NAME = ("a logistic mixed model with random intercepts per {g} and per patient "
+               "within {g} (lme4's (1 | site/patient_id); maximum likelihood, Laplace "
+               "approximation, the conditional modes solved per site by the Schur complement "
+               "of its bordered-diagonal Hessian)")
+
+
+def _nested_methods(gg: dict, rep: dict | None) -> str:
+    """The methods sentence of the nested GLMM: the rule that chose it (decision
+    ``adjusted.glmm_group``) and what it does with repeated scans."""
+    out = f" The GLMM's random intercepts: {text.md(gg.get('why', ''))}"
+    if rep:
+        out += (f" ({text.count(rep['with_repeats'])} of the {text.count(rep['patients'])} "
+                f"patients have several of the modelled scans)")
+    return out + ("; the patient level carries the correlation of a patient's scans, so the "
+                  "GLMM is the primary model for the odds ratios, the block tests, the "
+                  "adjusted means and the contrasts. A variance component at the boundary "
+                  "(SD below 1e-4, or removing it raises the deviance by less than 1e-6) is "
+                  "reported as 0 and flagged singular, and the fit is the model without it.")
+
+
+def _model_extras(study) -> list[str]:
+    """Methods sentences of the contrasts, the variance partition and the interaction
+    tests, when the run has them."""
+    a = study.plan.detection.adjusted
+    dec = study.results.decisions.adjusted
+    md = text.md
+    out = []
+    if a.contrasts:
+        out.append("Pairwise contrasts of adjusted levels (" + md(", ".join(a.contrasts))
+                   + ") are odds ratios of emmeans-style marginal means (equal weights over "
+                   "the other factors), Wald intervals per comparison and Holm's adjustment "
+                   "within each model and factor (emmeans pairs).")
+    if dec.partition_fit:
+        out.append("The variation in detection is partitioned on the latent (logit) scale "
+                   "(Nakagawa & Schielzeth): each random intercept's variance, each block's "
+                   "variance of its part of the linear predictor, their covariance, and the "
+                   "logistic residual \u03c0\u00b2/3.")
+    if a.interactions:
+        out.append("Interaction terms (" + md(", ".join(a.interactions)) + ") are tested by "
+                   "likelihood-ratio tests of the GLMM with and without the term; a term with "
+                   "the model fits every model's scans together with patients (nested in "
+                   "sites) as a random effect; "
+                   + md(str(dec.interaction_multiplicity or "")) + ".")
+    return out
 
 
 def _repeated_methods(rep: dict | None) -> str:

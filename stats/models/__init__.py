@@ -54,9 +54,11 @@ from .fit import Fit, ModelFit
 from .fixed import FITTED_0_1, fit_glm
 from .gee import fit_gee
 from .glmm import fit_glmm
+from .nested import fit_nested_glmm
+from .partition import variance_partition
 
 __all__ = ["fit_adjusted", "likelihood_ratio_test", "block_tests", "fit_complete_case",
-           "compare_complete_case", "Fit", "DEFAULT_BLOCKS"]
+           "compare_complete_case", "Fit", "DEFAULT_BLOCKS", "variance_partition"]
 
 Method = Literal["glmm", "gee", "fixed"]
 Population = Literal["positives", "negatives"]
@@ -72,6 +74,12 @@ DEFAULT_BLOCKS: dict[str, list[str]] = {
 MIN_GROUPS = 5
 #: a likelihood-ratio statistic below this (deviance units) is reported as exactly 0
 LRT_ZERO = 1e-8
+#: a statistic below ``-LRT_WORSE`` (deviance units) means the full fit's log-likelihood is
+#: below the reduced fit's, which nested ML fits cannot be at their optima: the full fit
+#: missed its optimum (a degenerate Laplace fit, flag extreme_sd) and the test is NaN,
+#: flag ``full_below_reduced``. 1e-4 is far above the fits' convergence (about 1e-10) and
+#: far below any statistic that could matter.
+LRT_WORSE = 1e-4
 
 
 MSG_FORMULA = ("{func}: formula must be a formula text such as 'detected ~ phase + sex' (or "
@@ -79,11 +87,17 @@ MSG_FORMULA = ("{func}: formula must be a formula text such as 'detected ~ phase
 MSG_NO_POPULATION = ("{func}: cases holds no {population} (label == {label}), so there is "
                      "nothing to fit; pass cases with reference {population}, or "
                      "population=None for the table as given")
+MSG_GROUP = ("fit_adjusted: group must be a column name, two column names (outer, inner) "
+             "for nested random intercepts such as ('site', 'patient_id'), or None; got {got}")
+MSG_NESTED_AGQ = ("fit_adjusted: nested random intercepts are fitted by Laplace only (as lme4, "
+                  "which allows nAGQ > 1 for one scalar random effect); got nagq={nagq}; "
+                  "use nagq=1")
 MSG_NOT_FIT = ("likelihood_ratio_test: {arg} must be a Fit (the result of stats.fit_adjusted); "
                "got {got}")
 
 
-def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: str | None = "site",
+def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *,
+                 group: str | tuple[str, str] | None = "site",
                  method: Method = "glmm", population: Population | None = "positives",
                  nagq: int = 1, model: str | None = None, threshold: float | None = None,
                  bias_reduced: bool | None = None, cluster: str | None = "patient_id",
@@ -104,9 +118,14 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: st
         sets it), else sorted, as R. Text outside the grammar raises
         :class:`stats.formula.FormulaError` before anything is evaluated; a numeric term
         that is not finite (``np.log`` of 0) raises ``ContractError`` naming its rows.
-    group : str or None
+    group : str, (str, str) or None
         Random-intercept group (glmm), working-correlation cluster (gee) or fixed-effect
         factor (fixed). ``method="fixed", group=None`` is a plain logistic regression.
+        Two columns, ``("site", "patient_id")``: nested random intercepts (glmm; lme4's
+        ``(1 | site/patient_id)``, Laplace only: :mod:`stats.models.nested`); the inner
+        level is the ``patient_id:site`` pairs, so a patient code reused in two sites is
+        two patients. For gee and fixed the outer column is the group (patients nest in
+        sites: site clusters hold every patient's scans).
     method : {"glmm", "gee", "fixed"}
         ``glmm``: ML with a random intercept (Laplace; ``nagq > 1``: adaptive
         Gauss-Hermite), Wald SEs from the Hessian in (SD, beta) as lme4.
@@ -188,11 +207,19 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: st
         raise ValueError(f"method must be 'glmm', 'gee' or 'fixed'; got {method!r}")
     if method in ("glmm", "gee") and group is None:
         raise ValueError(f"method={method!r} needs a group column (group='site')")
+    group = _group_arg(group)
     parsed = parse_formula(formula) if isinstance(formula, str) else formula
     if parsed.random_group is not None:
         if method != "glmm":
             raise ValueError(f"the formula's '(1 | {parsed.random_group.name})' needs method='glmm'")
         group = parsed.random_group.name
+        if getattr(parsed, "random_nested", None) is not None:
+            group = (group, parsed.random_nested.name)
+    if isinstance(group, tuple):
+        if method == "glmm" and nagq > 1:
+            raise ValueError(MSG_NESTED_AGQ.format(nagq=nagq))
+        if method != "glmm":
+            group = group[0]     # patients nest in sites: the site is the group
     data, outcome = _design.with_outcome(cases, population=population, threshold=threshold)
     if data.empty:
         raise ContractError(MSG_NO_POPULATION.format(func=func, population=population,
@@ -233,6 +260,17 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: st
                             parsed=formula, base=base))
 
 
+def _group_arg(group):
+    """``group`` as a column name, an (outer, inner) tuple (a one-element list or tuple:
+    its column), or None; anything else is refused (:data:`MSG_GROUP`)."""
+    if group is None or isinstance(group, str):
+        return group
+    if isinstance(group, (list, tuple)) and all(isinstance(g, str) for g in group) and (
+            1 <= len(group) <= 2) and len(set(group)) == len(group):
+        return group[0] if len(group) == 1 else tuple(group)
+    raise ContractError(MSG_GROUP.format(got=repr(group)))
+
+
 def _fit_one(name, data, formula, **kw) -> ModelFit:
     # matrix-vector sized products: one BLAS thread (2-3x faster on a shared machine)
     with one_blas_thread(), np.errstate(all="ignore"):
@@ -263,12 +301,13 @@ def _fit_one_inner(name, data, formula, *, group, method, nagq, bias_reduced, cl
     method alike, on the rows outside the separated levels without the separated columns
     (the exact limit of the full fit, whatever the optimiser or the CPU); the separated
     terms get NaN variances and the flag ``separation``."""
-    d = _design.build(data, formula, group=group, outcome=outcome, trials=trials,
-                      cluster=cluster)
+    outer, nest = group if isinstance(group, tuple) else (group, None)
+    d = _design.build(data, formula, group=outer, outcome=outcome, trials=trials,
+                      cluster=cluster, nest=nest)
     warnings = list(d.warnings) + _design.separation_warnings(d)
     G = len(d.group_levels)
     if method in ("glmm", "gee") and G < MIN_GROUPS:
-        warnings.append(f"few_groups: only {G} levels of '{group}'; the group variance is "
+        warnings.append(f"few_groups: only {G} levels of '{outer}'; the group variance is "
                         f"poorly estimated with fewer than {MIN_GROUPS} (consider method='fixed')")
     sep = _design.separated_columns(d, warnings)
     if not sep.any():
@@ -276,13 +315,14 @@ def _fit_one_inner(name, data, formula, *, group, method, nagq, bias_reduced, cl
                            bias_reduced=bias_reduced, cluster=cluster, group=group)
     fd, rows = _design.without_separated(d, sep)
     if len(fd.y) <= fd.X.shape[1]:
-        return _all_separated(name, d, sep, warnings, method)
+        return _all_separated(name, d, sep, warnings, method, group)
     mf = _fit_design(name, fd, warnings, method=method, nagq=nagq,
                      bias_reduced=bias_reduced, cluster=cluster, group=group)
     return _with_separated(mf, d, sep, rows)
 
 
-def _all_separated(name, d, sep: np.ndarray, warnings: list[str], method: str) -> ModelFit:
+def _all_separated(name, d, sep: np.ndarray, warnings: list[str], method: str,
+                   group=None) -> ModelFit:
     """Every row (or all but as many as there are other terms) lies in a separated level:
     the limit fits every row with certainty (log-likelihood: the binomial constants, 0
     for 0/1 data) and nothing is left to estimate the other terms from (NaN, flag
@@ -297,14 +337,19 @@ def _all_separated(name, d, sep: np.ndarray, warnings: list[str], method: str) -
     msg = ("not_estimable: every row lies in a separated level (or too few rows are left "
            "outside them); the other terms cannot be estimated; merge levels")
     glmm = method == "glmm"
+    k = 2 if glmm and d.nest_groups is not None else 1
+    outer = group[0] if isinstance(group, tuple) else group
+    names = ((outer, d.nest_name) if k == 2 else (outer,)) if glmm else None
     return ModelFit(model=name, method=method if method != "fixed" or d.group_levels != ["all"]
-                    else "glm", method_label={"glmm": "glmm-laplace-wald", "gee": "gee-md-t"}
-                    .get(method, "glm-wald"), design=d, beta=beta, vcov=np.full((p, p), np.nan),
+                    else "glm", method_label=(NESTED_LABEL if k == 2 else {
+                        "glmm": "glmm-laplace-wald", "gee": "gee-md-t"}.get(method, "glm-wald")),
+                    design=d, beta=beta, vcov=np.full((p, p), np.nan),
                     loglik=np.nan if method == "gee" else const,
-                    n_params=p + (1 if glmm else 0), converged=False,
+                    n_params=p + (k if glmm else 0), converged=False,
                     warnings=warnings + [msg], theta=np.nan if glmm else None,
-                    vcov_full=np.full((p + 1, p + 1), np.nan) if glmm else None,
-                    re=None, extra={})
+                    vcov_full=np.full((p + k, p + k), np.nan) if glmm else None,
+                    re=None, extra={}, sd_names=names,
+                    sds=np.full(k, np.nan) if glmm else None)
 
 
 def _with_separated(mf: ModelFit, d, sep: np.ndarray, rows: np.ndarray) -> ModelFit:
@@ -321,13 +366,15 @@ def _with_separated(mf: ModelFit, d, sep: np.ndarray, rows: np.ndarray) -> Model
     vcov[np.ix_(~sep, ~sep)] = mf.vcov
     vcov_full = None
     if mf.vcov_full is not None:
-        keep = np.concatenate([[True], ~sep])
-        vcov_full = np.full((p + 1, p + 1), np.nan)
+        k = mf.n_sd
+        keep = np.concatenate([np.ones(k, bool), ~sep])
+        vcov_full = np.full((p + k, p + k), np.nan)
         vcov_full[np.ix_(keep, keep)] = mf.vcov_full
     re = mf.re
     if re is not None:
-        re = pd.DataFrame({"group": d.group_levels}).merge(re, on="group", how="left")
-        re["n"] = np.bincount(d.groups, minlength=len(d.group_levels))
+        full = _re_frame(d, {}, mf.sd_names)
+        re = full[["group_var", "group", "n"]].merge(re.drop(columns="n"),
+                                                     on=["group_var", "group"], how="left")
     extra = dict(mf.extra)
     if "vcov_model" in extra and extra["vcov_model"] is not None:
         vm = np.full((p, p), np.nan)
@@ -338,23 +385,62 @@ def _with_separated(mf: ModelFit, d, sep: np.ndarray, rows: np.ndarray) -> Model
                     beta=beta, vcov=vcov, loglik=mf.loglik,
                     n_params=mf.n_params + int(sep.sum()), converged=mf.converged,
                     warnings=mf.warnings, theta=mf.theta, vcov_full=vcov_full, re=re,
-                    extra=extra)
+                    extra=extra, sd_names=mf.sd_names, sds=mf.sds)
+
+
+#: the method label of a nested GLMM's rows
+NESTED_LABEL = "glmm-nested-laplace-wald"
+
+
+def _re_frame(d, levels: dict, names) -> pd.DataFrame:
+    """The random-effect table of a design: one row per level of each random intercept
+    (``group_var``, ``group``, ``n`` rows), with the columns of ``levels`` (``{group_var:
+    {"estimate": array, "std_error": array}}``; NaN where absent)."""
+    parts = []
+    specs = [(names[0], d.group_levels, d.groups)]
+    if d.nest_groups is not None and len(names) > 1:
+        specs.append((names[1], d.nest_levels, d.nest_groups))
+    for gv, lv, codes in specs:
+        est = levels.get(gv, {})
+        parts.append(pd.DataFrame({
+            "group_var": gv, "group": lv,
+            "estimate": est.get("estimate", np.full(len(lv), np.nan)),
+            "std_error": est.get("std_error", np.full(len(lv), np.nan)),
+            "n": np.bincount(codes, minlength=len(lv))}))
+    return pd.concat(parts, ignore_index=True)
 
 
 def _fit_design(name, d, warnings, *, method, nagq, bias_reduced, cluster, group) -> ModelFit:
     G = len(d.group_levels)
     start = fit_glm(d.X, d.y, d.trials)
+    if method == "glmm" and d.nest_groups is not None:
+        outer = group[0]
+        names = (outer, d.nest_name)
+        r = fit_nested_glmm(d.X, d.y, d.trials, d.groups, d.nest_groups, G,
+                            len(d.nest_levels), glm=start, names=names)
+        levels = {names[0]: dict(estimate=r.sds[0] * r.u_site,
+                                 std_error=r.sds[0] * np.sqrt(r.var_site)),
+                  names[1]: dict(estimate=r.sds[1] * r.u_patient,
+                                 std_error=r.sds[1] * np.sqrt(r.var_patient))}
+        return ModelFit(model=name, method="glmm", method_label=NESTED_LABEL, design=d,
+                        beta=r.beta, vcov=r.vcov_full[2:, 2:], loglik=r.loglik,
+                        n_params=len(r.beta) + 2, converged=r.converged,
+                        warnings=warnings + r.warnings, theta=float(r.sds[0]),
+                        vcov_full=r.vcov_full, re=_re_frame(d, levels, names),
+                        extra=dict(nagq=1, singular=r.singular), sd_names=names,
+                        sds=np.asarray(r.sds, float))
     if method == "glmm":
         r = fit_glmm(d.X, d.y, d.trials, d.groups, G, nagq=nagq, beta0=start.beta, glm=start)
         label = "glmm-laplace-wald" if nagq <= 1 else f"glmm-agq{nagq}-wald"
         b = r.theta * r.u_hat
-        re = pd.DataFrame({"group": d.group_levels, "estimate": b,
+        re = pd.DataFrame({"group_var": group, "group": d.group_levels, "estimate": b,
                            "std_error": r.theta / np.sqrt(r.h_curv),
                            "n": np.bincount(d.groups, minlength=G)})
         return ModelFit(model=name, method="glmm", method_label=label, design=d, beta=r.beta,
                         vcov=r.vcov_full[1:, 1:], loglik=r.loglik, n_params=len(r.beta) + 1,
                         converged=r.converged, warnings=warnings + r.warnings, theta=r.theta,
-                        vcov_full=r.vcov_full, re=re, extra=dict(nagq=nagq))
+                        vcov_full=r.vcov_full, re=re, extra=dict(nagq=nagq),
+                        sd_names=(group,), sds=np.array([r.theta]))
     if method == "gee":
         r = fit_gee(d.X, d.y, d.groups, bias_reduced=bias_reduced, beta0=start.beta)
         return ModelFit(model=name, method="gee", method_label=r.method_label, design=d,
@@ -377,10 +463,13 @@ def likelihood_ratio_test(full: Fit, reduced: Fit) -> pd.DataFrame:
 
     ``statistic = 2 (loglik_full - loglik_reduced)``, set to 0 below :data:`LRT_ZERO`
     (1e-8: the fits' convergence is about 1e-10 in deviance, so a smaller value is
-    rounding, e.g. a boundary fit against the same model without its random intercept),
+    rounding, e.g. a boundary fit against the same model without its random intercept);
+    below ``-LRT_WORSE`` (1e-4) the full fit missed its optimum and the statistic and p
+    are NaN, flag ``full_below_reduced``,
     ``df`` = difference in parameters,
-    p from chi-square(df). When ``full`` is a GLMM and ``reduced`` has no random effect and
-    they differ by the group SD only, the SD is on the boundary under H0 and the p-value is
+    p from chi-square(df). When ``full`` has one random intercept more than ``reduced``
+    (a GLMM against the logistic model, a nested GLMM against the one-level GLMM) and
+    they differ by that SD only, the SD is on the boundary under H0 and the p-value is
     the 50:50 mixture of chi-square(0) and chi-square(1): ``p = P(chi2_1 > stat) / 2``
     (Self & Liang 1987), method ``lrt-chibar2``.
 
@@ -417,19 +506,23 @@ def likelihood_ratio_test(full: Fit, reduced: Fit) -> pd.DataFrame:
                                 f"{r.nobs}); refit on the same complete cases")
         df = f.n_params - r.n_params
         stat = 2.0 * (f.loglik - r.loglik)
+        worse = stat < -LRT_WORSE
         # the fits converge to about 1e-10 in deviance: a statistic within LRT_ZERO of 0
         # (or below it) is 0, so that a boundary fit compared with its own reduced model
         # gives exactly 0 whatever the rounding
         stat = 0.0 if stat < LRT_ZERO else stat
-        boundary = f.theta is not None and r.theta is None and df == 1 and (
-            len(f.beta) == len(r.beta))
+        # one variance component fewer and the same fixed effects: that SD is 0 under H0
+        boundary = f.n_sd - r.n_sd == 1 and df == 1 and len(f.beta) == len(r.beta)
         if boundary:
             p, method = 0.5 * sps.chi2.sf(stat, 1), "lrt-chibar2"
         else:
             p, method = (sps.chi2.sf(stat, df) if df > 0 else np.nan), "lrt-chisq"
+        if worse:
+            stat, p = np.nan, np.nan
         rows.append(dict(estimand="likelihood_ratio", model=m, estimate=stat, statistic=stat,
                          p_value=p, n=f.nobs, method=method,
-                         flag=";".join(x for x in (f.flags(), r.flags()) if x),
+                         flag=";".join(x for x in (f.flags(), r.flags(),
+                                                   "full_below_reduced" if worse else "") if x),
                          df=float(df), loglik_full=f.loglik, loglik_reduced=r.loglik))
     return tidy(pd.DataFrame(rows), group_cols=("model",))
 
@@ -445,7 +538,10 @@ def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] 
     is skipped) the
     model without the block's terms is refitted on the same rows and compared with the
     full model. With ``method="glmm"`` the row ``block == group`` tests the random
-    intercept against the logistic model without it (50:50 chi-square mixture).
+    intercept against the logistic model without it (50:50 chi-square mixture); with
+    nested groups (``group=("site", "patient_id")``) the rows ``site`` and
+    ``patient_id:site`` test each level against the one-level GLMM without it (same
+    mixture).
 
     Returns the tidy contract with grouping ``model, block``: estimand
     ``likelihood_ratio``; extras ``df``, ``terms`` (the dropped terms, ``" + "``-joined),
@@ -471,6 +567,9 @@ def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] 
     if method == "gee":
         raise ValueError("block_tests needs a likelihood: use method='glmm' or 'fixed'")
     blocks = DEFAULT_BLOCKS if blocks is None else blocks
+    group = _group_arg(group)
+    if isinstance(group, tuple) and method != "glmm":
+        group = group[0]
     if full is None:
         full = fit_adjusted(cases, formula, group=group, method=method, **fit_kw)
     elif full.method != method or full.group != group:
@@ -488,7 +587,16 @@ def block_tests(cases: pd.DataFrame, formula: str, blocks: dict[str, list[str]] 
         t["block"] = name
         t["terms"] = " + ".join(dropped)
         out.append(t)
-    if method == "glmm":
+    if method == "glmm" and isinstance(group, tuple):
+        # nested: each level against the one-level GLMM without it (boundary mixture)
+        inner = f"{group[1]}:{group[0]}"
+        for level, other in ((group[0], inner), (inner, group[0])):
+            red = _refit_same_rows(full, base, group=other, method="glmm", **fit_kw)
+            t = likelihood_ratio_test(full, red)
+            t["block"] = level
+            t["terms"] = f"(1 | {level})"
+            out.append(t)
+    elif method == "glmm":
         red = _refit_same_rows(full, base, group=None, method="fixed", **fit_kw)
         t = likelihood_ratio_test(full, red)
         t["block"] = group
@@ -514,7 +622,13 @@ def _refit_same_rows(full: Fit, formula: ParsedFormula, *, group, method, **fit_
         formula = formula.with_columns("model")
     fits = {}
     for m, f in full.fits.items():
-        g = fit_adjusted(f.design.data, formula, group=group, method=method, population=None,
+        data = f.design.data
+        d = f.design
+        if d.nest_name is not None and group == d.nest_name:
+            # the one-level GLMM of the nested level: its inner:outer pairs as a column
+            data = data.assign(**{d.nest_name: np.asarray(d.nest_levels, dtype=object)[
+                d.nest_groups]})
+        g = fit_adjusted(data, formula, group=group, method=method, population=None,
                          model=None, **kw)
         fits[m] = next(iter(g.fits.values()))
         fits[m].model = m

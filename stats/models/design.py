@@ -72,6 +72,11 @@ class Design:
     n_missing: int = 0
     warnings: list[str] = field(default_factory=list)
     parsed: ParsedFormula | None = None
+    # nested random intercept (patients within sites): codes 0..K-1 of the inner:outer
+    # pairs and their labels ``inner:outer`` (lme4's ``patient_id:site`` levels)
+    nest_groups: np.ndarray | None = None
+    nest_levels: list[str] | None = None
+    nest_name: str | None = None   # e.g. ``patient_id:site``
 
     # patsy's DesignInfo cannot be pickled (pydata/patsy#26), yet a fit must travel to and
     # from Dask workers: drop it on pickling and rebuild it from the same rows on arrival.
@@ -187,23 +192,26 @@ def _categorical(data: pd.DataFrame, cols: list[str], force: tuple = ()) -> pd.D
 
 def build(data: pd.DataFrame, formula: ParsedFormula | str, *, group: str | None,
           outcome: str | None = None, trials: str | None = None,
-          cluster: str | None = None) -> Design:
+          cluster: str | None = None, nest: str | None = None) -> Design:
     """Build a :class:`Design` from ``data`` (already restricted to one model/population).
 
     ``formula`` is parsed by :mod:`stats.formula` (a string is parsed here); the design
     matrix comes from the code the parse writes, evaluated in the closed environment,
     so no user text is ever evaluated. Non-finite values of a numeric term are refused
-    before the fit (:data:`MSG_NOT_FINITE`)."""
-    if group is not None and group not in data.columns:
-        raise ContractError(MSG_NO_GROUP.format(group=group, present=", ".join(map(str, data.columns))),
-                            column=group)
+    before the fit (:data:`MSG_NOT_FINITE`). ``nest``: a column nested in ``group`` (a
+    second random intercept, ``(1 | group/nest)``); its levels are the ``nest:group``
+    pairs, as lme4 codes them."""
+    for g in (group, nest):
+        if g is not None and g not in data.columns:
+            raise ContractError(MSG_NO_GROUP.format(group=g, present=", ".join(map(str, data.columns))),
+                                column=g)
     parsed = complete_formula(parse_formula(formula) if isinstance(formula, str) else formula,
                               outcome).fixed_only()
     parsed.check_columns(data.columns, source="cases", include_response=True)
     lhs_name = parsed.response.name
     named = set(parsed.columns())
     used = [c for c in data.columns if c in named]
-    extra = [c for c in (group, trials, cluster) if c]
+    extra = [c for c in (group, nest, trials, cluster) if c]
     # the group is always a factor (a numeric site code too), as R's factor(site); so is
     # a column used through C(...)
     numeric = {c for f in parsed.numeric_factors() for c in f.columns}
@@ -250,12 +258,18 @@ def build(data: pd.DataFrame, formula: ParsedFormula | str, *, group: str | None
         gcodes, glevels = np.zeros(len(sub), dtype=np.int64), ["all"]
     ccodes = (pd.factorize(sub[cluster])[0] if cluster is not None and cluster in sub.columns
               else np.arange(len(sub)))
+    nest_kw = {}
+    if nest is not None and group is not None:
+        pairs = sub[nest].astype(str).to_numpy(dtype=object) + ":" + np.asarray(glevels, dtype=object)[gcodes]
+        ncodes, nlevels = pd.factorize(pairs, sort=True)
+        nest_kw = dict(nest_groups=ncodes.astype(np.int64), nest_levels=[str(v) for v in nlevels],
+                       nest_name=f"{nest}:{group}")
     return Design(y=y, trials=n, X=X_all[:, keep], terms=[all_terms[i] for i in keep],
                   all_terms=all_terms, dropped=dropped, groups=gcodes.astype(np.int64),
                   group_levels=glevels, cluster=np.asarray(ccodes, dtype=np.int64),
                   data=sub, design_info=X_df.design_info, outcome=lhs_name,
                   formula=parsed.formula, n_missing=n_missing, warnings=warnings,
-                  parsed=parsed)
+                  parsed=parsed, **nest_kw)
 
 
 #: R's tolerance for aliased columns (``lm.fit``/``glm.fit``: ``qr(tol = 1e-7)``)
@@ -333,7 +347,12 @@ def without_separated(d: Design, sep: np.ndarray) -> tuple[Design, np.ndarray]:
                                    sort=True)
     ccodes = pd.factorize(d.cluster[rows])[0]
     terms = [t for t, s in zip(d.terms, sep) if not s]
-    return replace(d, y=d.y[rows], trials=d.trials[rows], X=d.X[rows][:, ~sep], terms=terms,
+    nest_kw = {}
+    if d.nest_groups is not None:
+        ncodes, nlevels = pd.factorize(np.asarray(d.nest_levels, dtype=object)[d.nest_groups[rows]],
+                                       sort=True)
+        nest_kw = dict(nest_groups=ncodes.astype(np.int64), nest_levels=[str(v) for v in nlevels])
+    return replace(d, **nest_kw, y=d.y[rows], trials=d.trials[rows], X=d.X[rows][:, ~sep], terms=terms,
                    groups=gcodes.astype(np.int64), group_levels=[str(g) for g in glevels],
                    cluster=np.asarray(ccodes, dtype=np.int64), data=d.data.loc[rows]), rows
 

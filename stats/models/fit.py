@@ -37,10 +37,29 @@ class ModelFit:
     n_params: int
     converged: bool
     warnings: list[str]
-    theta: float | None = None    # group SD (GLMM)
-    vcov_full: np.ndarray | None = None   # (theta, beta) for GLMM
-    re: pd.DataFrame | None = None        # group, estimate, std_error
+    theta: float | None = None    # group SD (GLMM; nested: the outer group's, e.g. site)
+    vcov_full: np.ndarray | None = None   # (SDs, beta) for GLMM
+    re: pd.DataFrame | None = None        # group_var, group, estimate, std_error, n
     extra: dict = field(default_factory=dict)
+    #: the random intercepts' names and SDs, in the order of ``vcov_full``: one group
+    #: (``("site",)``), or nested (``("site", "patient_id:site")``); None: no random effect
+    sd_names: tuple[str, ...] | None = None
+    sds: np.ndarray | None = None
+
+    @property
+    def n_sd(self) -> int:
+        """The number of random-intercept SDs (0 for GEE and glm fits)."""
+        if self.theta is None:
+            return 0
+        return 1 if self.sds is None else len(self.sds)
+
+    def variance_components(self) -> dict[str, float]:
+        """``{group_var: SD}`` of the random intercepts (empty without one)."""
+        if self.theta is None:
+            return {}
+        if self.sds is None:
+            return {(self.sd_names or ("group",))[0]: float(self.theta)}
+        return {n: float(v) for n, v in zip(self.sd_names, self.sds)}
 
     @property
     def nobs(self) -> int:
@@ -67,7 +86,7 @@ class ModelFit:
             return np.nan, np.nan
         eta = self.design.X @ self.beta
         vf = float(np.var(eta, ddof=1)) if len(eta) > 1 else 0.0
-        vr = float(self.theta ** 2) if self.theta is not None else 0.0
+        vr = float(sum(v ** 2 for v in self.variance_components().values()))
         tot = vf + vr + np.pi ** 2 / 3
         return vf / tot, (vf + vr) / tot
 
@@ -139,8 +158,12 @@ class Fit:
         ``term``, ``effect``, ``n_events`` (rows with outcome 1: detected or correct),
         ``df`` (t reference of the test and interval: GEE with Mancl-DeRouen SEs, see
         :mod:`stats.models.gee`; NaN for a normal reference), ``n_clusters`` (GEE clusters),
-        ``odds_ratio``, ``or_conf_low``, ``or_conf_high``. Terms dropped as empty or aliased stay as rows
-        with NaN estimates and flag ``empty``/``aliased``.
+        ``odds_ratio``, ``or_conf_low``, ``or_conf_high``, ``group_var`` (the random
+        intercept of an SD row). Terms dropped as empty or aliased stay as rows
+        with NaN estimates and flag ``empty``/``aliased``. A nested GLMM
+        (``group=("site", "patient_id")``) has one SD row per level,
+        ``sd__(Intercept)|site`` and ``sd__(Intercept)|patient_id:site`` (lme4's
+        ``patient_id:site`` term).
         """
         level = conf_level or self.conf_level
         z = sps.norm.ppf(0.5 + level / 2)
@@ -173,13 +196,14 @@ class Fit:
                                  term=t, effect="fixed", n_events=events,
                                  df=df if df != np.inf else np.nan,
                                  n_clusters=float(f.extra.get("n_clusters", np.nan))))
-            if f.theta is not None:
-                s = float(np.sqrt(f.vcov_full[0, 0])) if f.vcov_full is not None else np.nan
-                rows.append(dict(estimand=RE_TERM, model=m, estimate=f.theta, std_error=s,
-                                 conf_low=max(f.theta - z * s, 0.0), conf_high=f.theta + z * s,
+            for k, (gv, sd) in enumerate(f.variance_components().items()):
+                s = float(np.sqrt(f.vcov_full[k, k])) if f.vcov_full is not None else np.nan
+                est = RE_TERM if f.n_sd == 1 else f"{RE_TERM}|{gv}"
+                rows.append(dict(estimand=est, model=m, estimate=sd, std_error=s,
+                                 conf_low=max(sd - z * s, 0.0), conf_high=sd + z * s,
                                  conf_level=level, n=f.nobs, n_pos=npos, n_neg=nneg,
-                                 method=f.method_label, flag=base, term=RE_TERM,
-                                 effect="ran_pars", n_events=events))
+                                 method=f.method_label, flag=base, term=est,
+                                 effect="ran_pars", n_events=events, group_var=gv))
         out = pd.DataFrame(rows)
         fixed = out["effect"] == "fixed"
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -188,7 +212,8 @@ class Fit:
 
     def glance(self) -> pd.DataFrame:
         """One row per model: ``model, method, nobs, n_groups, n_missing, loglik, aic, bic,
-        df, converged, group_sd, r2_marginal, r2_conditional, gee_alpha, gee_scale,
+        df, converged, group_sd, nested_sd`` (the SD of the nested level, e.g. patients
+        within sites; NaN without one), ``n_nested`` (its levels), ``r2_marginal, r2_conditional, gee_alpha, gee_scale,
         warnings`` (``"; "``-joined messages, each ``code: explanation``; ``""`` when none;
         codes: separation, empty_level, aliased, singular, few_groups, not_converged,
         not_estimable). GEE has no likelihood: loglik, aic, bic are NaN. r2_marginal and
@@ -200,10 +225,13 @@ class Fit:
             r2m, r2c = f.r2()
             rows.append(dict(model=m, method=f.method_label, nobs=f.nobs,
                              n_groups=len(f.design.group_levels), n_missing=f.design.n_missing,
+                             n_nested=(len(f.design.nest_levels) if f.design.nest_levels
+                                       is not None else np.nan),
                              loglik=f.loglik, aic=-2 * f.loglik + 2 * f.n_params,
                              bic=-2 * f.loglik + np.log(f.nobs) * f.n_params, df=f.n_params,
                              converged=f.converged,
                              group_sd=np.nan if f.theta is None else f.theta,
+                             nested_sd=float(f.sds[1]) if f.n_sd == 2 else np.nan,
                              r2_marginal=r2m, r2_conditional=r2c,
                              gee_alpha=f.extra.get("alpha", np.nan),
                              gee_scale=f.extra.get("scale", np.nan),
@@ -216,7 +244,10 @@ class Fit:
 
         Tidy contract, grouping ``model, group_var, group_level``: estimand ``group_sd``
         (group_level ``overall``) or ``group_effect``; ``n`` rows of that group. GLMM only
-        (other methods return an empty table of the same columns).
+        (other methods return an empty table of the same columns). A nested GLMM has the
+        rows of both levels: ``group_var`` ``site`` and ``patient_id:site`` (levels
+        ``P001:site_03``, as lme4's ``ranef``); the conditional SEs are the diagonal of
+        the joint conditional covariance (lme4's ``condVar``).
         """
         level = conf_level or self.conf_level
         z = sps.norm.ppf(0.5 + level / 2)
@@ -224,17 +255,22 @@ class Fit:
         for m, f in self.fits.items():
             if f.re is None:
                 continue
-            sd_se = float(np.sqrt(f.vcov_full[0, 0]))
-            rows.append(dict(estimand="group_sd", model=m, group_var=self.group,
-                             group_level="overall", estimate=f.theta, std_error=sd_se,
-                             conf_low=max(f.theta - z * sd_se, 0.0), conf_high=f.theta + z * sd_se,
-                             n=f.nobs, method=f.method_label, flag=f.flags()))
             re = f.re
-            rows.extend(dict(estimand="group_effect", model=m, group_var=self.group,
-                             group_level=g, estimate=e, std_error=s, conf_low=e - z * s,
-                             conf_high=e + z * s, n=k, method=f.method_label, flag=f.flags())
-                        for g, e, s, k in zip(re["group"], re["estimate"], re["std_error"],
-                                              re["n"]))
+            gvs = re["group_var"] if "group_var" in re else pd.Series(self.group, index=re.index)
+            for k, (gv, sd) in enumerate(f.variance_components().items()):
+                name = self.group if f.n_sd == 1 else gv
+                sd_se = float(np.sqrt(f.vcov_full[k, k]))
+                rows.append(dict(estimand="group_sd", model=m, group_var=name,
+                                 group_level="overall", estimate=sd, std_error=sd_se,
+                                 conf_low=max(sd - z * sd_se, 0.0), conf_high=sd + z * sd_se,
+                                 n=f.nobs, method=f.method_label, flag=f.flags()))
+                sel = (gvs == gv).to_numpy() if f.n_sd > 1 else np.ones(len(re), bool)
+                rows.extend(dict(estimand="group_effect", model=m, group_var=name,
+                                 group_level=g, estimate=e, std_error=s, conf_low=e - z * s,
+                                 conf_high=e + z * s, n=k_, method=f.method_label,
+                                 flag=f.flags())
+                            for g, e, s, k_ in zip(re["group"][sel], re["estimate"][sel],
+                                                   re["std_error"][sel], re["n"][sel]))
         cols = ("model", "group_var", "group_level")
         if not rows:
             return tidy(pd.DataFrame(columns=["estimand", *cols]), group_cols=cols)
@@ -265,3 +301,13 @@ class Fit:
 
         return marginal_means(self, by, kind=kind, conf_level=conf_level or self.conf_level,
                               n_nodes=n_nodes)
+
+    def contrasts(self, by, *, adjust: str = "holm", strata=None,
+                  conf_level: float | None = None) -> pd.DataFrame:
+        """Pairwise odds ratios of the adjusted levels of ``by`` (emmeans' ``pairs(emmeans(
+        fit, ~ by, type = "response"), adjust = "holm")``; with ``strata``, ``~ by |
+        strata``); see :func:`stats.adjust.contrasts`."""
+        from stats.adjust import contrasts
+
+        return contrasts(self, by, strata=strata, adjust=adjust,
+                         conf_level=conf_level or self.conf_level)

@@ -1,8 +1,10 @@
-"""Adjusted models when a patient's scans repeat within the models' groups
-(intervals respect the data's design). The GLMM's random intercept per site treats a
-patient's scans as independent given site; the analysis layer records how many patients
-repeat (``adjusted.repeated_scans``) and, when the patients nest in the GEE's clusters,
-takes the adjusted means from the GEE (``adjusted.means_fit``); the report says so."""
+"""Adjusted models when a patient's scans repeat within the models' groups (intervals
+respect the data's design; patients nested in sites). The analysis
+layer records how many patients repeat (``adjusted.repeated_scans``); when they nest in
+the sites the GLMM is nested, ``(1 | site/patient_id)`` (``adjusted.glmm_group``), and is
+the fit of the adjusted means; a one-level GLMM (the plan's ``group: [site]``) treats a
+patient's scans as independent given site, and the means then come from the GEE clustered
+on the sites that nest the patients (``adjusted.means_fit``); the report says so."""
 from __future__ import annotations
 
 import warnings
@@ -37,6 +39,16 @@ def test_demo_records_the_repeated_patients_and_uses_the_gee(demo):
     assert rep == {"cluster": "patient_id", "group": "site", "patients": len(per),
                    "with_repeats": int((per > 1).sum()), "scans": len(pos), "nested": True}
     assert rep["with_repeats"] > 0
+    # patients repeat and nest in sites: the GLMM nests them (the default rule)
+    gg = r.decisions["adjusted.glmm_group"]
+    assert gg["group"] == ["site", "patient_id"] and gg["rule"] == "repeated_nested"
+    fits = r["adjusted_fits"]
+    assert fits["glmm"].group == ("site", "patient_id")
+    # the demo's unet_small has an extreme patient SD (a degenerate Laplace optimum: its
+    # patients' scans are nearly all alike), so the means pass over the GLMM to the GEE
+    extreme = [m for m, f in fits["glmm"].fits.items()
+               if any(w.startswith("extreme_sd") for w in f.warnings)]
+    assert extreme == ["unet_small"]
     assert r.decisions["adjusted.means_fit"] == "gee"
 
 
@@ -82,6 +94,43 @@ def test_rules():
     assert means_fit_method({"glmm": fit(True), "gee": fit(False)}, {"nested": True}) == "glmm"
     assert means_fit_method({"glmm": fit(False), "gee": fit(True)}, None) == "gee"
     assert means_fit_method({"glmm": fit(False)}, None) == "glmm"
+    # a nested GLMM carries the repeats: it stays the fit of the means (issue 32) ...
+    nested = SimpleNamespace(group=("site", "patient_id"),
+                             fits={"m1": SimpleNamespace(converged=True, warnings=[])})
+    assert means_fit_method({"glmm": nested, "gee": 2}, {"nested": True}) == "glmm"
+    # ... unless one of its fits has an extreme SD (a degenerate Laplace optimum)
+    bad = SimpleNamespace(group=("site", "patient_id"), fits={"m1": SimpleNamespace(
+        converged=True, warnings=["extreme_sd: the patient_id:site SD is 57"])})
+    assert means_fit_method({"glmm": bad, "gee": 2}, {"nested": True}) == "gee"
+
+
+def test_glmm_group_rule():
+    """The default rule (plan group a column): nested when patients repeat and nest in the
+    groups; one level when they do not repeat, or span groups; a plan list as given."""
+    from analysis.adjusted import glmm_group
+
+    class R(_Results):
+        def __init__(self, rows, group="site"):
+            super().__init__(rows, group=group)
+            self.decided = {}
+
+        def decide(self, k, v):
+            self.decided[k] = v
+
+    nested = _rows(["a", "a", "b", "c"], ["s1", "s1", "s2", "s2"])
+    r = R(nested)
+    assert glmm_group(r) == ("site", "patient_id")
+    assert r.decided["adjusted.glmm_group"]["rule"] == "repeated_nested"
+    r = R(_rows(["a", "a", "b"], ["s1", "s2", "s2"]))
+    assert glmm_group(r) == "site"
+    assert r.decided["adjusted.glmm_group"]["rule"] == "repeated_crossed"
+    r = R(_rows(["a", "b", "c"], ["s1", "s2", "s2"]))
+    assert glmm_group(r) == "site" and r.decided["adjusted.glmm_group"]["rule"] == "no_repeats"
+    r = R(nested, group=["site"])
+    assert glmm_group(r) == "site" and r.decided["adjusted.glmm_group"]["rule"] == "plan_one"
+    r = R(_rows(["a", "b"], ["s1", "s2"]), group=["site", "patient_id"])
+    assert glmm_group(r) == ("site", "patient_id")
+    assert r.decided["adjusted.glmm_group"]["rule"] == "plan_nested"
 
 
 def test_report_text_names_the_inference_to_read(demo):
@@ -93,6 +142,9 @@ def test_report_text_names_the_inference_to_read(demo):
     assert "independent given site" in both and "read the GEE columns" in both
     assert "neither model" in _repeated_text({**rep, "nested": False}, {"glmm": 1, "gee": 2})
     assert _repeated_text(None, {"glmm": 1}) == ""
+    nested = _repeated_text(rep, {"glmm": 1, "gee": 2}, nested=True)
+    assert "nests patients within site" in nested and "primary model" in nested
+    assert "independent given site" not in nested
 
 
 def test_methods_sentence_follows_the_decision(demo):

@@ -601,6 +601,21 @@ def s_lrt(draw):
 
 
 @st.composite
+def s_partition(draw):
+    what = draw(st.sampled_from(["valid", "blocks", "junk", "bad_blocks"]))
+    full, _ = fits()
+    if what == "valid":
+        return Call((full,), {})
+    if what == "blocks":
+        return Call((full,), {"blocks": {"protocol": ["phase"], "absent": ["race"]}})
+    if what == "bad_blocks":
+        return Call((full,), {"blocks": draw(st.sampled_from([["phase"], {"p": "phase"}, 3]))},
+                    REFUSE, "blocks not a mapping of lists")
+    return Call((draw(st.sampled_from([None, 1, "fit", pd.DataFrame()])),), {}, REFUSE,
+                "not a Fit")
+
+
+@st.composite
 def s_precision_subgroups(draw):
     """precision_table in planning mode (no cases), with a bad setting or not."""
     sg = pd.DataFrame({"group_var": ["phase"], "group_level": ["arterial"], "share": [0.3]})
@@ -809,6 +824,7 @@ CALLS: dict[str, st.SearchStrategy] = {
     # attribution and transport
     "decompose_gap": _table_fn(_gap, extra_bad=_gap_bad),
     "transport": _table_fn(_transport, extra_bad=_transport_bad),
+    "variance_partition": s_partition(),
     # calibration
     "ece": s_calibration(), "mce": s_calibration(),
     "brier": s_calibration(n_bins=False), "nll": s_calibration(n_bins=False),
