@@ -121,8 +121,10 @@ def adjusted_fits(results) -> dict:
     results.decide("adjusted.complete_case", cc is not None and "glmm" in fits)
     if cc is not None and "glmm" in fits:
         try:
-            fits["glmm_cc"] = fit_complete_case(ev, formula, column="race", drop=(UNKNOWN,),
-                                                method="glmm", **kw)
+            # each model's fit starts from its primary fit's group SD (a warm start)
+            fits["glmm_cc"] = fit_complete_case(
+                ev, formula, column="race", drop=(UNKNOWN,), method="glmm",
+                _sd_start={m: f.theta for m, f in fits["glmm"].fits.items()}, **kw)
         except Exception as exc:
             failed["glmm_cc"] = f"{type(exc).__name__}: {exc}"
     results.decide("adjusted.fitted", list(fits))

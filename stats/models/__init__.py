@@ -88,7 +88,7 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: st
                  nagq: int = 1, model: str | None = None, threshold: float | None = None,
                  bias_reduced: bool | None = None, cluster: str | None = "patient_id",
                  trials: str | None = None, conf_level: float = 0.95,
-                 scheduler=None) -> Fit:
+                 scheduler=None, _sd_start: dict | None = None) -> Fit:
     """Fit a confounding-adjusted logistic model of detection, once per evaluated model.
 
     Parameters
@@ -224,7 +224,7 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: st
         for m in pd.unique(data["model"]):
             jobs.append((str(m), data[data["model"] == m], formula))
     kw = dict(group=group, method=method, nagq=nagq, bias_reduced=bias_reduced,
-              cluster=cluster, trials=trials, outcome=outcome)
+              cluster=cluster, trials=trials, outcome=outcome, sd_start=_sd_start or {})
     fits = map_blocks(functools.partial(_fit_one, **kw), jobs, scheduler=scheduler)
     return Fit({f.model: f for f in fits}, method=method, formula=formula.formula,
                population=population, group=group, conf_level=conf_level,
@@ -233,10 +233,10 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *, group: st
                             parsed=formula, base=base))
 
 
-def _fit_one(name, data, formula, **kw) -> ModelFit:
+def _fit_one(name, data, formula, *, sd_start, **kw) -> ModelFit:
     # matrix-vector sized products: one BLAS thread (2-3x faster on a shared machine)
     with one_blas_thread(), np.errstate(all="ignore"):
-        mf = _fit_one_inner(name, data, formula, **kw)
+        mf = _fit_one_inner(name, data, formula, theta0=_start_sd(sd_start.get(name)), **kw)
         eta = mf.design.X @ mf.beta
     if np.all(np.isfinite(eta)) and np.max(np.abs(eta), initial=0.0) > 30 and not any(
             w.startswith(FITTED_0_1) for w in mf.warnings):
@@ -254,8 +254,22 @@ def _fit_one(name, data, formula, **kw) -> ModelFit:
 SEPARATED_LOGIT = 40.0
 
 
+#: a related fit's group SD starts the optimiser only from this SD up: at SD 0 the
+#: deviance's derivative in the SD is 0 (it is even in the SD), so a start there or near
+#: it would stall; below it the default start (1) is used
+SD_START_MIN = 0.05
+
+
+def _start_sd(sd) -> float | None:
+    """The optimiser's starting SD from a related fit's SD (the full fit's, for the block
+    refits and the complete-case fit: a warm start), or None (the default start)."""
+    if sd is None or not np.isfinite(sd) or sd < SD_START_MIN:
+        return None
+    return float(sd)
+
+
 def _fit_one_inner(name, data, formula, *, group, method, nagq, bias_reduced, cluster, trials,
-                   outcome) -> ModelFit:
+                   outcome, theta0=None) -> ModelFit:
     """Build the design and fit it. A separated term (a 0/1 column whose rows all have one
     outcome, found by exact counts: ``design.separation_warnings``) has an infinite ML
     log-odds ratio; in that limit its rows are fitted with probability 1 (or 0) and carry
@@ -273,12 +287,13 @@ def _fit_one_inner(name, data, formula, *, group, method, nagq, bias_reduced, cl
     sep = _design.separated_columns(d, warnings)
     if not sep.any():
         return _fit_design(name, d, warnings, method=method, nagq=nagq,
-                           bias_reduced=bias_reduced, cluster=cluster, group=group)
+                           bias_reduced=bias_reduced, cluster=cluster, group=group,
+                           theta0=theta0)
     fd, rows = _design.without_separated(d, sep)
     if len(fd.y) <= fd.X.shape[1]:
         return _all_separated(name, d, sep, warnings, method)
     mf = _fit_design(name, fd, warnings, method=method, nagq=nagq,
-                     bias_reduced=bias_reduced, cluster=cluster, group=group)
+                     bias_reduced=bias_reduced, cluster=cluster, group=group, theta0=theta0)
     return _with_separated(mf, d, sep, rows)
 
 
@@ -341,11 +356,13 @@ def _with_separated(mf: ModelFit, d, sep: np.ndarray, rows: np.ndarray) -> Model
                     extra=extra)
 
 
-def _fit_design(name, d, warnings, *, method, nagq, bias_reduced, cluster, group) -> ModelFit:
+def _fit_design(name, d, warnings, *, method, nagq, bias_reduced, cluster, group,
+                theta0=None) -> ModelFit:
     G = len(d.group_levels)
     start = fit_glm(d.X, d.y, d.trials)
     if method == "glmm":
-        r = fit_glmm(d.X, d.y, d.trials, d.groups, G, nagq=nagq, beta0=start.beta, glm=start)
+        r = fit_glmm(d.X, d.y, d.trials, d.groups, G, nagq=nagq, beta0=start.beta,
+                     theta0=theta0, glm=start)
         label = "glmm-laplace-wald" if nagq <= 1 else f"glmm-agq{nagq}-wald"
         b = r.theta * r.u_hat
         re = pd.DataFrame({"group": d.group_levels, "estimate": b,
@@ -514,8 +531,11 @@ def _refit_same_rows(full: Fit, formula: ParsedFormula, *, group, method, **fit_
         formula = formula.with_columns("model")
     fits = {}
     for m, f in full.fits.items():
+        # a GLMM refit starts from the full fit's group SD (``_start_sd``); the fixed
+        # effects start, as always, from the refit's own GLM. population=None, model=None:
+        # one fit, named "all"
         g = fit_adjusted(f.design.data, formula, group=group, method=method, population=None,
-                         model=None, **kw)
+                         model=None, _sd_start={"all": f.theta}, **kw)
         fits[m] = next(iter(g.fits.values()))
         fits[m].model = m
     return Fit(fits, method=method, formula=formula.formula, population=full.population,
