@@ -160,8 +160,12 @@ def adjusted_fits(results) -> dict:
     results.decide("adjusted.complete_case", cc is not None and "glmm" in fits)
     if cc is not None and "glmm" in fits:
         try:
-            fits["glmm_cc"] = fit_complete_case(ev, formula, column="race", drop=(UNKNOWN,),
-                                                method="glmm", **{**kw, "group": ggroup})
+            # each model's fit starts from its primary fit's group SD (a warm start; a
+            # nested fit's two SDs: the default start)
+            fits["glmm_cc"] = fit_complete_case(
+                ev, formula, column="race", drop=(UNKNOWN,), method="glmm",
+                _sd_start={m: f.theta for m, f in fits["glmm"].fits.items()},
+                **{**kw, "group": ggroup})
         except Exception as exc:
             failed["glmm_cc"] = f"{type(exc).__name__}: {exc}"
     results.decide("adjusted.fitted", list(fits))

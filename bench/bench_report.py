@@ -17,7 +17,9 @@ counts ``K`` (clusters x cells x {positives, negatives, tp and fp per model}) bu
 with numpy, then per block ``W @ K`` with ``W`` the multinomial cluster multiplicities
 (``bincount`` of uniform draws: multinomial(C, 1/C) per replicate). Only the resampling
 is timed for the kernel (``K`` is set up before); clinrel's time is the whole table.
-Target: clinrel / kernel <= 1.5. A sparse variant of the kernel (``K'`` as CSC, as
+Target: clinrel / kernel <= 1.5. The whole report's wall time is divided by the same
+kernel's (``ratio_report_vs_kernel``, target <= 4): the figure that holds on a shared
+machine, where absolute times are inflated by the load. A sparse variant of the kernel (``K'`` as CSC, as
 ``stats.bootstrap`` now does) is timed too and reported beside it.
 
 Scaling: the report at 1/4, 1/2 and all of the cases (10 models) and at 3, 5 and 10
@@ -56,6 +58,8 @@ from bench_scaling import exponent
 
 TARGET_S = 30.0
 TARGET_RATIO = 1.5
+#: the whole report against the count-based kernel timed in the same run (issue 37)
+TARGET_REPORT_VS_KERNEL = 4.0
 N_BOOT_REPORT = 2000
 
 
@@ -295,6 +299,7 @@ def main(argv=None) -> dict:
     n_cases, n_models = (85_000, 10) if full else (8_500, 3)
     n_boot = N_BOOT_REPORT if full else 200
     repeats = args.repeats or int(os.environ.get("CLINREL_BENCH_REPEATS", "2"))
+    load_start = load()
     figures: dict = {"scale": "full" if full else "quick", "n_cases": n_cases,
                      "n_models": n_models, "n_boot_detection": n_boot,
                      "n_boot_calibration": 1000, "cores": os.cpu_count()}
@@ -305,6 +310,13 @@ def main(argv=None) -> dict:
     if not args.no_kernel:
         kc, km, kb = (85_000, 10, 10_000) if full else (8_500, 3, 1_000)
         figures.update(kernel_ratio(kc, km, kb, repeats))
+        if "report_wall_s" in figures:
+            ratio = figures["report_wall_s"] / figures["kernel_bare_s"]
+            figures.update({"ratio_report_vs_kernel": ratio,
+                            "target_report_vs_kernel": TARGET_REPORT_VS_KERNEL,
+                            "meets_report_vs_kernel_target":
+                                bool(ratio <= TARGET_REPORT_VS_KERNEL)})
+    figures["load_1m_start_end"] = [load_start, load()]
     figures = _rounded(figures)
     print(json.dumps(figures, indent=2, default=str))
     emit(figures, args.json)

@@ -126,8 +126,10 @@ def _blocks(sections: list[Section], target: str, index: dict, numbers: dict,
                 sandbox.check_name("table", b.name)
                 d = {"kind": "table", "id": sandbox.check_name("table id", b.id),
                      "number": numbers[b.id],
-                     "html": b.to_html() if target != "typst" else "",
-                     "typst": b.to_typst() if target != "html" else "",
+                     # each target writes one form of a table (the .qmd and the docx:
+                     # the grid table), so only that form is rendered
+                     "html": b.to_html() if target == "html" else "",
+                     "typst": b.to_typst() if target == "typst" else "",
                      "caption_md": text.md(b.caption),
                      "grid": grids.get(b.id, ""), "notes_md": [text.md(n) for n in b.notes],
                      "caption_typst": text.typst_str(b.caption), "wide": b.is_wide,

@@ -550,8 +550,11 @@ def _text(col: pd.Series, *, lower: bool = False) -> pd.Series:
 
 def _require_ids(df, column, *, source):
     col = df[column]
-    text = _text(col)
-    empty = col.isna().to_numpy() | (text == "").to_numpy()
+    codes, uniq = pd.factorize(col.astype(str))
+    stripped = pd.Series(uniq, dtype=object).str.strip().to_numpy(dtype=object)
+    # as ``_text``, and the empty test on the distinct values, not on every row
+    text = pd.Series(stripped[codes], index=col.index, name=col.name)
+    empty = col.isna().to_numpy() | (stripped == "")[codes]
     bad = np.flatnonzero(empty)
     if len(bad):
         _fail(MSG_EMPTY_ID, source=source, column=column, rows=bad)
@@ -852,7 +855,9 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
         _fail(MSG_BINARY.replace("must be 0/1", "must be the same for every model of a case"),
               source=source, column="label", rows=bad, values=_values_text(df["label"].iloc[bad]),
               one="tumour present", zero="absent")
-    df = df.reset_index(drop=True)
+    # a frame already indexed 0..n-1 is returned as it is (no copy of 850,000 rows)
+    if not (isinstance(df.index, pd.RangeIndex) and df.index.equals(pd.RangeIndex(len(df)))):
+        df = df.reset_index(drop=True)
     df.attrs["implicit_site"] = implicit_site
     df.attrs["implicit_patient"] = implicit_patient
     df.attrs["text_merged"] = merged
@@ -874,6 +879,12 @@ def _check_split_per_case(df, *, source):
 def _check_paired(df, *, source):
     models = pd.unique(df["model"])
     if len(models) < 2:
+        return
+    # (model, case_id) is unique (checked before): every model has every case exactly
+    # when each model has as many rows as there are distinct cases; the sets below,
+    # which name what is missing, are built only when that count fails
+    per_model = np.bincount(pd.factorize(df["model"])[0], minlength=len(models))
+    if (per_model == df["case_id"].nunique()).all():
         return
     sets = {m: set(df.loc[df["model"] == m, "case_id"]) for m in models}
     union = set().union(*sets.values())

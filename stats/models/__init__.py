@@ -102,7 +102,7 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *,
                  nagq: int = 1, model: str | None = None, threshold: float | None = None,
                  bias_reduced: bool | None = None, cluster: str | None = "patient_id",
                  trials: str | None = None, conf_level: float = 0.95,
-                 scheduler=None) -> Fit:
+                 scheduler=None, _sd_start: dict | None = None) -> Fit:
     """Fit a confounding-adjusted logistic model of detection, once per evaluated model.
 
     Parameters
@@ -251,7 +251,7 @@ def fit_adjusted(cases: pd.DataFrame, formula: str | ParsedFormula, *,
         for m in pd.unique(data["model"]):
             jobs.append((str(m), data[data["model"] == m], formula))
     kw = dict(group=group, method=method, nagq=nagq, bias_reduced=bias_reduced,
-              cluster=cluster, trials=trials, outcome=outcome)
+              cluster=cluster, trials=trials, outcome=outcome, sd_start=_sd_start or {})
     fits = map_blocks(functools.partial(_fit_one, **kw), jobs, scheduler=scheduler)
     return Fit({f.model: f for f in fits}, method=method, formula=formula.formula,
                population=population, group=group, conf_level=conf_level,
@@ -271,10 +271,10 @@ def _group_arg(group):
     raise ContractError(MSG_GROUP.format(got=repr(group)))
 
 
-def _fit_one(name, data, formula, **kw) -> ModelFit:
+def _fit_one(name, data, formula, *, sd_start, **kw) -> ModelFit:
     # matrix-vector sized products: one BLAS thread (2-3x faster on a shared machine)
     with one_blas_thread(), np.errstate(all="ignore"):
-        mf = _fit_one_inner(name, data, formula, **kw)
+        mf = _fit_one_inner(name, data, formula, theta0=_start_sd(sd_start.get(name)), **kw)
         eta = mf.design.X @ mf.beta
     if np.all(np.isfinite(eta)) and np.max(np.abs(eta), initial=0.0) > 30 and not any(
             w.startswith(FITTED_0_1) for w in mf.warnings):
@@ -292,8 +292,22 @@ def _fit_one(name, data, formula, **kw) -> ModelFit:
 SEPARATED_LOGIT = 40.0
 
 
+#: a related fit's group SD starts the optimiser only from this SD up: at SD 0 the
+#: deviance's derivative in the SD is 0 (it is even in the SD), so a start there or near
+#: it would stall; below it the default start (1) is used
+SD_START_MIN = 0.05
+
+
+def _start_sd(sd) -> float | None:
+    """The optimiser's starting SD from a related fit's SD (the full fit's, for the block
+    refits and the complete-case fit: a warm start), or None (the default start)."""
+    if sd is None or np.ndim(sd) != 0 or not np.isfinite(sd) or sd < SD_START_MIN:
+        return None
+    return float(sd)
+
+
 def _fit_one_inner(name, data, formula, *, group, method, nagq, bias_reduced, cluster, trials,
-                   outcome) -> ModelFit:
+                   outcome, theta0=None) -> ModelFit:
     """Build the design and fit it. A separated term (a 0/1 column whose rows all have one
     outcome, found by exact counts: ``design.separation_warnings``) has an infinite ML
     log-odds ratio; in that limit its rows are fitted with probability 1 (or 0) and carry
@@ -312,12 +326,13 @@ def _fit_one_inner(name, data, formula, *, group, method, nagq, bias_reduced, cl
     sep = _design.separated_columns(d, warnings)
     if not sep.any():
         return _fit_design(name, d, warnings, method=method, nagq=nagq,
-                           bias_reduced=bias_reduced, cluster=cluster, group=group)
+                           bias_reduced=bias_reduced, cluster=cluster, group=group,
+                           theta0=theta0)
     fd, rows = _design.without_separated(d, sep)
     if len(fd.y) <= fd.X.shape[1]:
         return _all_separated(name, d, sep, warnings, method, group)
     mf = _fit_design(name, fd, warnings, method=method, nagq=nagq,
-                     bias_reduced=bias_reduced, cluster=cluster, group=group)
+                     bias_reduced=bias_reduced, cluster=cluster, group=group, theta0=theta0)
     return _with_separated(mf, d, sep, rows)
 
 
@@ -410,7 +425,8 @@ def _re_frame(d, levels: dict, names) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def _fit_design(name, d, warnings, *, method, nagq, bias_reduced, cluster, group) -> ModelFit:
+def _fit_design(name, d, warnings, *, method, nagq, bias_reduced, cluster, group,
+                theta0=None) -> ModelFit:
     G = len(d.group_levels)
     start = fit_glm(d.X, d.y, d.trials)
     if method == "glmm" and d.nest_groups is not None:
@@ -430,7 +446,8 @@ def _fit_design(name, d, warnings, *, method, nagq, bias_reduced, cluster, group
                         extra=dict(nagq=1, singular=r.singular), sd_names=names,
                         sds=np.asarray(r.sds, float))
     if method == "glmm":
-        r = fit_glmm(d.X, d.y, d.trials, d.groups, G, nagq=nagq, beta0=start.beta, glm=start)
+        r = fit_glmm(d.X, d.y, d.trials, d.groups, G, nagq=nagq, beta0=start.beta,
+                     theta0=theta0, glm=start)
         label = "glmm-laplace-wald" if nagq <= 1 else f"glmm-agq{nagq}-wald"
         b = r.theta * r.u_hat
         re = pd.DataFrame({"group_var": group, "group": d.group_levels, "estimate": b,
@@ -628,8 +645,12 @@ def _refit_same_rows(full: Fit, formula: ParsedFormula, *, group, method, **fit_
             # the one-level GLMM of the nested level: its inner:outer pairs as a column
             data = data.assign(**{d.nest_name: np.asarray(d.nest_levels, dtype=object)[
                 d.nest_groups]})
+        # a GLMM refit starts from the full fit's group SD (``_start_sd``); the fixed
+        # effects start, as always, from the refit's own GLM. population=None, model=None:
+        # one fit, named "all"
         g = fit_adjusted(data, formula, group=group, method=method, population=None,
-                         model=None, **kw)
+                         model=None, _sd_start={"all": f.theta} if d.nest_groups is None
+                         else None, **kw)
         fits[m] = next(iter(g.fits.values()))
         fits[m].model = m
     return Fit(fits, method=method, formula=formula.formula, population=full.population,
