@@ -245,7 +245,7 @@ def build(study) -> Section:
     comp = scan_vs_lesion(study)
     lm = study.results["lesion_metrics"]
     hm = lm[(lm["estimand"] == "hidden_miss") & (lm["group_var"] == "overall")]
-    said = "; ".join(f"{m}: {text.frac(k, n)}" for m, k, n in
+    said = "; ".join(f"{text.md(m)}: {text.frac(k, n)}" for m, k, n in
                      zip(hm["model"], hm["numerator"], hm["denominator"]))
     flagged = lm[(lm["estimand"] == "hidden_miss")
                  & lm["flag"].astype(str).str.contains("localization_gap")]

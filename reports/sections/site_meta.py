@@ -188,7 +188,7 @@ def build(study) -> Section:
     lines = []
     for e in block.estimands:
         part = s[s["metric"] == e]
-        said = "; ".join(f"{r.model} {text.ci(r.pooled, r.conf_low, r.conf_high)}, a new site "
+        said = "; ".join(f"{text.md(r.model)} {text.ci(r.pooled, r.conf_low, r.conf_high)}, a new site "
                          f"{_pi_text(r.pi_low, r.pi_high)}" for r in part.itertuples()
                          if _finite(r.pooled))
         if said:

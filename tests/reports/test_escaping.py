@@ -477,6 +477,9 @@ def hostile_report(tmp_path_factory):
     cases["model"] = cases["model"].replace({"unet_small": MODEL})
     cases["phase"] = cases["phase"].replace({"delayed": PHASE})
     cases.to_parquet(tmp / "cases.parquet")
+    lesions = pd.read_parquet(DEMO / "lesions.parquet")
+    lesions["model"] = lesions["model"].replace({"unet_small": MODEL})
+    lesions.to_parquet(tmp / "lesions.parquet")
     runs = pd.read_parquet(DEMO / "runs.parquet")
     runs["encoder"] = runs["encoder"].replace({"cnn_rand": ENCODER})
     runs.to_parquet(tmp / "runs.parquet")
@@ -489,6 +492,10 @@ def hostile_report(tmp_path_factory):
     plan.pop("metadata", None)  # and its label-error block, which reads it
     plan["title"] = TITLE
     plan["detection"]["bins"]["age"]["labels"][0] = BIN
+    margins = plan["detection"].get("target", {}).get("margins", {})
+    for col, old, new in (("age_group", "<40", BIN), ("phase", "delayed", PHASE)):
+        if old in margins.get(col, {}):  # the target's margins name the hostile levels too
+            margins[col] = {new if k == old else k: v for k, v in margins[col].items()}
     levels = plan["detection"]["adjusted"].get("levels", {})
     if "phase" in levels:  # the hostile phase is a level too (reference levels list them all)
         levels["phase"] = [PHASE if v == "delayed" else v for v in levels["phase"]]
