@@ -336,7 +336,7 @@ def cluster_bootstrap_work(n_boot: int, n_clusters: int, n_cells: int, n_models:
 
 
 def crs_bootstrap_work(n_boot: int, regimes, *, setting: str = "n_boot",
-                       what: str = "CRS paired-seed bootstrap") -> Work:
+                       what: str = "CRS paired-seed bootstrap", per_dataset: bool = False) -> Work:
     """Peak memory and time of :func:`stats.crs_resample.crs_bootstrap`.
 
     ``regimes``: per regime ``(encoders, [seeds per dataset], [cells per dataset])``, or
@@ -345,7 +345,8 @@ def crs_bootstrap_work(n_boot: int, regimes, *, setting: str = "n_boot",
     blocks and concatenated), the drawn seed indices (n_boot x seeds int64 per dataset,
     twice), the pairwise differences (n_boot x encoders^2 float64) and the ranks, plus
     one block's draw counts and seed-means. Time: the per-block products (draw counts x
-    AUROC per encoder and cell) and the per-replicate scoring passes.
+    AUROC per encoder and cell) and the per-replicate scoring passes. ``per_dataset``
+    (per-domain scores): the replicate scores once more per dataset.
     """
     from stats.crs_resample import BLOCK_SIZE
 
@@ -361,6 +362,9 @@ def crs_bootstrap_work(n_boot: int, regimes, *, setting: str = "n_boot",
         seeds = [max(int(v), 1) for v in reg[1]] or [1]
         cells = [max(int(v), 1) for v in reg[2]] or [1]
         mem += B * (2 * 8.0 * E * 12 + 2 * 8.0 * sum(seeds) + 8.0 * E * E + 16.0 * E)
+        if per_dataset:
+            mem += B * 2 * 8.0 * E * 12 * len(seeds)
+            secs += SECONDS_PER_ELEMENT * B * E * len(seeds) * (24 + E)
         mem += min(B, BLOCK_SIZE) * 8.0 * E * (sum(s + c for s, c in zip(seeds, cells)) + 24)
         secs += 2.0 * B * E * sum(s * c for s, c in zip(seeds, cells)) / FLOPS_PER_SECOND
         secs += SECONDS_PER_ELEMENT * B * E * (24 + E)
