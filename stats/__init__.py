@@ -44,6 +44,9 @@ from .calibration import (brier, calibration_repair, ece, ece_ci, mce, nll, reli
 from .crs import crs_axes, crs_scores, read_reference
 from .crs_resample import crs_bootstrap
 from .ranking import rank_agreement, ranking_stability
+from .crs_mechanisms import (confidence_loss, label_crossovers, label_efficiency_curves,
+                             layer_comparison, shift_drop, specialization)
+from .multiclass import probe_metrics
 
 # submodules reachable as attributes (``stats.simulate.benchx_cohort``, ``stats.adjust``)
 from . import adjust, simulate  # noqa: E402  (isort: after the names they do not shadow)
@@ -66,4 +69,7 @@ __all__ = [
     "brier", "calibration_repair", "crs_axes", "crs_bootstrap", "crs_scores", "ece", "ece_ci",
     "mce", "nll", "rank_agreement", "ranking_stability", "read_reference", "reliability_table",
     "temperature_scale",
+    # CRS-Bench mechanism analyses (E1, E3, E4, E6), the institutional shift, probe metrics
+    "confidence_loss", "label_crossovers", "label_efficiency_curves", "layer_comparison",
+    "probe_metrics", "shift_drop", "specialization",
 ]
