@@ -76,9 +76,9 @@ def run_metrics(label, prob, *, seed: int = 0) -> dict[str, float]:
 
     ECE and temperature scaling are ``stats``' (:func:`stats.ece`, 15 equal-width bins,
     an edge value in the lower bin; :func:`stats.temperature_scale`), so the runs table
-    and the calibration section measure the same thing. ``ece`` is computed on the
-    probabilities as given; Brier, NLL and the logits use them clipped to
-    [1e-7, 1 - 1e-7]. The folds of ``ece_after_ts`` are
+    and the calibration section measure the same thing. ``auroc`` and ``ece`` are computed
+    on the probabilities as given (clipping would tie the most confident cases and move
+    the AUROC); Brier, NLL and the logits use them clipped to [1e-7, 1 - 1e-7]. The folds of ``ece_after_ts`` are
     ``default_rng(seed).permutation(n) % 2``: each half is scaled by the temperature fitted
     on the other half.
     """
@@ -92,7 +92,7 @@ def run_metrics(label, prob, *, seed: int = 0) -> dict[str, float]:
            "nll": stats.nll(label, prob), "ece_after_ts": float("nan")}
     if label.min() == label.max():
         return out
-    out["auroc"] = float(roc_auc_score(label, prob))
+    out["auroc"] = float(roc_auc_score(label, raw))   # unclipped: clipping ties extremes
     logit = np.log(prob) - np.log1p(-prob)
     fold = np.random.default_rng(seed).permutation(len(label)) % 2
     scaled = np.empty_like(prob)

@@ -315,6 +315,79 @@ def _last_layer(encoder: str, layers: list[str], last) -> str:
     return name
 
 
+def _layer_table(raw: pd.DataFrame, last, criterion: str) -> tuple[pd.DataFrame, bool]:
+    """Per regime x encoder x layer: the criterion (seed-mean at clean, full labels, mean
+    over datasets), the layer order (first appearance), and per regime x encoder the last
+    and the best layer (highest criterion; ties to the last layer, then to the first in
+    the table). Returns (table, whether the criterion is val_auroc)."""
+    key = ["regime", "encoder", "layer"]
+    order = {v: i for i, v in enumerate(pd.unique(raw["layer"]))}
+    parts = raw[key].drop_duplicates().sort_values(key).reset_index(drop=True)
+    use_val = criterion == "val_auroc" and "val_auroc" in raw.columns \
+        and raw["val_auroc"].notna().any()
+    col = "val_auroc" if use_val else "auroc"
+    base = raw[(raw["condition"] == "clean") & (raw["label_fraction"] == 1.0)]
+    crit = (base.groupby([*key, "dataset"])[col].mean().groupby(key).mean())
+    parts["criterion"] = [crit.get(tuple(k), np.nan) for k in parts[key].itertuples(index=False)]
+    parts["order"] = parts["layer"].map(order)
+    best, lastl = {}, {}
+    for (r, e), g in parts.groupby(["regime", "encoder"], sort=True):
+        layers = list(g.sort_values("order")["layer"])
+        lastl[(r, e)] = _last_layer(e, layers, last)
+        c = g.set_index("layer")["criterion"]
+        top = c.max()
+        cand = [lay for lay in layers if np.isfinite(c[lay]) and c[lay] >= top - TIE_TOL]
+        best[(r, e)] = lastl[(r, e)] if lastl[(r, e)] in cand else (cand[0] if cand else lastl[(r, e)])
+    pairs = list(zip(parts["regime"], parts["encoder"]))
+    parts["best_layer"] = [best[k] for k in pairs]
+    parts["last_layer"] = [lastl[k] for k in pairs]
+    return parts, use_val
+
+
+def select_layers(runs, *, policy: str = "last", last: str | Mapping[str, str] = "last",
+                  layers: Mapping[str, str] | None = None,
+                  criterion: str = "val_auroc") -> pd.DataFrame:
+    """The layer each regime x encoder is ranked on (not a statistic: a row selection).
+
+    ``policy`` "last" (the layer named by ``last``, or an encoder's only layer) or "best"
+    (the highest criterion, as :func:`layer_comparison` chooses it); ``layers`` (encoder
+    -> layer) overrides the policy. Returns one row per regime x encoder: ``regime``,
+    ``encoder``, ``layer``, ``rule`` (``last``, ``best val_auroc``, ``best auroc (test)``,
+    ``given``, ``only layer``), ``criterion`` (the chosen layer's criterion value),
+    ``n_layers``. A runs table without a ``layer`` column gives layer ``""``.
+    """
+    from .schema import read_runs
+
+    raw = read_runs(runs)
+    if "layer" not in raw.columns:
+        t = raw[["regime", "encoder"]].drop_duplicates().sort_values(["regime", "encoder"])
+        return t.assign(layer="", rule="only layer", criterion=np.nan, n_layers=1).reset_index(drop=True)
+    if policy not in ("last", "best"):
+        raise ContractError(f"select_layers: policy must be 'last' or 'best'; got {policy!r}")
+    layers = dict(layers or {})
+    parts, use_val = _layer_table(raw, last, criterion)
+    n = parts.groupby(["regime", "encoder"])["layer"].transform("size")
+    rows = []
+    for (r, e), g in parts.groupby(["regime", "encoder"], sort=True):
+        have = list(g["layer"])
+        if e in layers:
+            if layers[e] not in have:
+                raise ContractError(f"select_layers: layers names {layers[e]!r} for encoder "
+                                    f"{e}, whose runs have layers {sorted(have)}; name one "
+                                    f"of them")
+            lay, rule = layers[e], "given"
+        elif len(have) == 1:
+            lay, rule = have[0], "only layer"
+        elif policy == "last":
+            lay, rule = g["last_layer"].iloc[0], "last"
+        else:
+            lay, rule = g["best_layer"].iloc[0], ("best val_auroc" if use_val else "best auroc (test)")
+        c = g.set_index("layer")["criterion"]
+        rows.append({"regime": r, "encoder": e, "layer": lay, "rule": rule,
+                     "criterion": float(c[lay]), "n_layers": int(n[g.index[0]])})
+    return pd.DataFrame(rows)
+
+
 def layer_comparison(runs, *, last: str | Mapping[str, str] = "last",
                      criterion: str = "val_auroc", n_boot: int = 2000, seed=None,
                      conf_level: float = 0.95) -> pd.DataFrame:
@@ -359,15 +432,15 @@ def layer_comparison(runs, *, last: str | Mapping[str, str] = "last",
     raw = read_runs(runs)
     if "layer" not in raw.columns:
         raise ContractError(MSG_NO_LAYER, column="layer")
-    order = {v: i for i, v in enumerate(pd.unique(raw["layer"]))}
     for cond in ("clean", "shift"):     # the CRS rule on severities (prepare_runs)
         bad = raw[(raw["condition"] == cond) & (raw["severity"] != 0)]
         if len(bad):
             prepare_runs(raw)
     # one unit per regime x encoder x layer, scored by the CRS axes code
     key = ["regime", "encoder", "layer"]
-    parts = raw[key].drop_duplicates().sort_values(key).reset_index(drop=True)
-    code = pd.MultiIndex.from_frame(parts).get_indexer(pd.MultiIndex.from_frame(raw[key]))
+    parts, use_val = _layer_table(raw, last, criterion)
+    crit_col = "val_auroc" if use_val else "auroc"
+    code = pd.MultiIndex.from_frame(parts[key]).get_indexer(pd.MultiIndex.from_frame(raw[key]))
     labels = [f"u{i:06d}" for i in range(len(parts))]
     df = raw.assign(encoder=np.asarray(labels, dtype=object)[code], regime="all")
     dup = df.duplicated(["encoder", *RUNS_KEY], keep=False).to_numpy()
@@ -375,24 +448,8 @@ def layer_comparison(runs, *, last: str | Mapping[str, str] = "last",
         prepare_runs(raw)    # several protocols of one layer: the CRS's message
     dense = _pack(df, "all", labels, [], np.zeros((4, 2)), {})
     point_axes = _mean_over_datasets(_dataset_axes(df)).set_index("encoder").loc[labels, list(AXES)]
-    parts = parts.copy()
-    use_val = criterion == "val_auroc" and "val_auroc" in raw.columns \
-        and raw["val_auroc"].notna().any()
-    crit_col = "val_auroc" if use_val else "auroc"
-    base = raw[(raw["condition"] == "clean") & (raw["label_fraction"] == 1.0)]
-    crit = (base.groupby(["regime", "encoder", "layer", "dataset"])[crit_col].mean()
-            .groupby(["regime", "encoder", "layer"]).mean())
-    parts["criterion"] = [crit.get((r, e, l), np.nan) for r, e, l in parts.itertuples(index=False)]
-    parts["order"] = parts["layer"].map(order)
-    # best and last per regime x encoder
-    best, lastl = {}, {}
-    for (r, e), g in parts.groupby(["regime", "encoder"], sort=True):
-        layers = list(g.sort_values("order")["layer"])
-        lastl[(r, e)] = _last_layer(e, layers, last)
-        c = g.set_index("layer")["criterion"]
-        top = c.max()
-        cand = [lay for lay in layers if np.isfinite(c[lay]) and c[lay] >= top - TIE_TOL]
-        best[(r, e)] = lastl[(r, e)] if lastl[(r, e)] in cand else (cand[0] if cand else lastl[(r, e)])
+    best = {(r, e): b for r, e, b in zip(parts["regime"], parts["encoder"], parts["best_layer"])}
+    lastl = {(r, e): b for r, e, b in zip(parts["regime"], parts["encoder"], parts["last_layer"])}
     idx = {tuple(k): i for i, k in enumerate(parts[key].itertuples(index=False))}
     n_layers = parts.groupby(["regime", "encoder"]).size()
     pairs = [(r, e, idx[(r, e, best[(r, e)])], idx[(r, e, lastl[(r, e)])])
