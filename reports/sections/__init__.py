@@ -24,6 +24,7 @@ log = logging.getLogger("clinrel.report")
 #: section modules in report order
 ORDER = ("methods", "flow", "cohort", "twobytwo", "overall", "subgroups", "precision", "forest",
          "failure_map", "threshold", "adjusted", "site_meta", "comparisons", "crs",
+         "crs_domains", "crs_adaptation", "crs_mechanisms",
          "calibration", "provenance", "checklist")
 
 
