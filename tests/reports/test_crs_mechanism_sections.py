@@ -75,3 +75,16 @@ def test_mechanisms_cover_e1_e3_e4_e6(study):
     names = {getattr(b, "name", None) for b in module("crs_mechanisms").build(study).blocks}
     assert {"crs_specialization", "crs_depth", "crs_depth_best_vs_last", "crs_confidence_loss",
             "crs_learning_curves", "crs_label_crossovers"} <= names
+
+
+def test_methods_text_states_the_rows_and_every_mechanism(study):
+    from reports.sections.methods import _crs_mechanisms
+
+    txt = " ".join(_crs_mechanisms(study))
+    dec = study.results.decisions.crs
+    assert f"{dec.rows['used']} of {dec.rows['runs']} runs" in txt
+    for what in ("Per-domain CRS", "Adaptation", "institutional shift", "E1", "E3", "E4",
+                 "E5", "E6"):
+        assert what in txt, what
+    for stream in ("crs_shift", "crs_depth", "crs_labels"):
+        assert f"seed {study.plan.seed_for(stream)}" in txt
