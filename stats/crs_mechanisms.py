@@ -52,6 +52,9 @@ MSG_DOMAINS = ("specialization: encoder_domains must map encoder names to domain
 MSG_NO_BASELINE = ("specialization: no baseline encoder has runs ({detail}); name the "
                    "baseline encoders (e.g. the reference panel) or give encoder_domains a "
                    "generalist (a domain no dataset has)")
+MSG_POLICY = "select_layers: policy must be 'last' or 'best'; got {value!r}; write policy='last'"
+MSG_GIVEN_LAYER = ("select_layers: layers names {layer!r} for encoder {encoder}, whose runs "
+                   "have layers {have}; name one of them")
 MSG_LAST = ("layer_comparison: encoder {encoder} has layers {layers} and none is named "
             "{last!r} (the last layer); name it with last={{'{encoder}': '<layer>'}}")
 MSG_NO_LAYER = ("layer_comparison: the runs table has no 'layer' column; add the layer each "
@@ -363,7 +366,7 @@ def select_layers(runs, *, policy: str = "last", last: str | Mapping[str, str] =
         t = raw[["regime", "encoder"]].drop_duplicates().sort_values(["regime", "encoder"])
         return t.assign(layer="", rule="only layer", criterion=np.nan, n_layers=1).reset_index(drop=True)
     if policy not in ("last", "best"):
-        raise ContractError(f"select_layers: policy must be 'last' or 'best'; got {policy!r}")
+        raise ContractError(MSG_POLICY.format(value=policy))
     layers = dict(layers or {})
     parts, use_val = _layer_table(raw, last, criterion)
     n = parts.groupby(["regime", "encoder"])["layer"].transform("size")
@@ -372,9 +375,8 @@ def select_layers(runs, *, policy: str = "last", last: str | Mapping[str, str] =
         have = list(g["layer"])
         if e in layers:
             if layers[e] not in have:
-                raise ContractError(f"select_layers: layers names {layers[e]!r} for encoder "
-                                    f"{e}, whose runs have layers {sorted(have)}; name one "
-                                    f"of them")
+                raise ContractError(MSG_GIVEN_LAYER.format(layer=layers[e], encoder=e,
+                                                           have=sorted(have)))
             lay, rule = layers[e], "given"
         elif len(have) == 1:
             lay, rule = have[0], "only layer"
