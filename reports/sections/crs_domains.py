@@ -87,7 +87,7 @@ def build(study) -> Section:
                 + p9.geom_errorbar(p9.aes(ymin="conf_low", ymax="conf_high"), width=0.2,
                                    position=p9.position_dodge(width=0.5))
                 + p9.geom_point(size=2, position=p9.position_dodge(width=0.5))
-                + p9.scale_color_manual(values=PALETTE[:len(datasets)], name="dataset")
+                + p9.scale_color_manual(values=PALETTE[:len(datasets)], name="Dataset")
                 + p9.coord_flip() + p9.labs(x="", y="CRS on the dataset", shape="") + theme())
         sec.add(ReportFigure(
             name="crs_specialist_generalist", caption="Specialists versus generalists: each "
