@@ -130,3 +130,38 @@ def test_protocols_and_adaptation_tables(study):
     d2 = res["crs"]["regime_differences"].sort_values("encoder")["estimate"].to_numpy()
     assert len(d1) == len(d2) == 6
     np.testing.assert_allclose(d1, d2, rtol=0, atol=1e-12)
+
+
+def test_runs_recomputed_from_probe_predictions_are_compared_and_recorded():
+    from sklearn.metrics import roc_auc_score
+
+    import stats
+
+    sim = simulate.crs_runs(n_encoders=5, n_datasets=1, n_seeds=2, perturbations=("blur",),
+                            severities=(1,), label_fractions=(0.5, 1.0), shift_datasets=0, seed=3)
+    runs = sim.data.copy()
+    key = ["regime", "encoder", "dataset", "seed", "label_fraction", "condition", "severity"]
+    rng = np.random.default_rng(4)
+    parts = []
+    for i, row in enumerate(runs[key].itertuples(index=False)):   # a test's own loop
+        y = rng.integers(0, 2, 40)
+        p = np.clip(0.5 + 0.3 * (y - 0.5) + rng.normal(0, 0.2, 40), 0.01, 0.99)
+        runs.loc[i, "auroc"] = roc_auc_score(y, p)
+        runs.loc[i, "ece"] = stats.ece(y, p)
+        parts.append(pd.DataFrame({**row._asdict(), "case_id": [f"c{j}" for j in range(40)],
+                                   "label": y, "prob": p}))
+    preds = pd.concat(parts, ignore_index=True)
+    ref = read_reference(sim.truth["reference"])
+    plan = plan_for_tables(crs={"bootstrap": {"n_boot": 0}})
+    res = run(plan, Tables(runs=runs, reference=ref, probe_predictions=preds),
+              only=["crs_recomputed"], errors="raise")
+    v = res.decisions.crs.runs_vs_predictions
+    assert v["runs_compared"] == len(runs) and v["runs_without_predictions"] == 0
+    assert v["max_abs_auroc_difference"] <= 1e-12 and v["max_abs_ece_difference"] <= 1e-12
+    assert not res.notes
+    moved = runs.copy()
+    moved.loc[3, "auroc"] += 0.01
+    res = run(plan, Tables(runs=moved, reference=ref, probe_predictions=preds),
+              only=["crs_recomputed"], errors="raise")
+    assert res.decisions.crs.runs_vs_predictions["max_abs_auroc_difference"] == pytest.approx(0.01, abs=1e-12)
+    assert any("differ from the runs table" in n for n in res.notes)
