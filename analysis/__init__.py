@@ -11,7 +11,7 @@ from __future__ import annotations
 
 # every analysis module, so that its analyses are registered (order matters: run computes
 # them in registration order); the analyses import core, never this package
-from . import adjusted, calibration, crs, detection, metadata  # noqa: F401,E402
+from . import adjusted, calibration, crs, crs_mechanisms, detection, metadata  # noqa: F401,E402
 from . import operating  # noqa: F401,E402  (after detection: it reads its analyses)
 from . import localization  # noqa: F401,E402
 from . import meta_analysis  # noqa: F401,E402

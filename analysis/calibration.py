@@ -131,7 +131,9 @@ def _encoders(results, rows: pd.DataFrame):
     if len(temps):
         per_run = per_run.merge(temps, on=["regime", "encoder", "dataset", "seed"], how="left")
         summ["temperature"] = np.nan   # one temperature per run: in the per-run table
-    runs = results.tables.runs
+    from .crs_mechanisms import view
+
+    runs = view(results).runs
     if runs is not None:   # the same runs in the runs table: the same per-run ECE?
         ref = protocol_runs(runs)[["regime", "encoder", "dataset", "seed", "ece"]]
         per_run = per_run.merge(ref.rename(columns={"ece": "ece_runs_table"}),
@@ -208,8 +210,10 @@ def calibration(results) -> dict[str, pd.DataFrame]:
             ev.loc[hit, "conf_low"] = float(ci["conf_low"])
             ev.loc[hit, "conf_high"] = float(ci["conf_high"])
             ev.loc[hit, "method"] = ci["method"]   # the ECE row's interval
+    from .crs_mechanisms import view
+
     out = {}
-    rows = probe_rows(results.tables)
+    rows = probe_rows(view(results))
     if rows is not None:
         summ, prel, out["encoder_runs"] = _encoders(results, rows)
         summary.append(summ)
@@ -229,4 +233,6 @@ def calibration_repair(results) -> pd.DataFrame:
     """ECE before and after temperature scaling from the runs table."""
     from stats.calibration import calibration_repair as compute
 
-    return compute(results.tables.runs)
+    from .crs_mechanisms import view
+
+    return compute(view(results).runs)

@@ -24,8 +24,9 @@ import pandas as pd
 from .decisions import Decisions
 
 #: analyses whose tables have one row per input row (inputs with calls, not results;
-#: adjusted_rows is the evaluation rows with the plan's factor levels)
-ROW_LEVEL = ("calls", "evaluation", "adjusted_rows", "lesion_rows")
+#: adjusted_rows is the evaluation rows with the plan's factor levels; crs_rows the runs
+#: and probe predictions the CRS analyses read)
+ROW_LEVEL = ("calls", "evaluation", "adjusted_rows", "lesion_rows", "crs_rows")
 
 #: name -> Analysis, in registration order (the order :func:`run` computes them)
 ANALYSES: dict[str, "Analysis"] = {}

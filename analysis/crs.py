@@ -25,16 +25,20 @@ def settings(plan) -> dict:
 
 @analysis("crs", wanted=_wants)
 def crs(results) -> dict[str, pd.DataFrame]:
-    """``{axes, scores, rank_probabilities, differences, leading_tier, seeds (per regime
-    and dataset the seeds a replicate redraws, and the equally likely seed draws they
-    allow), regime_differences (frozen and adapted runs only), stability (n_weights >
-    0)}``."""
+    """``{axes, scores, domain_scores (two datasets or more: per-domain scores, the same
+    anchors and replicates), rank_probabilities, differences, leading_tier, seeds (per
+    regime and dataset the seeds a replicate redraws, and the equally likely seed draws
+    they allow), regime_differences and rank_persistence (frozen and adapted runs only),
+    stability (n_weights > 0)}``, on the CRS rows (``crs_rows``: one layer and protocol
+    per encoder)."""
     from stats.crs import crs_axes, crs_scores
     from stats.crs_resample import crs_bootstrap
     from stats.ranking import ranking_stability
 
+    from .crs_mechanisms import view
+
     s = settings(results.plan)
-    runs, ref = results.tables.runs, results.tables.reference
+    runs, ref = view(results).runs, results.tables.reference
     results.decide("crs.bootstrap.n_boot", s["n_boot"])
     results.decide("seeds.crs_bootstrap", s["seed"])
     if s["n_weights"]:
@@ -42,8 +46,11 @@ def crs(results) -> dict[str, pd.DataFrame]:
     results.decide("crs.reference_hash", getattr(ref, "hash", None))
     out = {"axes": crs_axes(runs)}
     if s["n_boot"] > 0:
+        by = "dataset" if runs["dataset"].nunique() > 1 else None
         boot = crs_bootstrap(runs, ref, n_boot=s["n_boot"], seed=s["seed"],
-                             conf_level=s["conf_level"], scheduler=results.scheduler)
+                             conf_level=s["conf_level"], scheduler=results.scheduler, by=by)
+        if by:       # per-domain scores: the same replicates, the same anchors
+            out["domain_scores"] = boot.domain_scores()
         out["scores"] = boot.scores()
         out["rank_probabilities"] = boot.rank_probabilities(s["k"])
         out["differences"] = boot.differences()
@@ -54,8 +61,11 @@ def crs(results) -> dict[str, pd.DataFrame]:
              for r, per in boot.seeds.items() for ds, sd in per.items()])
         if {"frozen", "adapted"} <= set(boot.replicates):
             out["regime_differences"] = boot.regime_differences("adapted", "frozen")
+            out["rank_persistence"] = boot.rank_persistence("adapted", "frozen", k=s["k"])
     else:
         out["scores"] = crs_scores(runs, ref)
+        if runs["dataset"].nunique() > 1:
+            out["domain_scores"] = crs_scores(runs, ref, by="dataset")
     if s["n_weights"] > 0:
         out["stability"] = ranking_stability(runs, ref, n_weights=s["n_weights"], seed=s["stability_seed"],
                                              k=s["k"], conf_level=s["conf_level"])

@@ -69,6 +69,14 @@ class CalibrationDecisions(_Group):
 class CrsDecisions(_Group):
     reference_hash: str | None = Field(None, description="sha256 of the reference panel")
     bootstrap: _Boot = Field(default_factory=_Boot)
+    layers: dict[str, dict[str, str]] | None = Field(
+        None, description="per regime, the layer each encoder's ranking uses")
+    layer_rule: str | None = Field(None, description="how those layers were chosen")
+    protocols: dict[str, str] | None = Field(
+        None, description="per regime, the protocol the ranking uses")
+    rows: dict[str, int] | None = Field(None, description="runs used and set aside, by reason")
+    runs_vs_predictions: dict | None = Field(
+        None, description="the runs' AUROC and ECE recomputed from the probe predictions")
 
 
 class MetadataDecisions(_Group):
@@ -145,6 +153,12 @@ class SeedDecisions(_Group):
     calibration_encoder_bootstrap: int | None = None
     crs_bootstrap: int | None = None
     crs_stability: int | None = None
+    crs_shift: int | None = None
+    crs_specialization: int | None = None
+    crs_depth: int | None = None
+    crs_confidence: int | None = None
+    crs_protocol: int | None = None
+    crs_labels: int | None = None
     label_error_imputation: int | None = None
     gap_bootstrap: int | None = None
     operating_bootstrap: int | None = None

@@ -980,6 +980,12 @@ class Detection(Block):
 
 # --------------------------------------------------------------------------- the rest
 
+#: the random streams of the CRS mechanism analyses (one per analysis; the crs block's
+#: bootstrap seed overrides them as it overrides crs_bootstrap)
+CRS_STREAMS = ("crs_shift", "crs_specialization", "crs_depth", "crs_confidence",
+               "crs_protocol", "crs_labels")
+
+
 class CrsBootstrap(Block):
     """The paired-seed bootstrap of CRS and ranks."""
 
@@ -1015,6 +1021,34 @@ class Crs(Block):
     conf_level: Level = key(0.95, "Confidence level of the CRS intervals.",
                             type="a number in (0, 1)", example="0.95", cli="--conf-level",
                             hint="write e.g. 0.95, not 95")
+    layer_policy: Literal["last", "best"] = key(
+        "last", "The feature layer the CRS ranking (and every analysis but the depth "
+        "analysis) uses per encoder, when the runs have a `layer` column: `last` (the layer "
+        "named by `crs.last_layer`) or `best` (the highest validation AUROC, the runs' "
+        "`val_auroc`, seed-mean at full labels, mean over datasets; the test AUROC, said "
+        "so, without it). `crs.layers` overrides it per encoder.",
+        type="last or best", example="last", hint="write last or best")
+    layers: dict[str, str] = key({}, "Per encoder, the layer the ranking uses (overrides "
+                                 "`crs.layer_policy`).", type="a mapping encoder -> layer",
+                                 example="{resnet18_rand: mid}", default_text="`{}`",
+                                 hint="write encoder: layer pairs")
+    last_layer: str = key("last", "The name of an encoder's last (final) layer in the runs' "
+                          "`layer` column.", type="a layer name", example="last",
+                          hint="write the name the runs use for the final layer")
+    encoder_domains: dict[str, str] = key(
+        {}, "The domain each encoder was pretrained for (the specialization analysis E1: "
+        "its gain on the datasets of its own domain versus the others); an encoder not named, "
+        "or named with a domain no dataset has (e.g. general), is a generalist.",
+        type="a mapping encoder -> domain", example="{derm_encoder: dermatology}",
+        default_text="`{}` (no specialization analysis)", hint="write encoder: domain pairs")
+    dataset_domains: dict[str, str] = key(
+        {}, "The domain of each dataset (default: its own name).",
+        type="a mapping dataset -> domain", example="{isic2019: dermatology}",
+        default_text="`{}`", hint="write dataset: domain pairs")
+    auroc_margin: float = key(0.02, "An AUROC drop under a perturbation smaller than this "
+                              "counts as discrimination held (the confidence-loss flag: ECE "
+                              "rises while AUROC holds).", type="a number >= 0",
+                              example="0.02", hint="write e.g. 0.02", ge=0)
 
 
 class CalBootstrap(Block):
@@ -1163,6 +1197,12 @@ class Roles(Block):
     crs_stability: Literal[ROLE_VALUES] = key(
         "prespecified", "The CRS stability analyses (leave-one-out panels, random weights, "
         "ranking by AUROC).", **_ROLE)
+    crs_domains: Literal[ROLE_VALUES] = key(
+        "prespecified", "The per-domain CRS and the institutional-shift table.", **_ROLE)
+    crs_mechanisms: Literal[ROLE_VALUES] = key(
+        "exploratory", "The mechanism analyses: specialization (E1), feature depth (E3), "
+        "confidence loss under corruption (E4), protocols and adaptation (E5), label "
+        "efficiency (E6).", **_ROLE)
     metadata: Literal[ROLE_VALUES] = key(
         "prespecified", "The metadata coverage, agreement, site test and review tables.",
         **_ROLE)
@@ -1594,6 +1634,7 @@ class Plan:
         return {"detection_bootstrap": s.detection and s.detection.bootstrap.seed,
                 "crs_bootstrap": s.crs and s.crs.bootstrap.seed,
                 "crs_stability": s.crs and s.crs.bootstrap.seed,
+                **{stream: s.crs and s.crs.bootstrap.seed for stream in CRS_STREAMS},
                 "calibration_bootstrap": s.calibration.bootstrap.seed,
                 "label_error_imputation": s.metadata and s.metadata.seed,
                 "gap_bootstrap": s.detection and s.detection.gaps and s.detection.gaps.seed,
@@ -1621,6 +1662,7 @@ class Plan:
         if s.crs is not None:
             out["crs_bootstrap"] = self.seed_for("crs_bootstrap")
             out["crs_stability"] = self.seed_for("crs_stability")
+            out.update({stream: self.seed_for(stream) for stream in CRS_STREAMS})
         if s.metadata is not None and s.metadata.label_error is not None:
             out["label_error_imputation"] = self.seed_for("label_error_imputation")
         if s.detection is not None and s.detection.gaps is not None:

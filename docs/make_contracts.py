@@ -102,18 +102,34 @@ RUNS = {
     "brier": ("number", "0 .. 1", "Brier score."),
     "nll": ("number", "", "Negative log-likelihood."),
     "ece_after_ts": ("number", "0 .. 1", "ECE after temperature scaling."),
-    "layer": ("any", "", "Encoder layer the features came from (kept, not analysed)."),
+    "layer": ("any", "read as text", "Encoder layer the features came from (e.g. `mid`, "
+              "`last`); part of the run key: an encoder may have runs at several layers, "
+              "analysed by layer (feature depth), and the CRS ranking uses one layer per "
+              "encoder (the plan's `crs.layer_policy`)."),
+    "protocol": ("text", _one_of(S.PROTOCOLS), "How the run was made: a linear probe on "
+                 "frozen features, a prompt (zero-shot), or LoRA adapters on the encoder; "
+                 "part of the run key; implies the regime (`lora`: adapted, the others: "
+                 "frozen), and a `regime` column given beside it must agree."),
+    "val_auroc": ("number", "0 .. 1", "AUROC on a validation split of the training data "
+                  "(the criterion that chooses an encoder's best layer)."),
 }
 PROBE = {
     **{k: RUNS[k] for k in S.RUNS_KEY},
     "case_id": ("text", "non-empty", "The case the probability is for."),
     "label": ("0/1", "`0`, `1`", "The case's label."),
-    "prob": ("number", "0 .. 1", "The probe's probability of label 1."),
+    "prob": ("number", "0 .. 1", "The probe's probability of label 1 (binary probes; a "
+             "multiclass probe has `prob_<class>` columns instead)."),
+    "prob_<class>": ("number", "0 .. 1; a row sums to 1 (within 1e-6)", "Multiclass probes: "
+                     "one column per class (at least 2), `label` then names the class; "
+                     "macro one-vs-rest AUROC and top-label ECE are recomputed from them "
+                     "(`stats.probe_metrics`)."),
     "regime": RUNS["regime"],
+    "protocol": RUNS["protocol"],
+    "layer": RUNS["layer"],
     "split": ("text", _one_of(S.PROBE_SPLITS), "Probe split (temperature scaling is "
               "fitted on calibration)."),
 }
-PROBE_OPTIONAL = ("regime", "split")
+PROBE_OPTIONAL = ("regime", "protocol", "layer", "split", "prob_<class>")
 EVIDENCE = {
     "case_id": ("text", "", "The case the value is about."),
     "field": ("text", "`phase`, `age`, `sex`, `race`, `contrast_agent`, `manufacturer`, `scanner`, "
@@ -187,12 +203,14 @@ RULES = {
         "refused).",
     ],
     "runs": [
-        "One row per (regime, encoder, dataset, label_fraction, condition, severity, seed).",
+        "One row per (regime, [protocol], [layer], encoder, dataset, label_fraction, "
+        "condition, severity, seed).",
         "Every encoder x dataset has a `clean` run at `label_fraction` 1 (the discrimination "
         "and calibration axes are read there).",
     ],
     "probe_predictions": [
-        "One row per (regime, run key, case_id); runs can be recomputed from it with CIs.",
+        "One row per (regime, [protocol], [layer], run key, case_id); runs can be recomputed "
+        "from it with CIs (`stats.probe_metrics`).",
     ],
     "lesions": [
         "One row per (model, case_id, kind, lesion_id); every model lists the same "

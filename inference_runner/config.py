@@ -45,12 +45,20 @@ Probe config (``probe.yaml``)::
       - {name: ct_axial, cases: axial.csv, shift_sites: [site_12]}
     encoders:
       - {name: resnet10_rand, kind: resnet, depth: last}
+      - {name: resnet18_rand, kind: resnet18, depths: [mid, last]}   # depth as a factor
       - {name: hist, kind: handcrafted}
     label_fractions: [0.01, 0.1, 0.5, 1.0]
     perturbations: [blur, jpeg, contrast, noise, crop]
     severities: [1, 2, 3]
     test_fraction: 0.3
     image_size: 32
+    adapt:                     # the adapted regime: LoRA adapters on the encoder's layers
+      enabled: false           # true: every run again with regime adapted, protocol lora
+      rank: 4                  # LoRA rank r
+      alpha: 8                 # LoRA scaling alpha (the update is scaled by alpha / r)
+      steps: 40                # Adam steps (mini-batches of batch_size training images)
+      lr: 0.003
+      batch_size: 256
 """
 from __future__ import annotations
 
@@ -102,10 +110,12 @@ PROBE_DEFAULTS: dict[str, Any] = {
     "test_fraction": 0.3,
     "image_size": 32,
     "device": "auto",
+    "adapt": {"enabled": False, "rank": 4, "alpha": 8.0, "steps": 40, "lr": 0.003,
+              "batch_size": 256},
 }
 DATASET_DEFAULTS: dict[str, Any] = {"name": None, "cases": None, "shift_sites": []}
 ENCODER_DEFAULTS: dict[str, Any] = {"name": None, "kind": None, "depth": "last",
-                                    "weights": None, "width": 8}
+                                    "depths": None, "weights": None, "width": 8}
 
 NETWORKS = ("unet", "segresnet")
 ENCODER_KINDS = ("handcrafted", "resnet", "resnet18", "densenet", "cnn")
@@ -314,6 +324,13 @@ def validate_probe_config(data: Mapping, *, file: str = "<config>", base: Path =
                                          "add '- {name: x, kind: resnet}'")):
         _choice(e["kind"], ENCODER_KINDS, file, f"encoders[{j}].kind")
         _choice(e["depth"], DEPTHS, file, f"encoders[{j}].depth")
+        if e["depths"] is not None:
+            d = e["depths"]
+            if (not isinstance(d, list) or not d or len(set(map(str, d))) != len(d)):
+                raise _err(file, f"encoders[{j}].depths", f"must be a list of distinct depths; got {d!r}",
+                           f"write e.g. [mid, last] (from {list(DEPTHS)})")
+            for x in d:
+                _choice(x, DEPTHS, file, f"encoders[{j}].depths")
         _int(e, "width", file, lo=1, name=f"encoders[{j}].width")
         if e["weights"] is not None:
             e["weights"] = _path(e["weights"], base, file, f"encoders[{j}].weights", kind=".pt file")
@@ -332,6 +349,15 @@ def validate_probe_config(data: Mapping, *, file: str = "<config>", base: Path =
     if not isinstance(s, list) or any(x not in (1, 2, 3) for x in s):
         raise _err(file, "severities", f"must be a list drawn from [1, 2, 3]; got {s!r}", "write [1, 2, 3]")
     cfg["test_fraction"] = _number(cfg["test_fraction"], file, "test_fraction", lo=0.05, hi=0.9)
+    a = cfg["adapt"]
+    if not isinstance(a["enabled"], bool):
+        raise _err(file, "adapt.enabled", f"must be true or false; got {a['enabled']!r}",
+                   "write enabled: true")
+    _int(a, "rank", file, lo=1, hi=256, name="adapt.rank")
+    _int(a, "steps", file, lo=0, hi=100_000, name="adapt.steps")
+    _int(a, "batch_size", file, lo=1, name="adapt.batch_size")
+    a["alpha"] = _number(a["alpha"], file, "adapt.alpha", lo=0, open_lo=True)
+    a["lr"] = _number(a["lr"], file, "adapt.lr", lo=0, hi=1, open_lo=True)
     _int(cfg, "image_size", file, lo=8, hi=512)
     return cfg
 

@@ -21,8 +21,13 @@ livers draw more false positives: a weakness of the networks, not of the generat
   predictions: connected components of each network's mask and of the reference mask,
   matched by IoU >= 0.1 (:func:`inference_runner.segment.lesion_table`), with the
   reference lesions' location;
-- ``runs.parquet`` and ``probe_predictions.parquet``: a small frozen-encoder probe study
-  (see :mod:`inference_runner.probe`) on 2D slices of the same volumes;
+- ``runs.parquet`` and ``probe_predictions.parquet``: a small probe study (see
+  :mod:`inference_runner.probe`) on 2D slices of the same volumes: seven encoders (five
+  random-initialised networks and a handcrafted baseline, plus two copies of a small CNN
+  pretrained on axial or coronal slices of the training cohort: domain specialists), each
+  at two depths (``layer`` mid and last), frozen (``protocol`` probe) and adapted with
+  LoRA (``protocol`` lora), on the same splits, seeds and label fractions
+  (:func:`regenerate_probe` re-makes only these);
 - ``metadata.parquet``: the metadata evidence table of the same cases (report texts in
   each site's style, headers for part of the cases, two extractors, review against the
   truth; :mod:`inference_runner.metadata.demo`), with ``metadata_reports.csv``,
@@ -324,17 +329,84 @@ def with_locations(lesions: pd.DataFrame, meta: pd.DataFrame) -> pd.DataFrame:
 
 PROBE_ENCODERS = (
     {"name": "handcrafted_hist", "kind": "handcrafted"},
-    {"name": "cnn_rand", "kind": "cnn", "depth": "last", "width": 8},
-    {"name": "resnet10_rand", "kind": "resnet", "depth": "last", "width": 8},
-    {"name": "resnet10_rand_mid", "kind": "resnet", "depth": "mid", "width": 8},
-    {"name": "resnet18_rand", "kind": "resnet18", "depth": "last", "width": 8},
-    {"name": "densenet_rand", "kind": "densenet", "depth": "last", "width": 8},
-    {"name": "densenet_rand_mid", "kind": "densenet", "depth": "mid", "width": 8},
+    {"name": "cnn_rand", "kind": "cnn", "depths": ["mid", "last"], "width": 8},
+    {"name": "resnet10_rand", "kind": "resnet", "depths": ["mid", "last"], "width": 8},
+    {"name": "resnet18_rand", "kind": "resnet18", "depths": ["mid", "last"], "width": 8},
+    {"name": "densenet_rand", "kind": "densenet", "depths": ["mid", "last"], "width": 8},
+    # specialists: the same small CNN pretrained on one slice orientation of the training
+    # cohort (PROBE_PRETRAIN), frozen afterwards
+    {"name": "cnn_axial_pre", "kind": "cnn", "depths": ["mid", "last"], "width": 8},
+    {"name": "cnn_coronal_pre", "kind": "cnn", "depths": ["mid", "last"], "width": 8},
 )
 PROBE_FRACTIONS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0)
 PROBE_SEEDS = (0, 1, 2)
 PROBE_SHIFT_SITES = ("site_07", "site_08")
 PROBE_SIZE = 32
+#: the adapted regime of the demo: LoRA (rank 4) on the convolutions up to the probed
+#: depth, 20 Adam steps on mini-batches of 32 (brief, as CRS-Bench's adaptation branch)
+PROBE_ADAPT = {"enabled": True, "rank": 4, "alpha": 8.0, "steps": 20, "lr": 5e-3,
+               "batch_size": 32}
+#: specialist encoders: name -> (the demo dataset whose slices of the *training* cohort
+#: pretrain it, steps, learning rate): supervised lesion / no-lesion classification with a
+#: linear head on the last depth's pooled features, Adam, mini-batches of 64
+PROBE_PRETRAIN = {"cnn_axial_pre": ("ct_axial", 300, 1e-2),
+                  "cnn_coronal_pre": ("ct_coronal", 300, 1e-2)}
+
+
+def pretrain_encoder(spec: dict, images: np.ndarray, labels: np.ndarray, *, steps: int,
+                     lr: float, seed: int = 0, batch_size: int = 64) -> dict:
+    """Train ``spec``'s network (built as :class:`inference_runner.probe.Encoder` builds it,
+    the same initialisation) with a linear head on the pooled features of its last depth to
+    classify ``labels``; returns its state dict (the head dropped)."""
+    import torch
+
+    from .probe import Encoder, _pooled
+
+    enc = Encoder({**spec, "depths": ["last"]}, seed=seed)
+    net = enc.net.train()
+    name = enc.modules["last"]
+    module = dict(net.named_modules())[name]
+    store: list = []
+    handle = module.register_forward_hook(lambda m, i, o: store.append(o))
+    x = torch.as_tensor(np.asarray(images, np.float32))[:, None]
+    y = torch.as_tensor(np.asarray(labels, np.float32))
+    with torch.no_grad():
+        net(x[:2])
+    torch.manual_seed(seed)
+    head = torch.nn.Linear(_pooled(store[-1]).shape[1], 1)
+    opt = torch.optim.Adam([*net.parameters(), *head.parameters()], lr=lr)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        idx = torch.randint(0, len(x), (batch_size,), generator=g)
+        store.clear()
+        net(x[idx])
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(
+            head(_pooled(store[-1])).squeeze(1), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    handle.remove()
+    return {k: v.detach().clone() for k, v in net.eval().state_dict().items()}
+
+
+def probe_encoders(train: "Cohort", weights_dir, *, seed: int = 0) -> list[dict]:
+    """:data:`PROBE_ENCODERS` with the specialists pretrained (:data:`PROBE_PRETRAIN`) on
+    the training cohort's slices; their weights are written into ``weights_dir``."""
+    import torch
+
+    slices = {d["name"]: d for d in probe_datasets(train, seed=seed + 7)}
+    out = []
+    for spec in PROBE_ENCODERS:
+        spec = dict(spec)
+        if spec["name"] in PROBE_PRETRAIN:
+            ds, steps, lr = PROBE_PRETRAIN[spec["name"]]
+            state = pretrain_encoder(spec, slices[ds]["images"], slices[ds]["labels"],
+                                     steps=steps, lr=lr, seed=seed)
+            path = Path(weights_dir) / f"{spec['name']}.pt"
+            torch.save(state, path)
+            spec["weights"] = str(path)
+        out.append(spec)
+    return out
 
 
 def probe_datasets(cohort: Cohort, *, seed: int = 0) -> list[dict]:
@@ -368,6 +440,71 @@ def probe_datasets(cohort: Cohort, *, seed: int = 0) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- regenerate
+
+
+def probe_study(train: "Cohort", test: "Cohort", *, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The demo's probe study: the specialists pretrained on ``train``, then every encoder
+    at its depths, frozen and adapted (:data:`PROBE_ADAPT`), on the slices of ``test``."""
+    import tempfile
+
+    from .probe import run_probe_study
+
+    with tempfile.TemporaryDirectory() as tmp:
+        encoders = probe_encoders(train, tmp, seed=seed)
+        return run_probe_study(probe_datasets(test, seed=seed), encoders, fractions=PROBE_FRACTIONS,
+                               perturbations=("blur", "jpeg", "contrast", "noise", "crop"),
+                               severities=(1, 2, 3), seeds=PROBE_SEEDS, seed=seed,
+                               adapt=PROBE_ADAPT)
+
+
+def probe_manifest() -> dict:
+    """The probe study's settings, as run_manifest.json records them."""
+    from .probe import depths_of
+
+    return {"probe_encoders": [e["name"] for e in PROBE_ENCODERS],
+            "probe": {"encoders": {e["name"]: {"kind": e["kind"], "layers": depths_of(e),
+                                               **({"pretrained_on": PROBE_PRETRAIN[e["name"]][0],
+                                                   "pretrain_steps": PROBE_PRETRAIN[e["name"]][1]}
+                                                  if e["name"] in PROBE_PRETRAIN else {})}
+                                  for e in PROBE_ENCODERS},
+                      "fractions": list(PROBE_FRACTIONS), "seeds": list(PROBE_SEEDS),
+                      "shift_sites": list(PROBE_SHIFT_SITES), "image_size": PROBE_SIZE,
+                      "adapt": dict(PROBE_ADAPT)}}
+
+
+def regenerate_probe(out_dir, *, seed: int = 0, n_patients: int = 440,
+                     n_train_patients: int = 240, quiet: bool = False) -> dict:
+    """Re-make only the demo's probe side (``runs.parquet``, ``probe_predictions.parquet``)
+    from the same cohorts as :func:`regenerate` (no segmentation networks trained; the
+    cases and metadata files are not touched) and update ``run_manifest.json`` in
+    ``out_dir``: its probe entries, table sizes and the probe's seconds."""
+    import json
+
+    import torch
+    from monai.utils import set_determinism
+
+    from .writers import MANIFEST_NAME, git_revision, package_versions, write_json, write_parquet
+
+    torch.set_num_threads(2)
+    set_determinism(seed=seed)
+    out = Path(out_dir)
+    t0 = time.perf_counter()
+    train = make_cohort(n_train_patients, seed=seed + 100, prevalence=0.5, phase_mix=TRAIN_PHASE_MIX)
+    test = make_cohort(n_patients, seed=seed, prevalence=0.45)
+    runs, preds = probe_study(train, test, seed=seed)
+    write_parquet(runs, out / "runs.parquet")
+    write_parquet(preds, out / "probe_predictions.parquet")
+    path = out / MANIFEST_NAME
+    manifest = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"kind": "demo"}
+    manifest.update(probe_manifest())
+    manifest.setdefault("tables", {}).update(runs=len(runs), probe_predictions=len(preds))
+    manifest.setdefault("seconds", {})["probe"] = round(time.perf_counter() - t0, 2)
+    manifest["probe_git_revision"] = git_revision()
+    manifest["versions"] = {**manifest.get("versions", {}), **package_versions()}
+    write_json(manifest, path)
+    if not quiet:
+        print(f"[demo] probe study: {len(runs)} runs in {manifest['seconds']['probe']} s -> {out}")
+    return {"n_runs": len(runs), "n_predictions": len(preds)}
 
 
 CASE_COLUMNS = ("case_id", "patient_id", "model", "label", "score", "max_prob", "site", "split", "age",
@@ -407,7 +544,6 @@ def regenerate(out_dir, *, seed: int = 0, quiet: bool = False, n_patients: int =
     from monai.utils import set_determinism
 
     from .metadata.demo import write as write_metadata
-    from .probe import run_probe_study
     from .writers import write_manifest, write_parquet
 
     def say(msg):
@@ -444,10 +580,7 @@ def regenerate(out_dir, *, seed: int = 0, quiet: bool = False, n_patients: int =
     metadata = write_metadata(cases, out, seed=seed)
     say(f"metadata: {metadata['metadata_rows']} evidence rows, {metadata['reviewed']} reviewed")
     if probe:
-        runs, preds = run_probe_study(probe_datasets(test, seed=seed), PROBE_ENCODERS,
-                                      fractions=PROBE_FRACTIONS,
-                                      perturbations=("blur", "jpeg", "contrast", "noise", "crop"),
-                                      severities=(1, 2, 3), seeds=PROBE_SEEDS, seed=seed)
+        runs, preds = probe_study(train, test, seed=seed)
         write_parquet(runs, out / "runs.parquet")
         write_parquet(preds, out / "probe_predictions.parquet")
         tables.update(runs=runs, probe_predictions=preds)
@@ -462,7 +595,7 @@ def regenerate(out_dir, *, seed: int = 0, quiet: bool = False, n_patients: int =
                                      for k, v in models.items()},
                           "threshold_voxels": DEFAULT_THRESHOLD, "spacing_mm": SPACING_MM,
                           "shape": list(SHAPE), "min_component_voxels": MIN_COMPONENT_VOXELS,
-                          "probe_encoders": [e["name"] for e in PROBE_ENCODERS],
+                          **probe_manifest(),
                           "lesion_hit_rule": f"{HIT_RULE}>={MIN_OVERLAP:g}",
                           "metadata": metadata})
     say(f"done in {seconds['total']} s -> {out}")

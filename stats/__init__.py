@@ -52,6 +52,9 @@ from .calibration import (brier, calibration_repair, ece, ece_ci, mce, nll, reli
 from .crs import crs_axes, crs_scores, read_reference
 from .crs_resample import crs_bootstrap
 from .ranking import rank_agreement, ranking_stability
+from .crs_mechanisms import (confidence_loss, label_crossovers, label_efficiency_curves,
+                             layer_comparison, shift_drop, specialization)
+from .multiclass import probe_metrics
 
 # lesion-level localization
 from .schema import read_lesions
@@ -87,4 +90,7 @@ __all__ = [
     "temperature_scale",
     # lesion-level localization
     "froc", "lesion_metrics", "read_lesions",
+    # CRS-Bench mechanism analyses (E1, E3, E4, E6), the institutional shift, probe metrics
+    "confidence_loss", "label_crossovers", "label_efficiency_curves", "layer_comparison",
+    "probe_metrics", "shift_drop", "specialization",
 ]

@@ -87,6 +87,13 @@ MSG_REF_NO_VALUES = ("{source}: no reference panel encoder has an estimable {axi
                      "'{regime}' (label_efficiency needs clean runs at label fractions < 1, "
                      "robustness perturbed or shift runs at fraction 1, both AUROC_1 > 0.5); add "
                      "those runs or give anchors.{axis}: [lo, hi] in the reference")
+MSG_VARIANTS = ("{source}: the CRS scores one layer and one protocol per {arm} and encoder, and "
+                "encoder(s) {names} have several runs with the same run key ({what}); keep one "
+                "per encoder: the plan's crs.layer_policy / crs.layers choose the layer, or "
+                "select the rows yourself (e.g. runs[runs.layer == 'last'])")
+MSG_NO_PROTOCOL = ("{source}: comparing protocols needs a 'protocol' column (probe, prompt, "
+                   "lora) in the runs table; add it, or compare regimes (arm='regime')")
+MSG_BY = "crs_scores: by must be None or 'dataset'; got {value!r}"
 MSG_SEVERITY_CLEAN = ("{source}: column 'severity' must be 0 for condition '{condition}'; rows "
                       "{rows} have {values}; recode them")
 
@@ -242,19 +249,37 @@ def read_reference(path_or_dict, *, encoders: Sequence[str] | None = None,
 # --------------------------------------------------------------------------- axes
 
 
-def prepare_runs(runs) -> pd.DataFrame:
-    """Validate a runs table (:func:`stats.read_runs`) plus the CRS rule that ``clean`` and
-    ``shift`` runs have severity 0; return the validated copy."""
+def prepare_runs(runs, *, arm: str = "regime") -> pd.DataFrame:
+    """Validate a runs table (:func:`stats.read_runs`) plus the CRS rules: ``clean`` and
+    ``shift`` runs have severity 0, and one run per (arm, encoder, run key), i.e. one layer
+    and one protocol per encoder. ``arm="protocol"`` scores each protocol (probe, prompt,
+    lora) as its own arm: the returned copy then holds the protocol in ``regime`` (the
+    column the CRS code groups by), and the original regime in ``regime_of_run``."""
+    from .schema import RUNS_KEY, _rows_text, _values_text
+
     df = read_runs(runs)
     for cond in ("clean", "shift"):
         bad = np.flatnonzero(((df["condition"] == cond) & (df["severity"] != 0)).to_numpy())
         if len(bad):
-            from .schema import _rows_text, _values_text
-
             raise ContractError(
                 MSG_SEVERITY_CLEAN.format(source="<runs>", condition=cond, rows=_rows_text(bad),
                                           values=_values_text(df["severity"].iloc[bad])),
                 column="severity", rows=[int(i) + 1 for i in bad[:5]])
+    if arm == "protocol":
+        if "protocol" not in df.columns:
+            raise ContractError(MSG_NO_PROTOCOL.format(source="<runs>"), column="protocol")
+        df = df.assign(regime_of_run=df["regime"], regime=df["protocol"])
+    elif arm != "regime":
+        raise ContractError(f"arm must be 'regime' or 'protocol'; got {arm!r}")
+    dup = df.duplicated(["regime", *RUNS_KEY], keep=False).to_numpy()
+    if dup.any():
+        rows = df[dup]
+        what = "; ".join(f"{c}: {', '.join(sorted(map(str, pd.unique(rows[c]))))}"
+                         for c in ("layer", "protocol") if c in rows and c != arm) or "repeated"
+        raise ContractError(MSG_VARIANTS.format(
+            source="<runs>", arm=arm, names=", ".join(sorted(map(str, pd.unique(rows["encoder"])))[:5]),
+            what=what), column="layer" if "layer" in rows else "encoder",
+            rows=[int(i) + 1 for i in np.flatnonzero(dup)[:5]])
     return df
 
 
@@ -411,8 +436,46 @@ def composite(a: np.ndarray, a_panel: np.ndarray, weights: Mapping[str, float]) 
     return np.stack([d, s, w, crs], axis=-1)
 
 
+def _score_part(part: pd.DataFrame, anc: np.ndarray, ref: Reference, w: Mapping[str, float],
+                ids: list[str]) -> pd.DataFrame:
+    """Normalized axes, composites and their long rows for the encoders of one part (one
+    regime, or one regime x dataset), anchors ``anc`` fixed. The dominance compares with
+    the panel members present in ``part`` (a panel member whose axis is NaN there makes
+    every dominance NaN, :func:`composite`)."""
+    part = part.copy()
+    x = part[list(AXES)].to_numpy(dtype=float)
+    a = normalize(x, anc)
+    comp = composite(a, a[part["encoder"].isin(ref.panel).to_numpy()], w)
+    for j, name in enumerate(NORM_AXES):
+        part[name] = a[:, j]
+        part[f"n_{name}"] = part[f"n_{AXES[j]}"]
+    for j, name in enumerate(COMPOSITES):
+        part[name] = comp[:, j]
+    long = _melt(part, ids, SCORE_ESTIMANDS)
+    est_ix = {e: i for i, e in enumerate(SCORE_ESTIMANDS)}
+    axis_of = np.array([est_ix[e] % 4 if est_ix[e] < 8 else -1 for e in long["estimand"]])
+    long["method"] = np.where(axis_of < 0, "crs-reference",
+                              np.where(np.isin(long["estimand"], AXES), "seed-mean",
+                                       "reference-anchored"))
+    long["anchor_low"] = np.where(axis_of >= 0, anc[np.maximum(axis_of, 0), 0], np.nan)
+    long["anchor_high"] = np.where(axis_of >= 0, anc[np.maximum(axis_of, 0), 1], np.nan)
+    long["in_panel"] = long["encoder"].isin(ref.panel).to_numpy()
+    return long
+
+
+def _fill_counts(wide: pd.DataFrame) -> pd.DataFrame:
+    wide = wide.copy()
+    if "regime" not in wide:
+        wide["regime"] = "frozen"
+    for c in [f"n_{a}" for a in AXES] + ["n_runs"]:
+        if c not in wide:
+            wide[c] = np.nan
+    return wide
+
+
 def crs_from_axes(table: pd.DataFrame, reference, *, weights: Mapping[str, float] | None = None,
-                  anchors: Mapping[str, np.ndarray] | None = None) -> pd.DataFrame:
+                  anchors: Mapping[str, np.ndarray] | None = None,
+                  per_dataset: pd.DataFrame | None = None) -> pd.DataFrame:
     """CRS from raw axes already averaged over datasets.
 
     Parameters
@@ -425,18 +488,16 @@ def crs_from_axes(table: pd.DataFrame, reference, *, weights: Mapping[str, float
         Overrides the reference's weights (validated the same way).
     anchors : mapping regime -> (4, 2) array, optional
         Fixed anchors (used by the bootstrap); default :func:`resolve_anchors`.
+    per_dataset : DataFrame, optional
+        Raw axes per (regime,) encoder and dataset (a ``dataset`` column): then the scores
+        are per dataset (as ``crs_scores(by="dataset")``), with the anchors of ``table``.
 
     Returns
     -------
     DataFrame (tidy)
         As :func:`crs_scores`.
     """
-    wide = table.copy()
-    if "regime" not in wide:
-        wide["regime"] = "frozen"
-    for c in [f"n_{a}" for a in AXES] + ["n_runs"]:
-        if c not in wide:
-            wide[c] = np.nan
+    wide = _fill_counts(table)
     ref = read_reference(reference, encoders=pd.unique(wide["encoder"]))
     w = dict(ref.weights) if weights is None else _check_weights(weights, "weights=")
     frames = []
@@ -444,29 +505,18 @@ def crs_from_axes(table: pd.DataFrame, reference, *, weights: Mapping[str, float
         part = part.sort_values("encoder").reset_index(drop=True)
         anc = (np.asarray(anchors[regime], dtype=float) if anchors is not None
                else resolve_anchors(part, ref, regime=regime))
-        x = part[list(AXES)].to_numpy(dtype=float)
-        a = normalize(x, anc)
-        in_panel = part["encoder"].isin(ref.panel).to_numpy()
-        comp = composite(a, a[in_panel], w)
-        for j, name in enumerate(NORM_AXES):
-            part[name] = a[:, j]
-            part[f"n_{name}"] = part[f"n_{AXES[j]}"]
-        for j, name in enumerate(COMPOSITES):
-            part[name] = comp[:, j]
-        long = _melt(part, ["regime", "encoder"], SCORE_ESTIMANDS)
-        est_ix = {e: i for i, e in enumerate(SCORE_ESTIMANDS)}
-        axis_of = np.array([est_ix[e] % 4 if est_ix[e] < 8 else -1 for e in long["estimand"]])
-        long["method"] = np.where(axis_of < 0, "crs-reference",
-                                  np.where(np.isin(long["estimand"], AXES), "seed-mean",
-                                           "reference-anchored"))
-        long["anchor_low"] = np.where(axis_of >= 0, anc[np.maximum(axis_of, 0), 0], np.nan)
-        long["anchor_high"] = np.where(axis_of >= 0, anc[np.maximum(axis_of, 0), 1], np.nan)
-        long["in_panel"] = long["encoder"].isin(ref.panel).to_numpy()
-        frames.append(long)
+        if per_dataset is None:
+            frames.append(_score_part(part, anc, ref, w, ["regime", "encoder"]))
+            continue
+        pd_part = _fill_counts(per_dataset)
+        pd_part = pd_part[pd_part["regime"] == regime]
+        for ds, sub in pd_part.groupby("dataset", sort=True):
+            sub = sub.sort_values("encoder").reset_index(drop=True)
+            frames.append(_score_part(sub, anc, ref, w, ["regime", "encoder", "dataset"]))
     out = pd.concat(frames, ignore_index=True)
     out["reference_hash"] = ref.hash
     out["reference_version"] = ref.version
-    return tidy(out, group_cols=("encoder", "regime"))
+    return tidy(out, group_cols=("encoder", "regime", *(() if per_dataset is None else ("dataset",))))
 
 
 def axes_wide(runs) -> pd.DataFrame:
@@ -475,7 +525,8 @@ def axes_wide(runs) -> pd.DataFrame:
     return _mean_over_datasets(_dataset_axes(prepare_runs(runs)))
 
 
-def crs_scores(runs, reference, *, weights: Mapping[str, float] | None = None) -> pd.DataFrame:
+def crs_scores(runs, reference, *, weights: Mapping[str, float] | None = None,
+               by: str | None = None) -> pd.DataFrame:
     """Clinical Reliability Score per encoder, anchored to a fixed reference panel.
 
     Parameters
@@ -487,6 +538,14 @@ def crs_scores(runs, reference, *, weights: Mapping[str, float] | None = None) -
         See :func:`read_reference`. Anchors not given are the panel's min and max.
     weights : mapping, optional
         ``{dominance, similarity, worst_axis}`` overriding the reference's weights.
+    by : None or "dataset"
+        ``"dataset"``: per-domain scores, one set per dataset (a ``dataset`` column):
+        each dataset's raw axes (no mean over datasets), normalized with the **same
+        anchors** as the overall score (the reference's, else the panel's min and max of
+        the dataset-mean axes) and compared, for dominance, with the panel's axes on that
+        dataset (a panel member without runs there makes the dataset's dominance and CRS
+        not estimable). A candidate's per-domain rows depend only on its own runs and the
+        panel's, as the overall ones do.
 
     Returns
     -------
@@ -497,7 +556,7 @@ def crs_scores(runs, reference, *, weights: Mapping[str, float] | None = None) -
         used), ``method`` (seed-mean / reference-anchored / crs-reference), ``flag``
         (not_estimable where NaN); extras ``anchor_low``, ``anchor_high`` (axis rows),
         ``in_panel``, ``reference_hash`` (sha256 of the reference's canonical JSON),
-        ``reference_version``.
+        ``reference_version``; with ``by="dataset"`` also ``dataset``.
 
     Notes
     -----
@@ -519,9 +578,14 @@ def crs_scores(runs, reference, *, weights: Mapping[str, float] | None = None) -
      enc_03     0.297      True
      enc_04     0.280     False
     """
-    wide = axes_wide(runs)
+    if by not in (None, "dataset"):
+        raise ContractError(MSG_BY.format(value=by))
+    df = prepare_runs(runs)
+    per_ds = _dataset_axes(df)
+    wide = _mean_over_datasets(per_ds)
     ref = read_reference(reference, encoders=pd.unique(wide["encoder"]))
-    return crs_from_axes(wide, ref, weights=weights)
+    return crs_from_axes(wide, ref, weights=weights,
+                         per_dataset=per_ds if by == "dataset" else None)
 
 
 def scores_wide(scores: pd.DataFrame, estimand: str = "crs") -> pd.DataFrame:

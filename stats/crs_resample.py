@@ -159,12 +159,13 @@ def _seed_means(W: np.ndarray, values: np.ndarray, mask: np.ndarray | None, n_se
         return np.where(den > 0, num / den, np.nan).reshape(W.shape[0], *lead)
 
 
-def _replicate_axes(dense: _Dense, counts: list[np.ndarray]) -> np.ndarray:
+def _replicate_axes(dense: _Dense, counts: list[np.ndarray], *, per_dataset: bool = False):
     """Raw axes (B, E, 4), mean over datasets, for seed-count matrices ``counts[d]`` (B, S_d).
 
     As :func:`stats.crs_scores` on the resampled rows, an encoder's mean runs over the
     datasets where it has at least one run among the drawn seeds (``present``, per
     replicate); an encoder with no drawn run anywhere gets NaN (not estimable).
+    ``per_dataset``: also the per-dataset axes (B, E, D, 4) and ``present`` (B, E, D).
     """
     B, E, D = counts[0].shape[0], len(dense.encoders), len(dense.arrays)
     per = np.empty((B, E, D, 4))
@@ -191,15 +192,54 @@ def _replicate_axes(dense: _Dense, counts: list[np.ndarray]) -> np.ndarray:
     num = np.where(present[..., None], per, 0.0).sum(2)
     n_ds = present.sum(2)[..., None]
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n_ds > 0, num / n_ds, np.nan)
+        mean = np.where(n_ds > 0, num / n_ds, np.nan)
+    if per_dataset:
+        return mean, np.where(present[..., None], per, np.nan), present
+    return mean
 
 
-def _replicate_scores(dense: _Dense, counts: list[np.ndarray]) -> np.ndarray:
-    """Every score estimand (B, E, 12) in the order of ``SCORE_ESTIMANDS``."""
-    x = _replicate_axes(dense, counts)
+def _composite_present(a: np.ndarray, a_panel: np.ndarray, present: np.ndarray,
+                       weights: Mapping[str, float]) -> np.ndarray:
+    """:func:`stats.crs.composite` with a panel whose membership varies by replicate:
+    ``a`` (B, E, m), ``a_panel`` (B, P, m), ``present`` (B, P) the panel members with a
+    drawn run (the members :func:`stats.crs_scores` on the resampled rows compares with).
+    A present member with a NaN axis makes every dominance NaN; no member present: NaN."""
+    m = a.shape[-1]
+    diff = a[:, :, None, :] - a_panel[:, None, :, :]                     # (B, E, P, m)
+    dominates = (diff >= -TIE_TOL).all(-1) & (diff > TIE_TOL).any(-1) & present[:, None, :]
+    dominated = (diff <= TIE_TOL).all(-1) & (diff < -TIE_TOL).any(-1) & present[:, None, :]
+    n_panel = present.sum(-1)[:, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d = (1.0 + (dominates.sum(-1) - dominated.sum(-1)) / n_panel) / 2.0
+    s = 1.0 - np.sqrt(((a - 1.0) ** 2).sum(-1)) / np.sqrt(m)
+    w = a.min(-1)
+    panel_nan = (np.isnan(a_panel).any(-1) & present).any(-1)[:, None]
+    bad = np.isnan(a).any(-1) | panel_nan | (n_panel == 0)
+    d = np.where(bad, np.nan, d)
+    crs = weights["dominance"] * d + weights["similarity"] * s + weights["worst_axis"] * w
+    return np.stack([d, s, w, crs], axis=-1)
+
+
+def _replicate_scores(dense: _Dense, counts: list[np.ndarray], per_dataset: bool = False):
+    """Every score estimand (B, E, 12) in the order of ``SCORE_ESTIMANDS``; with
+    ``per_dataset`` also the per-dataset scores (B, E, D, 12), anchors the same."""
+    if not per_dataset:
+        x = _replicate_axes(dense, counts)
+        a = normalize(x, dense.anchors)
+        comp = composite(a, a[:, dense.panel], dense.weights)
+        return np.concatenate([x, a, comp], axis=-1)
+    x, per, present = _replicate_axes(dense, counts, per_dataset=True)
     a = normalize(x, dense.anchors)
     comp = composite(a, a[:, dense.panel], dense.weights)
-    return np.concatenate([x, a, comp], axis=-1)
+    overall = np.concatenate([x, a, comp], axis=-1)
+    dom = np.empty((*per.shape[:3], len(SCORE_ESTIMANDS)))
+    for d in range(per.shape[2]):                   # datasets, not replicates
+        ad = normalize(per[:, :, d], dense.anchors)
+        cd = _composite_present(ad, ad[:, dense.panel], present[:, dense.panel, d],
+                                dense.weights)
+        dom[:, :, d] = np.concatenate([per[:, :, d], ad, cd], axis=-1)
+    dom[~present] = np.nan
+    return overall, dom
 
 
 def _draw_counts(rng: np.random.Generator, n: int, n_seeds: int) -> tuple[np.ndarray, np.ndarray]:
@@ -210,7 +250,7 @@ def _draw_counts(rng: np.random.Generator, n: int, n_seeds: int) -> tuple[np.nda
     return idx, counts
 
 
-def _run_block(denses: list[_Dense], rng: np.random.Generator, n: int):
+def _run_block(denses: list[_Dense], rng: np.random.Generator, n: int, per_dataset: bool = False):
     """One block of ``n`` replicates for every regime. A dataset whose seed labels are the
     same in several regimes gets one draw shared by those regimes (paired regimes); a
     dataset whose seeds differ between regimes is drawn separately for each."""
@@ -223,12 +263,17 @@ def _run_block(denses: list[_Dense], rng: np.random.Generator, n: int):
                     shared[key] = _draw_counts(rng, n, arr.n_seeds)
             draws, counts = zip(*(shared[(ds, tuple(arr.seeds.tolist()))]
                                   for ds, arr in zip(dense.datasets, dense.arrays)))
-            out.append((list(draws), _replicate_scores(dense, list(counts))))
+            scores = _replicate_scores(dense, list(counts), per_dataset)
+            if per_dataset:
+                out.append((list(draws), *scores))
+            else:
+                out.append((list(draws), scores, None))
     return out
 
 
-def _map_blocks(denses, rngs, sizes, scheduler):
-    return map_blocks(_run_block, list(zip(rngs, sizes)), shared=(denses,), scheduler=scheduler)
+def _map_blocks(denses, rngs, sizes, scheduler, per_dataset=False):
+    return map_blocks(_run_block, [(r, n, per_dataset) for r, n in zip(rngs, sizes)],
+                      shared=(denses,), scheduler=scheduler)
 
 
 # --------------------------------------------------------------------------- result
@@ -317,6 +362,13 @@ class CRSBootstrap:
     conf_level: float
     reference_hash: str
     reference_version: str
+    #: "regime" (frozen / adapted) or "protocol" (probe / prompt / lora): what the arms are
+    arm: str = "regime"
+    #: with ``by="dataset"``: per regime the per-dataset replicates (B, E, D, 12) and the
+    #: point table of ``crs_scores(by="dataset")``
+    domain_replicates: dict[str, np.ndarray] | None = None
+    domain_point: pd.DataFrame | None = None
+    datasets: dict[str, list[str]] | None = None
 
     def n_seed_resamples(self, *regimes: str) -> float:
         """``prod_d S_d^S_d`` over the datasets drawn for ``regimes`` (a dataset drawn once
@@ -343,6 +395,14 @@ class CRSBootstrap:
         df["reference_hash"] = self.reference_hash
         df["reference_version"] = self.reference_version
         return df
+
+    def _named(self, df: pd.DataFrame) -> pd.DataFrame:
+        """The arm column under its own name: ``protocol`` when the arms are protocols
+        (``regime`` otherwise)."""
+        if self.arm == "regime":
+            return df
+        return df.rename(columns={"regime": self.arm, "baseline": f"baseline_{self.arm}"}
+                         if "baseline" in df else {"regime": self.arm})
 
     def _crs(self, regime: str) -> np.ndarray:
         return self.replicates[regime][:, :, SCORE_ESTIMANDS.index("crs")]
@@ -373,7 +433,7 @@ class CRSBootstrap:
         out["method"] = METHOD
         out["flag"] = _flags(out["estimate"].to_numpy(dtype=float),
                              out["n_boot_not_estimable"].to_numpy(dtype=float))
-        return tidy(self._extras(out), group_cols=("encoder", "regime"))
+        return self._named(tidy(self._extras(out), group_cols=("encoder", "regime")))
 
     def rank_probabilities(self, k: int = 3) -> pd.DataFrame:
         """Rank uncertainty per encoder (tidy).
@@ -416,7 +476,7 @@ class CRSBootstrap:
         order = {n: i for i, n in enumerate(("rank", "mean_rank", "p_rank_1", "p_top_k"))}
         out = out.sort_values(["regime", "encoder", "estimand"],
                               key=lambda s: s.map(order) if s.name == "estimand" else s, kind="stable")
-        return tidy(self._extras(out), group_cols=("encoder", "regime"))
+        return self._named(tidy(self._extras(out), group_cols=("encoder", "regime")))
 
     def _difference_frame(self, d: np.ndarray, estimate: np.ndarray, regimes: tuple[str, ...],
                           **cols) -> pd.DataFrame:
@@ -434,7 +494,7 @@ class CRSBootstrap:
         out = pd.concat(frames, ignore_index=True)
         out["conf_level"] = self.conf_level
         out["method"] = METHOD
-        return tidy(self._extras(out), group_cols=group_cols)
+        return self._named(tidy(self._extras(out), group_cols=group_cols))
 
     def differences(self) -> pd.DataFrame:
         """Every pairwise CRS difference ``crs(encoder) - crs(comparator)`` (tidy).
@@ -505,11 +565,7 @@ class CRSBootstrap:
         both = [e for e in self.encoders[regime] if e in set(self.encoders[baseline])]
         ia = pd.Index(self.encoders[regime]).get_indexer(both)
         ib = pd.Index(self.encoders[baseline]).get_indexer(both)
-        da, db = self.draws[regime], self.draws[baseline]
-        paired = set(da) == set(db) and all(da[ds] is db[ds] or np.array_equal(da[ds], db[ds])
-                                            and np.array_equal(self.seeds[regime][ds],
-                                                               self.seeds[baseline][ds])
-                                            for ds in da)
+        paired = self._paired(regime, baseline)
         f = self._difference_frame(self._crs(regime)[:, ia] - self._crs(baseline)[:, ib],
                                    self._point_crs(regime)[ia] - self._point_crs(baseline)[ib],
                                    (regime, baseline), estimand="crs_regime_difference", encoder=both, regime=regime)
@@ -518,11 +574,142 @@ class CRSBootstrap:
         return self._finish([f], ("encoder", "regime"))
 
 
+    def domain_scores(self) -> pd.DataFrame:
+        """Per-domain scores (``crs_scores(by="dataset")``: each dataset's axes, the same
+        anchors) with paired-seed bootstrap percentile CIs (tidy; columns as
+        :meth:`scores` plus ``dataset``). Needs ``crs_bootstrap(..., by="dataset")``.
+
+        A replicate scores a dataset's encoders against the panel members with a drawn run
+        on it (as ``crs_scores(by="dataset")`` on the resampled rows); an encoder without
+        a drawn run on the dataset is not estimable in that replicate.
+        """
+        if self.domain_replicates is None:
+            raise ValueError("domain_scores needs crs_bootstrap(..., by='dataset')")
+        rows = []
+        for regime, rep in self.domain_replicates.items():
+            lo, hi, se, n_bad = _summary(rep, self.conf_level)      # (E, D, 12)
+            enc, ds = self.encoders[regime], self.datasets[regime]
+            E, D, K = rep.shape[1:]
+            rows.append(pd.DataFrame({
+                "regime": regime,
+                "encoder": np.repeat(enc, D * K),
+                "dataset": np.tile(np.repeat(ds, K), E),
+                "estimand": np.tile(SCORE_ESTIMANDS, E * D),
+                "conf_low": lo.ravel(), "conf_high": hi.ravel(), "std_error": se.ravel(),
+                "n_boot_not_estimable": n_bad.ravel()}))
+        ci = pd.concat(rows, ignore_index=True)
+        out = self.domain_point.drop(columns=["conf_low", "conf_high", "std_error"]).merge(
+            ci, on=["regime", "encoder", "dataset", "estimand"], how="left", sort=False)
+        out["conf_level"] = self.conf_level
+        out["method"] = METHOD
+        out["flag"] = _flags(out["estimate"].to_numpy(dtype=float),
+                             out["n_boot_not_estimable"].to_numpy(dtype=float))
+        return self._named(tidy(self._extras(out), group_cols=("encoder", "regime", "dataset")))
+
+    def rank_persistence(self, regime: str = "adapted", baseline: str = "frozen", *,
+                         k: int = 3) -> pd.DataFrame:
+        """Whether the ``baseline`` CRS ranking persists in ``regime`` (e.g. frozen ->
+        adapted), with paired-seed bootstrap intervals (tidy).
+
+        Over the encoders scored in both arms, per replicate (the same seed draws in both
+        arms where their seeds agree, as :meth:`regime_differences`): ``kendall_tau``
+        (tau-b between the two CRS rankings), ``mean_abs_displacement`` (mean |rank
+        change|, ranks 1 = best, ties averaged), ``inversions`` (pairs ordered oppositely),
+        ``top_k_overlap`` (|top-k of both| / k, ties broken by encoder name, as
+        :func:`stats.rank_agreement`) and ``p_top_k_kept`` (estimate: the share of
+        replicates in which the baseline's top k are all in the arm's top k; no CI), and
+        per encoder ``rank_change`` (rank in ``regime`` minus rank in ``baseline``; rank
+        1 = best, ties sharing the better rank). Point estimates are those of
+        :func:`stats.rank_agreement` on the point CRS; CIs are percentiles over the
+        replicates in which every common encoder's CRS is estimable in both arms (the
+        others are counted in ``n_boot_not_estimable``). Extras ``baseline``, ``k``,
+        ``paired``.
+        """
+        from scipy.stats import rankdata
+
+        from .ranking import _pair_signs, kendall_tau_b, rank_agreement
+
+        for r in (regime, baseline):
+            if r not in self.replicates:
+                raise ValueError(f"{self.arm} {r!r} has no runs; {self.arm}s are {sorted(self.replicates)}")
+        k = int(k)
+        if k < 1:
+            raise ValueError(f"k must be >= 1; got {k}")
+        both = sorted(e for e in self.encoders[regime] if e in set(self.encoders[baseline]))
+        ia = pd.Index(self.encoders[regime]).get_indexer(both)
+        ib = pd.Index(self.encoders[baseline]).get_indexer(both)
+        pa, pb = self._point_crs(regime)[ia], self._point_crs(baseline)[ib]
+        ra, rb = self._crs(regime)[:, ia], self._crs(baseline)[:, ib]
+        keep = ~(np.isnan(ra).any(1) | np.isnan(rb).any(1))
+        ra, rb = ra[keep], rb[keep]
+        E = len(both)
+        kk = min(k, E)
+        # replicate statistics, all replicates at once
+        tau = kendall_tau_b(rb, ra)
+        disp = np.abs(rankdata(-ra, axis=1) - rankdata(-rb, axis=1)).mean(1)
+        inv = (_pair_signs(ra) * _pair_signs(rb) < 0).sum(1).astype(float)
+        # top k with ties broken by name: encoders are in name order, a stable sort keeps it
+        top_a = np.argsort(-ra, axis=1, kind="stable")[:, :kk]
+        top_b = np.argsort(-rb, axis=1, kind="stable")[:, :kk]
+        in_a = np.zeros(ra.shape, bool)
+        np.put_along_axis(in_a, top_a, True, axis=1)
+        in_b = np.zeros(rb.shape, bool)
+        np.put_along_axis(in_b, top_b, True, axis=1)
+        overlap = (in_a & in_b).sum(1) / k
+        rank_a = 1 + (ra[:, None, :] > ra[:, :, None] + TIE_TOL).sum(-1)
+        rank_b = 1 + (rb[:, None, :] > rb[:, :, None] + TIE_TOL).sum(-1)
+        point_change = (_ranks(pa[None])[0] - _ranks(pb[None])[0]).astype(float)
+        change = (rank_a - rank_b).astype(float)
+        if not np.isfinite(pa).all() or not np.isfinite(pb).all() or E < 2:
+            pt = {"kendall_tau": np.nan, "mean_abs_displacement": np.nan, "inversions": np.nan,
+                  "top_k_overlap": np.nan}
+        else:
+            ag = rank_agreement(pd.Series(pb, index=both), pd.Series(pa, index=both), k=k)
+            pt = dict(zip(ag["estimand"], ag["estimate"]))
+        reps = {"kendall_tau": tau, "mean_abs_displacement": disp, "inversions": inv,
+                "top_k_overlap": overlap}
+        n_bad = float((~keep).sum())
+        frames = []
+        for name, x in reps.items():
+            lo, hi, se, _ = _summary(x[:, None], self.conf_level)
+            frames.append(pd.DataFrame({"estimand": [name], "encoder": ["all"],
+                                        "estimate": [pt[name]], "conf_low": lo, "conf_high": hi,
+                                        "std_error": se}))
+        kept = (overlap >= 1.0 - 1e-12).mean() if len(overlap) else np.nan
+        frames.append(pd.DataFrame({"estimand": ["p_top_k_kept"], "encoder": ["all"],
+                                    "estimate": [kept]}))
+        lo, hi, se, _ = _summary(change, self.conf_level)
+        frames.append(pd.DataFrame({"estimand": "rank_change", "encoder": both,
+                                    "estimate": point_change, "conf_low": lo, "conf_high": hi,
+                                    "std_error": se}))
+        out = pd.concat(frames, ignore_index=True)
+        out["regime"] = regime
+        out["baseline"] = baseline
+        out["n"] = float(E)
+        out["k"] = float(k)
+        out["n_boot_not_estimable"] = n_bad
+        out["n_seed_resamples"] = self.n_seed_resamples(regime, baseline)
+        out["paired"] = self._paired(regime, baseline)
+        out["flag"] = np.where(np.isnan(out["estimate"].to_numpy(dtype=float)), "not_estimable",
+                               np.where(n_bad > 0, "replicates_not_estimable", ""))
+        out["conf_level"] = np.where(out["estimand"] == "p_top_k_kept", np.nan, self.conf_level)
+        out["method"] = METHOD
+        return self._named(tidy(self._extras(out), group_cols=("encoder", "regime")))
+
+    def _paired(self, regime: str, baseline: str) -> bool:
+        da, db = self.draws[regime], self.draws[baseline]
+        return set(da) == set(db) and all(da[ds] is db[ds] or np.array_equal(da[ds], db[ds])
+                                          and np.array_equal(self.seeds[regime][ds],
+                                                             self.seeds[baseline][ds])
+                                          for ds in da)
+
+
 # --------------------------------------------------------------------------- entry point
 
 
 def crs_bootstrap(runs, reference, *, n_boot: int = 10_000, seed=None, conf_level: float = 0.95,
-                  weights: Mapping[str, float] | None = None, scheduler: Any = None) -> CRSBootstrap:
+                  weights: Mapping[str, float] | None = None, scheduler: Any = None,
+                  by: str | None = None, arm: str = "regime") -> CRSBootstrap:
     """Paired-seed bootstrap of the CRS: percentile CIs, rank probabilities, differences.
 
     Parameters
@@ -542,12 +729,21 @@ def crs_bootstrap(runs, reference, *, n_boot: int = 10_000, seed=None, conf_leve
         Overrides the reference's weights.
     scheduler : None, dask.distributed.Client or address
         Where replicate blocks run; the same numbers either way.
+    by : None or "dataset"
+        ``"dataset"``: also the per-domain scores of ``crs_scores(by="dataset")``, in the
+        same replicates (:meth:`CRSBootstrap.domain_scores`).
+    arm : "regime" or "protocol"
+        What is scored separately: the regimes (frozen, adapted), or the protocols of a
+        ``protocol`` column (probe, prompt, lora; E5 of CRS-Bench), compared as regimes
+        are (``regime_differences("lora", "probe")``, ``rank_persistence``); the tables
+        then have a ``protocol`` column instead of ``regime``.
 
     Returns
     -------
     CRSBootstrap
         ``.scores()``, ``.rank_probabilities(k)``, ``.differences()``, ``.leading_tier()``,
-        ``.regime_differences()`` (all tidy), plus the raw ``replicates`` and seed ``draws``.
+        ``.regime_differences()``, ``.rank_persistence()`` and, with ``by="dataset"``,
+        ``.domain_scores()`` (all tidy), plus the raw ``replicates`` and seed ``draws``.
 
     Notes
     -----
@@ -576,12 +772,21 @@ def crs_bootstrap(runs, reference, *, n_boot: int = 10_000, seed=None, conf_leve
     ``n_boot`` must be a whole number >= 2 and ``conf_level`` lie in (0, 1)
     (:class:`~stats.schema.ContractError`); the runs are read by :func:`stats.read_runs`.
     """
+    from .crs import MSG_BY
+    from .schema import ContractError
+
     n_boot = _v.whole(n_boot, func="crs_bootstrap", arg="n_boot", minimum=2,
                       fix="e.g. n_boot=10000")
     conf_level = _v.level(conf_level, func="crs_bootstrap")
-    df = prepare_runs(runs)
+    if by not in (None, "dataset"):
+        raise ContractError(MSG_BY.format(value=by).replace("crs_scores", "crs_bootstrap"))
+    df = prepare_runs(runs, arm=arm)
     ref = read_reference(reference, encoders=pd.unique(df["encoder"]))
-    point = crs_from_axes(_mean_over_datasets(_dataset_axes(df)), ref, weights=weights)
+    per_ds = _dataset_axes(df)
+    wide = _mean_over_datasets(per_ds)
+    point = crs_from_axes(wide, ref, weights=weights)
+    domain_point = (crs_from_axes(wide, ref, weights=weights, per_dataset=per_ds)
+                    if by == "dataset" else None)
     w = dict(ref.weights) if weights is None else {
         k: float(v) for k, v in weights.items()}
     denses = []
@@ -591,26 +796,32 @@ def crs_bootstrap(runs, reference, *, n_boot: int = 10_000, seed=None, conf_leve
         anchors = (p.drop_duplicates("estimand").set_index("estimand")
                    .loc[list(AXES), ["anchor_low", "anchor_high"]].to_numpy(dtype=float))
         denses.append(_pack(part, regime, encoders, ref.panel, anchors, w))
-    check(crs_bootstrap_work(n_boot, denses))  # before any block
+    check(crs_bootstrap_work(n_boot, denses, per_dataset=by == "dataset"))  # before any block
     sizes = [min(BLOCK_SIZE, n_boot - s) for s in range(0, n_boot, BLOCK_SIZE)]
-    results = _map_blocks(denses, spawn(seed, len(sizes)), sizes, scheduler)
-    replicates, draws, seeds, encoders = {}, {}, {}, {}
+    results = _map_blocks(denses, spawn(seed, len(sizes)), sizes, scheduler, by == "dataset")
+    replicates, draws, seeds, encoders, domains, datasets = {}, {}, {}, {}, {}, {}
     for r, dense in enumerate(denses):
         replicates[dense.regime] = np.concatenate([blk[r][1] for blk in results], axis=0)
+        if by == "dataset":
+            domains[dense.regime] = np.concatenate([blk[r][2] for blk in results], axis=0)
         draws[dense.regime] = {ds: np.concatenate([blk[r][0][d] for blk in results], axis=0)
                                for d, ds in enumerate(dense.datasets)}
         seeds[dense.regime] = {ds: arr.seeds for ds, arr in zip(dense.datasets, dense.arrays)}
         encoders[dense.regime] = dense.encoders
+        datasets[dense.regime] = dense.datasets
     return CRSBootstrap(point=point, replicates=replicates, draws=draws, seeds=seeds,
                         encoders=encoders, n_boot=n_boot, conf_level=float(conf_level),
-                        reference_hash=ref.hash, reference_version=ref.version)
-
+                        reference_hash=ref.hash, reference_version=ref.version, arm=arm,
+                        domain_replicates=domains if by == "dataset" else None,
+                        domain_point=domain_point, datasets=datasets)
+                        
 
 # --------------------------------------------------------------------------- work
 # (the engine states its own memory and time: stats.limits holds only the caps)
 
 def crs_bootstrap_work(n_boot: int, regimes, *, setting: str = "n_boot",
-                       what: str = "CRS paired-seed bootstrap") -> _limits.Work:
+                       what: str = "CRS paired-seed bootstrap",
+                       per_dataset: bool = False) -> _limits.Work:
     """Peak memory and time of :func:`stats.crs_resample.crs_bootstrap`.
 
     ``regimes``: per regime ``(encoders, [seeds per dataset], [cells per dataset])``, or
@@ -619,7 +830,8 @@ def crs_bootstrap_work(n_boot: int, regimes, *, setting: str = "n_boot",
     blocks and concatenated), the drawn seed indices (n_boot x seeds int64 per dataset,
     twice), the pairwise differences (n_boot x encoders^2 float64) and the ranks, plus
     one block's draw counts and seed-means. Time: the per-block products (draw counts x
-    AUROC per encoder and cell) and the per-replicate scoring passes.
+    AUROC per encoder and cell) and the per-replicate scoring passes. ``per_dataset``
+    (per-domain scores): the replicate scores once more per dataset.
     """
     B = max(int(n_boot), 1)
     mem = secs = 0.0
@@ -633,6 +845,9 @@ def crs_bootstrap_work(n_boot: int, regimes, *, setting: str = "n_boot",
         seeds = [max(int(v), 1) for v in reg[1]] or [1]
         cells = [max(int(v), 1) for v in reg[2]] or [1]
         mem += B * (2 * 8.0 * E * 12 + 2 * 8.0 * sum(seeds) + 8.0 * E * E + 16.0 * E)
+        if per_dataset:
+            mem += B * 2 * 8.0 * E * 12 * len(seeds)
+            secs += _limits.SECONDS_PER_ELEMENT * B * E * len(seeds) * (24 + E)
         mem += min(B, BLOCK_SIZE) * 8.0 * E * (sum(s + c for s, c in zip(seeds, cells)) + 24)
         secs += 2.0 * B * E * sum(s * c for s, c in zip(seeds, cells)) / _limits.FLOPS_PER_SECOND
         secs += _limits.SECONDS_PER_ELEMENT * B * E * (24 + E)

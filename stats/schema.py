@@ -70,6 +70,21 @@ MSG_NO_CLEAN = ("{source}: every encoder x dataset needs runs at condition 'clea
                 "missing for {pairs}; add those runs")
 MSG_REGIME = ("{source}: column 'regime' must be 'frozen' or 'adapted'; rows {rows} have {values}; "
               "recode them")
+MSG_PROTOCOL = ("{source}: column 'protocol' must be 'probe', 'prompt' or 'lora'; rows {rows} "
+                "have {values}; recode them")
+MSG_PROTOCOL_REGIME = ("{source}: column 'protocol' does not match column 'regime': a 'lora' "
+                       "run adapts the encoder (regime 'adapted'), a 'probe' or 'prompt' run "
+                       "keeps it frozen (regime 'frozen'); rows {rows} have {values}; fix one "
+                       "of the two columns (or drop 'regime': it follows from 'protocol')")
+MSG_MULTICLASS_LABEL = ("{source}: column 'label' must name one of the classes of the "
+                        "probability columns ({classes}); rows {rows} have {values}; recode "
+                        "the labels or add their prob_<class> columns")
+MSG_MULTICLASS_SUM = ("{source}: the class probabilities prob_<class> of a row must sum to 1 "
+                      "(within 1e-6); rows {rows} sum to {values}; pass normalized "
+                      "probabilities (softmax output)")
+MSG_MULTICLASS_FEW = ("{source}: a multiclass probe_predictions table needs a probability "
+                      "column prob_<class> for at least 2 classes; found {found}; add one "
+                      "column per class, or a 'prob' column for a binary probe")
 MSG_DUP_COLUMNS = ("{source}: column name(s) {columns} appear more than once; "
                    "rename or drop the copies so each column name is unique")
 MSG_EMPTY_ID = ("{source}: column '{column}' has empty identifiers; rows {rows}; "
@@ -101,14 +116,27 @@ SPLITS = ("validation", "test")
 
 RUNS_REQUIRED = ("encoder", "dataset", "label_fraction", "condition", "severity", "seed",
                  "auroc", "ece")
-RUNS_OPTIONAL = ("regime", "brier", "nll", "ece_after_ts", "layer")
+RUNS_OPTIONAL = ("regime", "brier", "nll", "ece_after_ts", "layer", "protocol", "val_auroc")
 RUNS_KEY = ("encoder", "dataset", "label_fraction", "condition", "severity", "seed")
 RUNS_NUMERIC = ("label_fraction", "severity", "seed", "auroc", "ece", "brier", "nll",
-                "ece_after_ts")
+                "ece_after_ts", "val_auroc")
 REGIMES = ("frozen", "adapted")
+#: how a run was made (optional column ``protocol``): a linear probe on frozen features, a
+#: prompt (zero-shot, frozen encoder), or LoRA adapters on the encoder (regime adapted)
+PROTOCOLS = ("probe", "prompt", "lora")
+#: the regime each protocol implies
+PROTOCOL_REGIME = {"probe": "frozen", "prompt": "frozen", "lora": "adapted"}
+#: columns that, where present, are part of a run's key besides regime and RUNS_KEY
+RUN_VARIANTS = ("protocol", "layer")
+#: multiclass probe predictions: one probability column per class, named prob_<class>
+CLASS_PREFIX = "prob_"
+#: class probabilities of a row may miss 1 by this much (float32 softmax outputs)
+CLASS_SUM_TOL = 1e-6
 
 PROBE_REQUIRED = ("encoder", "dataset", "label_fraction", "condition", "severity", "seed",
                   "case_id", "label", "prob")
+#: a multiclass table has prob_<class> columns instead of ``prob``
+PROBE_REQUIRED_MULTICLASS = tuple(c for c in PROBE_REQUIRED if c != "prob")
 PROBE_SPLITS = ("validation", "calibration", "test")
 #: whole-number columns are stored as float64 while validated; beyond 2**53 they are inexact
 MAX_WHOLE = 2 ** 53
@@ -942,14 +970,10 @@ def read_runs(path_or_df) -> pd.DataFrame:
     for col in ("auroc", "ece"):
         _require_complete(df, col, source=source)
     _check_run_keys(df, source=source)
-    for col in ("auroc", "ece", "brier", "ece_after_ts"):
+    for col in ("auroc", "ece", "brier", "ece_after_ts", "val_auroc"):
         _require_range(df, col, 0, 1, source=source)
-    if "regime" in df.columns:
-        df["regime"] = df["regime"].fillna("frozen")
-        _require_in(df, "regime", REGIMES, MSG_REGIME, source=source)
-    else:
-        df["regime"] = "frozen"
-    _require_unique(df, ("regime", *RUNS_KEY), source=source)
+    _regime_protocol_layer(df, source=source)
+    _require_unique(df, run_key(df), source=source)
     anchor = df[(df["condition"] == "clean") & (df["label_fraction"] == 1.0)]
     have = set(map(tuple, anchor[["encoder", "dataset"]].drop_duplicates().to_numpy()))
     need = df[["encoder", "dataset"]].drop_duplicates()
@@ -960,6 +984,39 @@ def read_runs(path_or_df) -> pd.DataFrame:
     df = df.reset_index(drop=True)
     df.attrs["text_merged"] = merged
     return df
+
+
+def run_key(df: pd.DataFrame) -> tuple[str, ...]:
+    """The columns that identify a run of ``df``: ``regime``, the variant columns present
+    (``protocol``, ``layer``) and ``RUNS_KEY``."""
+    return ("regime", *(c for c in RUN_VARIANTS if c in df.columns), *RUNS_KEY)
+
+
+def _regime_protocol_layer(df, *, source):
+    """``regime`` (default ``frozen``; with a ``protocol`` column and no ``regime``, the
+    regime the protocol implies), ``protocol`` checked against :data:`PROTOCOLS` and
+    against the regime, ``layer`` as text (missing -> ``""``: the encoder's one layer)."""
+    has_regime = "regime" in df.columns
+    if "protocol" in df.columns:
+        df["protocol"] = df["protocol"].fillna("probe")
+        _require_in(df, "protocol", PROTOCOLS, MSG_PROTOCOL, source=source)
+        implied = df["protocol"].map(PROTOCOL_REGIME)
+        if has_regime:
+            df["regime"] = df["regime"].where(df["regime"].notna(), implied)
+    if "regime" in df.columns:
+        df["regime"] = df["regime"].fillna("frozen")
+        _require_in(df, "regime", REGIMES, MSG_REGIME, source=source)
+    else:
+        df["regime"] = implied if "protocol" in df.columns else "frozen"
+    if "protocol" in df.columns:
+        bad = np.flatnonzero((df["regime"] != df["protocol"].map(PROTOCOL_REGIME)).to_numpy())
+        if len(bad):
+            _fail(MSG_PROTOCOL_REGIME, source=source, column="protocol", rows=bad,
+                  values=_values_text([f"{p}/{r}" for p, r in zip(df["protocol"].iloc[bad],
+                                                                  df["regime"].iloc[bad])]))
+    if "layer" in df.columns:
+        col = df["layer"]
+        df["layer"] = _text(col).where(col.notna(), "").astype(object)
 
 
 def _check_run_keys(df, *, source):
@@ -983,24 +1040,41 @@ def _check_run_keys(df, *, source):
         df[col] = v.astype("int64")
 
 
+def class_columns(df: pd.DataFrame) -> list[str]:
+    """The multiclass probability columns ``prob_<class>`` of a probe_predictions table, in
+    table order (empty for a binary table)."""
+    return [c for c in df.columns if isinstance(c, str) and c.startswith(CLASS_PREFIX)
+            and len(c) > len(CLASS_PREFIX)]
+
+
 def read_probe_predictions(path_or_df) -> pd.DataFrame:
     """Read and validate a **probe_predictions** table (per-case probe probabilities: one
     row per encoder x run x case).
 
     Required columns: the run keys ``encoder, dataset, label_fraction, condition,
-    severity, seed`` and ``case_id``, ``label`` (0/1), ``prob`` (a probability in
-    [0, 1]); optional ``regime`` (default ``"frozen"``) and ``split`` (validation,
-    calibration or test). Returns a copy with ``label`` as int64, ``severity`` and
-    ``seed`` as int64, ``condition`` and ``split`` in lower case.
+    severity, seed`` and ``case_id``, ``label`` and the probabilities: for a binary probe
+    ``prob`` (the probability of label 1; ``label`` 0/1), for a multiclass probe one
+    column ``prob_<class>`` per class (at least 2; each in [0, 1], a row summing to 1
+    within 1e-6; ``label`` the class name, e.g. ``prob_melanoma`` and label
+    ``melanoma``) and no ``prob``. Optional ``regime`` (default ``"frozen"``),
+    ``protocol``, ``layer`` (as in the runs table, part of the run key) and ``split``
+    (validation, calibration or test). Returns a copy with ``label`` as int64 (binary) or
+    text (multiclass; ``attrs["classes"]`` lists the classes in column order),
+    ``severity`` and ``seed`` as int64, ``condition`` and ``split`` in lower case.
 
     Raises
     ------
     ContractError
-        As :func:`read_runs` for the run keys; ``label`` not 0/1, ``prob`` missing or
-        outside [0, 1], an unknown split, a repeated (run, case_id).
+        As :func:`read_runs` for the run keys; a binary ``label`` not 0/1, ``prob``
+        missing or outside [0, 1], a multiclass label that names no class, class
+        probabilities outside [0, 1] or not summing to 1, an unknown split, a repeated
+        (run, case_id).
     """
     df, source = read_table(path_or_df, table="probe_predictions")
-    _require_columns(df, PROBE_REQUIRED, source=source, table="probe_predictions")
+    classes = class_columns(df)
+    multiclass = "prob" not in df.columns and bool(classes)
+    _require_columns(df, PROBE_REQUIRED_MULTICLASS if multiclass else PROBE_REQUIRED,
+                     source=source, table="probe_predictions")
     _require_nonempty(df, source=source, table="probe_predictions", unit="encoder x run x case")
     for col in ("encoder", "dataset", "condition", "case_id"):
         _require_ids(df, col, source=source)
@@ -1008,23 +1082,40 @@ def read_probe_predictions(path_or_df) -> pd.DataFrame:
     merged = unify_text(df, ("encoder", "dataset", "condition", "case_id"),
                         table="probe_predictions")
     check_lookalikes(df, ("encoder", "dataset", "condition", "case_id"), source=source)
-    for col in ("label_fraction", "severity", "seed", "label", "prob"):
+    probs = classes if multiclass else ["prob"]
+    for col in ("label_fraction", "severity", "seed", *([] if multiclass else ["label"]), *probs):
         _require_numeric(df, col, source=source)
     _check_run_keys(df, source=source)
-    for col in ("label", "prob"):
+    for col in ("label", *probs):
         _require_complete(df, col, source=source)
-    _require_binary(df, "label", source=source, one="positive", zero="negative")
-    _require_range(df, "prob", 0, 1, source=source)
+    if multiclass:
+        names = [c[len(CLASS_PREFIX):] for c in classes]
+        if len(names) < 2:
+            _fail(MSG_MULTICLASS_FEW, source=source, column=classes[0], found=", ".join(classes))
+        lab = _text(df["label"])
+        bad = np.flatnonzero(~lab.isin(names).to_numpy())
+        if len(bad):
+            _fail(MSG_MULTICLASS_LABEL, source=source, column="label", rows=bad,
+                  classes=", ".join(names), values=_values_text(df["label"].iloc[bad]))
+        df["label"] = lab.astype(object)
+        for col in classes:
+            _require_range(df, col, 0, 1, source=source)
+        total = df[classes].to_numpy(dtype=float).sum(1)
+        bad = np.flatnonzero(np.abs(total - 1.0) > CLASS_SUM_TOL)
+        if len(bad):
+            _fail(MSG_MULTICLASS_SUM, source=source, column=classes[0], rows=bad,
+                  values=_values_text([float(t) for t in total[bad]]))
+    else:
+        _require_binary(df, "label", source=source, one="positive", zero="negative")
+        _require_range(df, "prob", 0, 1, source=source)
     probe_split = MSG_SPLIT.replace("'validation' or 'test'", "'validation', 'calibration' or 'test'")
     _require_in(df, "split", PROBE_SPLITS, probe_split, source=source)
-    if "regime" in df.columns:
-        df["regime"] = df["regime"].fillna("frozen")
-        _require_in(df, "regime", REGIMES, MSG_REGIME, source=source)
-    else:
-        df["regime"] = "frozen"
-    _require_unique(df, ("regime", *RUNS_KEY, "case_id"), source=source)
+    _regime_protocol_layer(df, source=source)
+    _require_unique(df, (*run_key(df), "case_id"), source=source)
     df = df.reset_index(drop=True)
     df.attrs["text_merged"] = merged
+    if multiclass:
+        df.attrs["classes"] = [c[len(CLASS_PREFIX):] for c in classes]
     return df
 
 

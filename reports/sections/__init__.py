@@ -24,8 +24,8 @@ log = logging.getLogger("clinrel.report")
 #: section modules in report order
 ORDER = ("methods", "flow", "cohort", "twobytwo", "overall", "subgroups", "precision", "forest",
          "failure_map", "localization", "threshold", "adjusted", "site_meta", "gaps", "transport",
-         "comparisons", "operating", "goals", "subgroup_gaps", "crs", "calibration", "provenance",
-         "checklist")
+         "comparisons", "operating", "goals", "subgroup_gaps", "crs", "crs_domains",
+         "crs_adaptation", "crs_mechanisms", "calibration", "provenance", "checklist")
 
 
 #: built after the others (they describe them), placed by ORDER

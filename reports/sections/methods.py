@@ -311,6 +311,78 @@ def _crs(study) -> list[str]:
     return out
 
 
+def _crs_mechanisms(study) -> list[str]:
+    """The rows the CRS ranks and the mechanism analyses, as run (only those computed)."""
+    from analysis.core import ANALYSES
+
+    res, crs, plan = study.results, study.plan.crs, study.plan
+    dec = res.decisions.crs
+    computed = {n for n in ("crs_shift", "crs_specialization", "crs_depth", "crs_confidence",
+                            "crs_protocol", "crs_labels")
+                if ANALYSES[n].wanted(plan, study.tables) and n in res}
+    out = []
+    if dec.rows and (dec.rows["other_layers"] or dec.rows["other_protocols"] or dec.layers):
+        r = dec.rows
+        out.append(f"**CRS rows.** The ranking uses one feature layer and one protocol per "
+                   f"encoder and regime ({r['used']} of {r['runs']} runs; "
+                   f"{r['other_layers']} runs of other layers feed only the depth analysis, "
+                   f"{r['other_protocols']} of other protocols only the protocol comparison): "
+                   f"layers by {text.md(dec.layer_rule or 'the only layer')}"
+                   + (f"; protocols {text.md('; '.join(f'{k}: {v}' for k, v in dec.protocols.items()))}"
+                      if dec.protocols else "") + ".")
+    boot = res["crs"]
+    if boot.get("domain_scores") is not None:
+        out.append("Per-domain CRS: each dataset's axes normalized with the overall anchors, "
+                   "dominance against the panel on the same dataset, from the same bootstrap "
+                   "replicates as the overall CRS.")
+    if boot.get("rank_persistence") is not None:
+        out.append(f"Adaptation: both regimes' CRS are recomputed in every replicate from the "
+                   f"same seed draws; rank persistence is Kendall tau-b between the frozen and "
+                   f"adapted rankings, the mean absolute rank change, the inverted pairs, the "
+                   f"top-{crs.k} overlap (percentile CIs) and P(top {crs.k} kept), the share of "
+                   f"replicates in which the frozen top {crs.k} is the adapted top {crs.k}.")
+    mech = []
+    if "crs_shift" in computed:
+        mech.append(f"institutional shift: the clean-minus-shift AUROC drop and ECE rise at full "
+                    f"labels per encoder, ranked by AUROC drop, beside the mean drop over "
+                    f"perturbations and severities (seed {plan.seed_for('crs_shift')})")
+    if "crs_specialization" in computed:
+        mech.append(f"E1 specialization: an encoder's AUROC gain over the reference panel's mean "
+                    f"on the datasets of its pretraining domain (crs.encoder_domains) and on the "
+                    f"others, and their difference (seed {plan.seed_for('crs_specialization')})")
+    if "crs_depth" in computed:
+        mech.append(f"E3 depth: the four axes per encoder and layer, the best layer by the "
+                    f"seed-mean validation AUROC at clean, full labels (held fixed across "
+                    f"replicates), best minus last per axis (seed {plan.seed_for('crs_depth')})")
+    if "crs_confidence" in computed:
+        mech.append(f"E4 confidence loss: per perturbation and severity the change in ECE and "
+                    f"in AUROC from clean (seed-mean, full labels), flagged where the ECE "
+                    f"change's CI lies above 0 and the AUROC change's lower limit above "
+                    f"-{text.num(crs.auroc_margin)} (crs.auroc_margin), with a calibration-"
+                    f"robustness companion axis outside the CRS (seed {plan.seed_for('crs_confidence')})")
+    if "crs_protocol" in computed:
+        mech.append(f"E5 protocols: each protocol scored as an arm against the same reference, "
+                    f"differences from the probe paired by seed (seed {plan.seed_for('crs_protocol')})")
+    if "crs_labels" in computed:
+        mech.append(f"E6 label efficiency: clean AUROC per label fraction with bands, and per "
+                    f"pair of encoders the largest fraction at which the one behind at full "
+                    f"labels leads (interpolated in log fraction) and the share of replicates "
+                    f"with a crossover (seed {plan.seed_for('crs_labels')})")
+    if mech:
+        out.append(f"Mechanism analyses ({crs.bootstrap.n_boot} paired-seed bootstrap replicates "
+                   f"each, the CRS's seed draws scheme, one random stream each; percentile "
+                   f"CIs): " + "; ".join(mech) + ".")
+    if dec.runs_vs_predictions:
+        v = dec.runs_vs_predictions
+        if v.get("runs_compared"):
+            out.append(f"The runs' AUROC and ECE were recomputed from the probe predictions "
+                       f"(macro one-vs-rest AUROC and top-label ECE for multiclass probes): "
+                       f"{v['runs_compared']} runs, largest differences "
+                       f"{v['max_abs_auroc_difference']:.1g} (AUROC) and "
+                       f"{v['max_abs_ece_difference']:.1g} (ECE).")
+    return out
+
+
 def _calibration(study) -> list[str]:
     from .calibration import definitions
 
@@ -343,6 +415,8 @@ ROLE_NAMES = {"overall": "overall accuracy", "precision": "achieved precision",
               "threshold sweep", "pooled": "partially pooled cells", "adjusted":
               "adjusted models", "comparisons": "model comparisons", "calibration":
               "calibration", "crs": "CRS", "crs_stability": "CRS stability analyses",
+              "crs_domains": "per-domain CRS and shift table", "crs_mechanisms":
+              "mechanism analyses (E1-E6) and adaptation",
               "metadata": "metadata quality", "label_error": "error-aware intervals",
               "operating_points": "operating points", "goals": "performance goals"}
 
@@ -360,6 +434,8 @@ def _roles_sentence(study) -> str:
             {"goals"} if plan.detection.goals else set())
     if plan.crs is not None and study.runs is not None:
         shown |= {"crs", "crs_stability"}
+        if study.results.decisions.crs.rows or "crs_shift" in study.results:
+            shown |= {"crs_domains", "crs_mechanisms"}
     if "calibration" in study.results:
         shown.add("calibration")
     if plan.metadata is not None:
@@ -400,6 +476,9 @@ def build(study) -> Section:
         sec.add(localization.methods_text(study))
     if plan.crs is not None and study.runs is not None:
         sec.add(" ".join(_crs(study)))
+        more = _crs_mechanisms(study)
+        if more:
+            sec.add(" ".join(more))
     if "calibration" in study.results:
         sec.add(" ".join(_calibration(study)))
     if plan.privacy.pseudonymize_ids:

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 
 from inference_runner import corruptions  # noqa: E402
-from inference_runner.probe import (RUNS_COLUMNS, handcrafted_features, make_encoder,  # noqa: E402
+from inference_runner.probe import (RUN_KEYS, RUNS_COLUMNS, handcrafted_features, make_encoder,  # noqa: E402
                                     run_metrics, run_probe_study, runs_from_predictions,
                                     stratified_subsample)
 
@@ -203,3 +203,111 @@ def test_encoder_weights_from_a_local_file_are_used(tmp_path):
     got = make_encoder(spec, seed=0)(x)  # another init seed: only the loaded weights can match
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     assert not np.allclose(make_encoder({**spec, "weights": None}, seed=0)(x), expected)
+
+
+# --------------------------------------------------------------------------- adapted regime
+
+
+def test_lora_targets_stop_at_the_probed_depth():
+    from inference_runner.probe import build_encoder_net, lora_targets
+
+    net, depth = build_encoder_net("resnet", width=4, seed=0)
+    mid = lora_targets(net, depth["mid"])
+    assert mid[0] == "conv1" and any(t.startswith("layer2.") for t in mid)
+    assert not any(t.startswith(("layer3.", "layer4.")) for t in mid)
+    last = lora_targets(net, depth["last"])
+    assert set(mid) < set(last) and any(t.startswith("layer4.") for t in last)
+
+
+@pytest.mark.parametrize("kind", ["resnet", "densenet", "cnn", "handcrafted"])
+def test_adapted_model_starts_as_the_frozen_probe_and_moves_only_adapters(kind):
+    """With zero steps the adapted model (LoRA B = 0, head = the probe's solution) gives the
+    frozen probe's probabilities (float32 vs float64: 1e-5); with steps it moves, the
+    encoder's own weights stay as they were, and two runs with one seed agree exactly."""
+    import torch
+
+    from inference_runner.probe import Encoder, _fit_probe, adapt_probe
+
+    x, y = _toy(60, size=16, seed=3)
+    spec = {"name": "e", "kind": kind, "depths": ["mid"], "width": 4}
+    enc = Encoder(spec, seed=1)
+    layer = enc.layers[0]
+    f = enc.features(x, layer)
+    model = _fit_probe(f, y)
+    frozen = model.predict_proba(f)[:, 1]
+    kw = dict(features=f) if kind == "handcrafted" else {}
+    before = None if enc.net is None else {k: v.clone() for k, v in enc.net.state_dict().items()}
+    p0 = adapt_probe(enc, layer, x, y, model, seed=0, steps=0, **kw)
+    np.testing.assert_allclose(p0(f if kind == "handcrafted" else x), frozen, atol=1e-5)
+    p1 = adapt_probe(enc, layer, x, y, model, seed=0, steps=15, lr=1e-2, **kw)
+    p2 = adapt_probe(enc, layer, x, y, model, seed=0, steps=15, lr=1e-2, **kw)
+    inp = f if kind == "handcrafted" else x
+    np.testing.assert_array_equal(p1(inp), p2(inp))
+    if kind != "handcrafted":      # the head alone starts at its optimum: it barely moves
+        assert np.abs(p1(inp) - frozen).max() > 1e-3
+        for k, v in enc.net.state_dict().items():
+            torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+
+
+def test_probe_study_with_two_depths_and_the_adapted_regime():
+    """Frozen and adapted runs at two depths: the same test cases, splits and subsamples
+    in every arm (paired), the runs contract read back with protocol and layer as run
+    keys, val_auroc on the clean full-label runs only, and the predictions reproducing
+    every run's metrics."""
+    import stats
+
+    x, y = _toy(100, size=16)
+    shift = np.zeros(100, bool)
+    shift[:16] = True
+    ds = [{"name": "toy", "images": x, "labels": y, "case_ids": [f"c{i}" for i in range(100)],
+           "shift_mask": shift}]
+    enc = [{"name": "cnn", "kind": "cnn", "depths": ["mid", "last"], "width": 4},
+           {"name": "hist", "kind": "handcrafted"}]
+    runs, preds = run_probe_study(ds, enc, fractions=[0.2, 1.0], perturbations=["blur"],
+                                  severities=[2], seeds=[0, 1],
+                                  adapt={"enabled": True, "steps": 5, "batch_size": 16})
+    assert tuple(runs.columns) == RUNS_COLUMNS
+    arms = runs.groupby(["encoder", "layer", "regime", "protocol"]).size()
+    assert set(arms.index) == {("cnn", "mid", "frozen", "probe"), ("cnn", "mid", "adapted", "lora"),
+                               ("cnn", "last", "frozen", "probe"), ("cnn", "last", "adapted", "lora"),
+                               ("hist", "features", "frozen", "probe"),
+                               ("hist", "features", "adapted", "lora")}
+    assert (arms == 2 * (2 + 1 + 1)).all()           # seeds x (2 clean + blur + shift)
+    read = stats.read_runs(runs)
+    assert len(read) == len(runs)
+    has_val = runs["val_auroc"].notna()
+    full_clean = (runs["condition"] == "clean") & (runs["label_fraction"] == 1.0)
+    assert (has_val == full_clean).all()
+    # paired: every arm scores the same cases in each run key
+    key = ["dataset", "label_fraction", "condition", "severity", "seed"]
+    cases = preds.groupby([*key, "encoder", "layer", "regime"])["case_id"].apply(frozenset)
+    assert (cases.groupby(level=key).nunique() == 1).all()
+    pp = stats.read_probe_predictions(preds)
+    assert len(pp) == len(preds)
+    again = runs_from_predictions(preds)
+    merged = again.merge(runs, on=["regime", "protocol", "layer", *RUN_KEYS], suffixes=("", "_runs"))
+    assert len(merged) == len(runs)
+    for col in ("auroc", "ece", "brier", "nll", "ece_after_ts"):
+        np.testing.assert_array_equal(merged[col], merged[f"{col}_runs"])
+
+
+def test_probe_config_depths_and_adapt(tmp_path):
+    from inference_runner.config import ConfigError, validate_probe_config
+
+    pd.DataFrame({"case_id": ["a"], "image": ["a.npy"], "label": [0]}).to_csv(tmp_path / "d.csv", index=False)
+    base = {"output": "o", "datasets": [{"name": "d", "cases": "d.csv"}]}
+    cfg = validate_probe_config({**base, "encoders": [{"name": "r", "kind": "resnet",
+                                                       "depths": ["mid", "last"]}],
+                                 "adapt": {"enabled": True, "steps": 3}}, file="p.yaml", base=tmp_path)
+    assert cfg["adapt"] == {"enabled": True, "rank": 4, "alpha": 8.0, "steps": 3, "lr": 0.003,
+                            "batch_size": 256}
+    for change, key in (({"encoders": [{"name": "r", "kind": "resnet", "depths": ["deep"]}]},
+                         "encoders[0].depths"),
+                        ({"encoders": [{"name": "r", "kind": "resnet", "depths": ["mid", "mid"]}]},
+                         "encoders[0].depths"),
+                        ({"adapt": {"rank": 0}}, "adapt.rank"), ({"adapt": {"lr": -1}}, "adapt.lr"),
+                        ({"adapt": {"enabled": "yes"}}, "adapt.enabled"),
+                        ({"adapt": {"dropout": 0.1}}, "adapt.dropout")):
+        with pytest.raises(ConfigError) as exc:
+            validate_probe_config({**base, **change}, file="p.yaml", base=tmp_path)
+        assert f"'{key}'" in str(exc.value)

@@ -485,6 +485,55 @@ def s_runs_fn(draw, *, ref: bool, bad: dict, good: dict):
     return Call(args, {**kw, key: draw(bad[key])}, REFUSE, key)
 
 
+@cache
+def layered_runs() -> pd.DataFrame:
+    r = runs()
+    return pd.concat([r.assign(layer="last"),
+                      r.assign(layer="mid", auroc=(r["auroc"] * 0.97).clip(0, 1))],
+                     ignore_index=True)
+
+
+def s_boot_fn(*, args=(), data=runs, extra_bad: dict | None = None):
+    """A runs-table function with a paired-seed bootstrap (n_boot, conf_level)."""
+    @st.composite
+    def strat(draw):
+        bad = {"n_boot": whole_bad(2), "conf_level": level_bad, **(extra_bad or {})}
+        what = draw(st.sampled_from(["valid", "empty", "keyword"]))
+        good = {"n_boot": draw(st.integers(2, 5)), "seed": 1}
+        if what == "valid":
+            return Call((data(), *args), good)
+        if what == "empty":
+            return Call((data().iloc[:0], *args), good, REFUSE, "no runs")
+        key = draw(st.sampled_from(sorted(bad)))
+        return Call((data(), *args), {**good, key: draw(bad[key])}, REFUSE, key)
+    return strat()
+
+
+@st.composite
+def s_probe_metrics(draw):
+    n = draw(st.integers(2, 8))
+    k = draw(st.integers(2, 4))
+    p = np.array(draw(st.lists(st.lists(st.floats(0.01, 1), min_size=k, max_size=k),
+                               min_size=n, max_size=n)))
+    p = p / p.sum(1, keepdims=True)
+    lab = draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n))
+    df = pd.DataFrame({"encoder": "e", "dataset": "d", "label_fraction": 1.0,
+                       "condition": "clean", "severity": 0, "seed": 0,
+                       "case_id": [f"c{i}" for i in range(n)], "label": [f"k{j}" for j in lab],
+                       **{f"prob_k{j}": p[:, j] for j in range(k)}})
+    what = draw(st.sampled_from(["valid", "binary", "empty", "n_bins", "sum"]))
+    if what == "valid":
+        return Call((df,), {})
+    if what == "binary":
+        return Call((pd.DataFrame({**{c: df[c] for c in df.columns[:7]},
+                                   "label": [j % 2 for j in lab], "prob": p[:, 0]}),), {})
+    if what == "empty":
+        return Call((df.iloc[:0],), {}, REFUSE, "empty")
+    if what == "n_bins":
+        return Call((df,), {"n_bins": draw(whole_bad(1))}, REFUSE, "n_bins")
+    return Call((df.assign(prob_k0=df["prob_k0"] + 0.5),), {}, REFUSE, "rows not summing to 1")
+
+
 @st.composite
 def s_rank_agreement(draw):
     n = draw(st.integers(1, 6))
@@ -841,6 +890,15 @@ CALLS: dict[str, st.SearchStrategy] = {
                                                   "conf_level": level_bad},
                                    good={"n_weights": st.integers(1, 8), "seed": st.just(1)}),
     "rank_agreement": s_rank_agreement(),
+    # mechanism analyses and the shift
+    "specialization": s_boot_fn(args=({"enc_01": "dataset_A"},)),
+    "layer_comparison": s_boot_fn(data=layered_runs),
+    "confidence_loss": s_boot_fn(extra_bad={"auroc_margin": st.sampled_from(
+        [-0.1, math.nan, math.inf, "x"])}),
+    "shift_drop": s_boot_fn(),
+    "label_efficiency_curves": s_boot_fn(),
+    "label_crossovers": s_boot_fn(),
+    "probe_metrics": s_probe_metrics(),
     "read_reference": s_reference(),
     # operating points and fair comparisons
     "roc_curve": _simple(_roc, n_boot=whole_bad(1), conf_level=level_bad),

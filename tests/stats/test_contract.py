@@ -101,6 +101,22 @@ def _outputs(cases, runs, reference):
         "crs_bootstrap.scores": boot.scores(),
         "crs_bootstrap.rank_probabilities": boot.rank_probabilities(3),
         "crs_bootstrap.differences": boot.differences(),
+        "crs_bootstrap.rank_persistence": stats.crs_bootstrap(
+            pd.concat([runs, runs.assign(regime="adapted")]), reference, n_boot=20,
+            seed=1).rank_persistence(),
+        "crs_bootstrap.domain_scores": stats.crs_bootstrap(runs, reference, n_boot=20, seed=1,
+                                                           by="dataset").domain_scores(),
+        "specialization": stats.specialization(runs, {"enc_01": "dataset_A"}, n_boot=20, seed=1),
+        "layer_comparison": stats.layer_comparison(
+            pd.concat([runs.assign(layer="last"), runs.assign(layer="mid")]), n_boot=20, seed=1),
+        "confidence_loss": stats.confidence_loss(runs, n_boot=20, seed=1),
+        "shift_drop": stats.shift_drop(runs, n_boot=20, seed=1),
+        "label_efficiency_curves": stats.label_efficiency_curves(runs, n_boot=20, seed=1),
+        "label_crossovers": stats.label_crossovers(runs, n_boot=20, seed=1),
+        "probe_metrics": stats.probe_metrics(pd.DataFrame({
+            "encoder": "e", "dataset": "d", "label_fraction": 1.0, "condition": "clean",
+            "severity": 0, "seed": 0, "case_id": [f"c{i}" for i in range(300)], "label": y,
+            "prob": p})),
         "rank_agreement": stats.rank_agreement(pd.Series([3.0, 2, 1], index=list("abc")),
                                                pd.Series([1.0, 2, 3], index=list("abc"))),
         "ranking_stability": stats.ranking_stability(runs, reference, n_weights=20, seed=1),

@@ -60,6 +60,12 @@ def test_insertion_invariance(seed, n_base, n_new, n_datasets, anchored, ragged,
     after = stats.crs_scores(both, ref)
     after = after[after["encoder"].isin(base_enc)].reset_index(drop=True)
     pd.testing.assert_frame_equal(before.reset_index(drop=True), after, check_exact=True)
+    # per domain too: the same anchors, the same panel per dataset
+    before = stats.crs_scores(base, ref, by="dataset")
+    after = stats.crs_scores(both, ref, by="dataset")
+    after = after[after["encoder"].isin(base_enc)].reset_index(drop=True)
+    assert set(before["dataset"]) == set(datasets)
+    pd.testing.assert_frame_equal(before.reset_index(drop=True), after, check_exact=True)
 
 
 axis_values = st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=4, max_size=4)
