@@ -47,6 +47,7 @@ class AdjustedDecisions(_Group):
     crude_rows: dict | None = Field(None, description="the rows of the crude values")
     singular: bool | None = Field(None, description="the group SD at the boundary")
     units: dict[str, str] | None = Field(None, description="the unit of each odds ratio")
+    primary: dict | None = Field(None, description="the primary fit for inference, and why")
 
 
 class CalibrationDecisions(_Group):
