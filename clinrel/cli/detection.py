@@ -178,6 +178,10 @@ def register(app: typer.Typer) -> None:
     def compare(
         cases: CasesArg, out: OutOpt,
         by: Annotated[Optional[list[str]], plan_option("detection.compare_by")] = None,
+        bin: Annotated[Optional[list[str]], plan_option(
+            "detection.bins", help="Cut a numeric column into a new axis, as the plan's "
+                                   "detection.bins (repeatable): age=0,40,60,75,inf adds "
+                                   "age_group (left-closed); name it in --by.")] = None,
         threshold: ThresholdOpt = None,
         criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
         conf_level: ConfOpt = None,
@@ -191,7 +195,7 @@ def register(app: typer.Typer) -> None:
         over --cluster (default: patient_id when a patient has several scans)."""
         check_out_files([("--out", out)], force=force, inputs=[cases])
         det = {"threshold": threshold_block(threshold, criterion, target_specificity),
-               "compare_by": by_axes(by), "subgroups": [],
+               "compare_by": by_axes(by), "subgroups": [], "bins": bins_block(bin),
                **_given(conf_level=conf_level,
                         cluster=None if cluster is None else cluster_setting(cluster))}
         res = run_command("model comparisons", inputs={"cases": cases}, detection=det,
