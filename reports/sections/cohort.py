@@ -47,6 +47,13 @@ def _smd(v) -> str:
     return text.DASH if v is None or not np.isfinite(v) else text.num(v)
 
 
+def sizes(study, groups: list[str]) -> tuple[dict, dict]:
+    """Patients and scans per group (``Overall`` first), for the column labels."""
+    P, S = _lookup(study.results["cohort_patients"]), _lookup(study.results["cohort"])
+    return ({g: P.get(("count", g, "units", "")) for g in groups},
+            {g: S.get(("count", g, "cases", "")) for g in groups})
+
+
 def rows(study, groups: list[str]) -> pd.DataFrame:
     """Display rows: ``variable``, ``level``, then ``p<i>`` (patients) and ``s<i>``
     (scans) per group of ``groups`` (Overall first), and ``smd``."""
@@ -65,7 +72,6 @@ def rows(study, groups: list[str]) -> pd.DataFrame:
             row[f"s{i}"] = "" if s is None else s(g)
         out.append(row)
 
-    add("N", "n", p=lambda g: text.count(units[g]), s=lambda g: text.count(cases[g]))
     if "rows_per_unit" in p_vars:
         for k, lv in enumerate(_levels(pat, "rows_per_unit")):
             add(NAMES["rows_per_unit"], f"{lv} scan{'' if lv == '1' else 's'}",
@@ -118,6 +124,7 @@ def build(study) -> Section:
     ev = D.evaluation(study).drop_duplicates("case_id").reset_index(drop=True)
     groups = ["Overall", *level_order(ev["site"])]
     disp = rows(study, groups)
+    n_units, n_cases = sizes(study, groups)
     data = pd.concat([study.results["cohort_patients"].assign(unit="patients"),
                       study.results["cohort"].assign(unit="scans")], ignore_index=True)
     sites = list(range(1, len(groups)))
@@ -154,8 +161,10 @@ def build(study) -> Section:
                     "own level; SMD across sites.",
             data=data[keep.to_numpy()].reset_index(drop=True),
             display=disp[["variable", "level", *cols, "smd"]], group_col="variable",
-            labels={"level": "", **{f"p{i}": "Patients" for i in idx},
-                    **{f"s{i}": "Scans" for i in idx}, "smd": "SMD"},
+            labels={"level": "", **{f"p{i}": f"Patients, N = {text.count(n_units[groups[i]])}"
+                                    for i in idx},
+                    **{f"s{i}": f"Scans, N = {text.count(n_cases[groups[i]])}" for i in idx},
+                    "smd": "SMD"},
             spanners=tuple((groups[i], [f"p{i}", f"s{i}"]) for i in idx),
             notes=notes if k == len(chunks) - 1 else (
                 "Continued for the other sites in the next table; the notes are under it.",),
