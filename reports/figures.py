@@ -217,7 +217,9 @@ def forest_plot(df: pd.DataFrame, *, overall: pd.DataFrame, xlab: str, count_lab
             + p9.scale_fill_manual(values=dict(zip(FOREST_SHAPES, FOREST_FILLS)),
                                    limits=list(FOREST_SHAPES), name="Estimate [95% CI]:",
                                    drop=False)
-            + p9.facet_wrap(f"~{facet}", ncol=ncol)
+            # free_x only so that every panel draws its own axis (a panel read alone has
+            # its ticks); the limits and breaks below are fixed, so the scale is one
+            + p9.facet_wrap(f"~{facet}", ncol=ncol, scales="free_x")
             + p9.scale_x_continuous(limits=(-0.02, xmax), breaks=[0, 0.25, 0.5, 0.75, 1],
                                     labels=["0", "0.25", "0.5", "0.75", "1"],
                                     expand=(0, 0))
