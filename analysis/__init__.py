@@ -12,6 +12,7 @@ from __future__ import annotations
 # every analysis module, so that its analyses are registered (order matters: run computes
 # them in registration order); the analyses import core, never this package
 from . import adjusted, calibration, crs, detection, metadata  # noqa: F401,E402
+from . import meta_analysis  # noqa: F401,E402
 from .core import ANALYSES, Results, Tables, analysis, run, wanted
 from .inputs import load_tables
 from .plan import Plan, PlanError, PlanSpec, load_plan, plan_from_dict

@@ -202,7 +202,7 @@ def calibration(results) -> dict[str, pd.DataFrame]:
         results.decide("calibration.ece_interval", ECE_INTERVAL)
         cis = ece_ci_many([(y, prob) if clu is None else (y, prob, clu)
                            for _, _, y, prob, clu in series], n_boot=n_boot, seed=seed,
-                          interval=ECE_INTERVAL)
+                          boot_ci=ECE_INTERVAL)
         for (ev, stage, *_), (_, ci) in zip(series, cis.iterrows()):
             hit = (ev["estimand"] == "ece") & (ev["stage"] == stage)
             ev.loc[hit, "conf_low"] = float(ci["conf_low"])

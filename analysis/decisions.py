@@ -82,6 +82,15 @@ class PrecisionDecisions(_Group):
     cells: str | None = Field(None, description="the cells the table covers")
 
 
+class SiteMetaDecisions(_Group):
+    estimands: list[str] | None = Field(None, description="the proportions pooled across sites")
+    models: list[str] | None = Field(None, description="the models meta-analysed")
+    sites: int | None = Field(None, description="the sites (studies) of the cohort")
+    cluster: str | None = Field(None, description="the cluster of the per-site variances")
+    not_estimable: list[str] | None = Field(None, description="analyses with fewer than two "
+                                            "sites or a zero variance")
+
+
 class MultiplicityOf(_Group):
     multiplicity: str | None = Field(None, description="the family's adjustment")
 
@@ -117,6 +126,7 @@ class Decisions(_Group):
     calibration: CalibrationDecisions = Field(default_factory=CalibrationDecisions)
     crs: CrsDecisions = Field(default_factory=CrsDecisions)
     metadata: MetadataDecisions = Field(default_factory=MetadataDecisions)
+    site_meta_analysis: SiteMetaDecisions = Field(default_factory=SiteMetaDecisions)
     seeds: SeedDecisions = Field(default_factory=SeedDecisions)
     #: the names decided, in order (a decision may be None: "no cluster" is a decision)
     _taken: list = PrivateAttr(default_factory=list)

@@ -256,6 +256,10 @@ def _check_plan_against_data(plan: Plan, study: Tables) -> None:
     """Before any statistic: the planned bootstraps against the caps, with the data's real
     sizes (``stats.limits``), and the scheduler's address."""
     from stats import limits
+    from stats.bootstrap import cluster_bootstrap_work
+    from stats.crs_resample import crs_bootstrap_work
+    from stats.label_error import imputation_work
+    from stats.ranking import ranking_stability_work
 
     c = plan.where
     det, crs = plan.detection, plan.crs
@@ -266,7 +270,7 @@ def _check_plan_against_data(plan: Plan, study: Tables) -> None:
         axes = list(det.subgroups) + ([(det.failure_map.rows, det.failure_map.cols)]
                                       if det.failure_map else [])
         cells = 1 + sum(_n_levels(rows, axis) for axis in axes)
-        work = limits.cluster_bootstrap_work(
+        work = cluster_bootstrap_work(
             det.bootstrap.n_boot, rows["patient_id"].nunique(), cells, rows["model"].nunique(),
             setting="detection.bootstrap.n_boot", what="the bootstrap")
         from_stats(c, plan.key("detection.bootstrap.n_boot"), limits.check, work)
@@ -277,7 +281,7 @@ def _check_plan_against_data(plan: Plan, study: Tables) -> None:
                                                   n=n_enc,
                                                   runs=plan.runs))
         if crs.n_weights:
-            work = limits.ranking_stability_work(crs.n_weights, n_enc, setting="crs.n_weights")
+            work = ranking_stability_work(crs.n_weights, n_enc, setting="crs.n_weights")
             from_stats(c, plan.key("crs.n_weights"), limits.check, work)
         regimes = []
         for _, part in study.runs.groupby("regime", sort=True):
@@ -285,13 +289,13 @@ def _check_plan_against_data(plan: Plan, study: Tables) -> None:
             regimes.append((part["encoder"].nunique(), list(by_ds["seed"].nunique()),
                             list(by_ds[["label_fraction", "condition", "severity"]]
                                  .apply(lambda d: len(d.drop_duplicates())))))
-        work = limits.crs_bootstrap_work(crs.bootstrap.n_boot, regimes, setting="crs.bootstrap.n_boot",
+        work = crs_bootstrap_work(crs.bootstrap.n_boot, regimes, setting="crs.bootstrap.n_boot",
                                          what="the CRS bootstrap")
         from_stats(c, plan.key("crs.bootstrap.n_boot"), limits.check, work)
     opts = plan.metadata_options
     if (opts is not None and opts.label_error is not None and det is not None
             and study.cases is not None):
-        work = limits.imputation_work(opts.n_imputations, len(study.cases),
+        work = imputation_work(opts.n_imputations, len(study.cases),
                                       setting="metadata.n_imputations")
         from_stats(c, plan.key("metadata.n_imputations"), limits.check, work)
     if plan.scheduler is not None:

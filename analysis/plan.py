@@ -52,7 +52,7 @@ from pydantic_core import PydanticCustomError
 
 from stats.adjust import MeansKind
 from stats.bootstrap import CI_METHODS as BOOT_INTERVALS
-from stats.detection import Criterion
+from stats.detection import PROPORTIONS, Criterion
 from stats.intervals import AUC_SCALES, PROPORTION_METHODS
 from stats.models import Method, Population
 from stats.schema import ContractError
@@ -65,6 +65,8 @@ POPULATIONS = get_args(Population)
 MEANS_KINDS = get_args(MeansKind)
 BLOCKS = ("site", "protocol", "demographics", "tumour")
 ROLE_VALUES = ("prespecified", "exploratory")
+#: the proportions a site meta-analysis pools
+META_ESTIMANDS = PROPORTIONS
 
 MSG_KEY = "{file}: unknown key '{key}'{where}; allowed keys: {allowed}; {hint}"
 MSG_TYPE = "{file}: {key} must be {expected}, got {got!r}; {hint}"
@@ -458,6 +460,43 @@ class Precision(Block):
                             hint="write e.g. 0.2, or leave it out", ge=0, lt=1)
 
 
+class SiteMetaAnalysis(Block):
+    """A random-effects meta-analysis across sites (each site a study): per model and
+    estimand, the pooled value, heterogeneity (tau2, I2, Q) and a prediction interval for a
+    new site (`stats.site_meta_analysis`: metafor's REML with the Knapp-Hartung interval),
+    and a forest plot of the sites. Give the block (e.g. `site_meta_analysis: {}`) to turn
+    it on."""
+
+    estimands: Annotated[tuple[Literal[META_ESTIMANDS], ...], BeforeValidator(
+        lambda v: (v,) if isinstance(v, str) else _as_tuple(v)), Field(min_length=1)] = key(
+        ("sensitivity", "specificity"), "The proportions pooled across sites, one forest plot "
+        "each.", type="a list of texts", example="[sensitivity, specificity]",
+        default_text="`[sensitivity, specificity]`", hint="use one of the listed names")
+    models: Annotated[tuple[str, ...], BeforeValidator(
+        lambda v: (v,) if isinstance(v, str) else _as_tuple(v))] = key(
+        (), "The evaluated models meta-analysed.", type="a list of model names",
+                      example="[unet_large]", default_text="`[]` (every model)",
+                      hint="name models of the cases table", cap=(100, "models"))
+    by: Axes = key((), "Axes whose levels get a meta-analysis of their own (in the table "
+                   "beside overall).", type=_AXES_TYPE, example="[phase]", default_text="`[]`",
+                   hint="write e.g. [phase]", cap=(20, "axes of the site meta-analysis"))
+
+    @field_validator("by")
+    @classmethod
+    def _by(cls, axes):
+        for i, axis in enumerate(axes):
+            if len(axis) > 5:
+                raise _fail(None, MSG_LIST_CAP.replace("{key}", "{at[" + str(i) + "]}"), i=i,
+                            n=len(axis), cap=5, what="columns of one intersection axis")
+            for col in axis:
+                _check_axis_column(col, "{at[" + str(i) + "]}")
+                if col == "site":
+                    raise _fail(None, "{file}: {at[" + str(i) + "]} names 'site', the study "
+                                "of the meta-analysis: each level would hold one site; name "
+                                "another axis, e.g. phase")
+        return axes
+
+
 class Detection(Block):
     """The detection half of the report (needs `inputs.cases`)."""
 
@@ -508,6 +547,8 @@ class Detection(Block):
     adjusted: Adjusted | None = key(None, type="a mapping",
                                     default_text="none (no adjusted models)")
     failure_map: FailureMap | None = key(None, type="a mapping", default_text="none")
+    site_meta_analysis: SiteMetaAnalysis | None = key(
+        None, type="a mapping", default_text="none (no meta-analysis across sites)")
 
     @field_validator("cluster", mode="before")
     @classmethod
@@ -727,6 +768,9 @@ class Roles(Block):
         **_ROLE)
     label_error: Literal[ROLE_VALUES] = key(
         "prespecified", "The label-error table and the error-aware intervals.", **_ROLE)
+    site_meta_analysis: Literal[ROLE_VALUES] = key(
+        "prespecified", "The meta-analysis across sites (forest plots, pooled values, "
+        "heterogeneity, prediction intervals).", **_ROLE)
 
 
 class Inputs(Block):
@@ -1316,26 +1360,31 @@ def _planned_work(plan: Plan, file: str) -> None:
     row) already needs this much, so an absurd count is refused before any input is read,
     naming the key, the estimate and the cap to raise."""
     from stats import limits
+    from stats.bootstrap import cluster_bootstrap_work
+    from stats.calibration import ece_bootstrap_work
+    from stats.crs_resample import crs_bootstrap_work
+    from stats.label_error import imputation_work
+    from stats.ranking import ranking_stability_work
 
     s = plan.spec
     floor = "a lower bound, before the data are read"
     works = []
     if s.detection is not None and s.detection.bootstrap.n_boot:
         n = s.detection.bootstrap.n_boot
-        works.append(("detection.bootstrap.n_boot", limits.cluster_bootstrap_work(
+        works.append(("detection.bootstrap.n_boot", cluster_bootstrap_work(
             n, 1, 1, 1, setting="detection.bootstrap.n_boot", what="the bootstrap")))
     if s.crs is not None:
-        works.append(("crs.bootstrap.n_boot", limits.crs_bootstrap_work(
+        works.append(("crs.bootstrap.n_boot", crs_bootstrap_work(
             s.crs.bootstrap.n_boot, [(1, [1], [1])], setting="crs.bootstrap.n_boot",
             what="the CRS bootstrap")))
         if s.crs.n_weights:
-            works.append(("crs.n_weights", limits.ranking_stability_work(
+            works.append(("crs.n_weights", ranking_stability_work(
                 s.crs.n_weights, 1, setting="crs.n_weights")))
-    works.append(("calibration.bootstrap.n_boot", limits.ece_bootstrap_work(
+    works.append(("calibration.bootstrap.n_boot", ece_bootstrap_work(
         s.calibration.bootstrap.n_boot, 1, 1, "uniform", setting="calibration.bootstrap.n_boot",
         what="the ECE bootstrap")))
     if s.metadata is not None and s.metadata.label_error is not None:
-        works.append(("metadata.n_imputations", limits.imputation_work(
+        works.append(("metadata.n_imputations", imputation_work(
             s.metadata.n_imputations, 1, setting="metadata.n_imputations")))
     with limits.using(plan.limits, file):
         for k, work in works:

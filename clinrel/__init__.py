@@ -7,15 +7,15 @@ unambiguous way to import the statistics.
 """
 from __future__ import annotations
 
-from . import _env, _signals
+from reports import _env, _signals
 
 if _signals.running_as_program():
     # the clinrel program: SIGTERM and Ctrl-C end it with one line and no traceback from
-    # here on, the imports below included (clinrel._signals); a library import changes
+    # here on, the imports below included (reports._signals); a library import changes
     # no signal handler
     _signals.install()
 
-with _env.unusable_epoch_hidden():   # refused with a message by the program (clinrel._env)
+with _env.unusable_epoch_hidden():   # refused with a message by the program (reports._env)
     import stats as stats  # noqa: F401  (re-exported)
 
 if not getattr(stats, "__clinrel__", False):  # pragma: no cover - only with a broken install

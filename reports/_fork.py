@@ -94,11 +94,11 @@ def _stop_workers(pool) -> None:
     """End every worker of ``pool`` before an error (or SIGTERM, Ctrl-C) goes on, so that
     none writes into the report's temporary folder once that is being removed: SIGTERM
     (a worker of the clinrel program stops its subprocesses and exits,
-    ``clinrel._signals``), SIGKILL after :data:`STOP_SECONDS`; then the pool is shut down
+    ``reports._signals``), SIGKILL after :data:`STOP_SECONDS`; then the pool is shut down
     without waiting for tasks that will never run."""
     import signal
 
-    from clinrel._signals import held
+    from reports._signals import held
 
     with held():
         procs = list((getattr(pool, "_processes", None) or {}).values())

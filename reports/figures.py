@@ -418,3 +418,87 @@ def points_ci(df: pd.DataFrame, *, x: str, y: str, color: str | None = None,
     if facet and flip:
         p += p9.theme(panel_spacing_x=0.03)
     return p
+
+
+def meta_forest_plot(sites: pd.DataFrame, pooled: pd.DataFrame, *, xlab: str,
+                     count_label: str, facet: str = "model", width: float = 7.5):
+    """A meta-analysis forest plot, one panel per ``facet`` (two per row): per study (site)
+    its estimate as a square sized by its weight with its CI; below them the pooled
+    estimate as a diamond (its CI) and the prediction interval for a new study as a bar;
+    a dotted line at the pooled estimate; three text columns right of the axis, ``count``,
+    ``weight_text`` and ``ci_text`` (the prediction interval's ``pi_text`` on its row);
+    ``note`` (heterogeneity) under each panel. Rows top-down in the order of ``sites``; a
+    study without an estimate keeps its row and shows its text.
+
+    ``sites`` columns: ``facet``, ``label``, ``estimate``, ``conf_low``, ``conf_high``,
+    ``weight``, ``count``, ``weight_text``, ``ci_text``; ``pooled``: ``facet``,
+    ``estimate``, ``conf_low``, ``conf_high``, ``pi_low``, ``pi_high``, ``count``,
+    ``ci_text``, ``pi_text``, ``note``.
+    """
+    import plotnine as p9
+
+    pool_label, pi_label = "Pooled (RE)", "Prediction interval"
+    labels = _ordered(sites["label"]) + [pool_label, pi_label]
+    n = len(labels)
+    ys = {lab: float(n - i) for i, lab in enumerate(labels)}
+    s = sites.assign(y=sites["label"].map(ys))
+    p = pooled.assign(y=ys[pool_label], y_pi=ys[pi_label])
+    drawn = s[s["estimate"].notna()]
+    # a square's area in proportion to its weight (the largest study 4.5 pt across; a
+    # study of an analysis that pooled nothing, weight NaN, drawn at full size)
+    w = drawn["weight"].fillna(100.0)
+    drawn = drawn.assign(size=4.5 * (w / w.max()) ** 0.5 if len(w) else w)
+    shown = p[p["estimate"].notna()]
+    diamond = pd.concat([shown.assign(x=shown[c], y=shown["y"] + dy, corner=k)
+                         for k, (c, dy) in enumerate((("conf_low", 0.0), ("estimate", 0.32),
+                                                      ("conf_high", 0.0),
+                                                      ("estimate", -0.32)))],
+                        ignore_index=True).dropna(subset=["x"]).sort_values(
+                            [facet, "corner"], kind="stable")
+    pi_bar = p[p["pi_low"].notna()]
+    # the text columns, as wide as their longest text at the panel's width
+    heads = (count_label, "Weight", "Estimate [95% CI]")
+    texts = [pd.concat([s["count"], p["count"]]).astype(str),
+             pd.concat([s["weight_text"], p.assign(w="100%")["w"]]).astype(str),
+             pd.concat([s["ci_text"], p["ci_text"], p["pi_text"]]).astype(str)]
+    n_panels = min(2, max(1, s[facet].nunique()))
+    label_in = _LABEL_CHAR_IN * max(len(str(v)) for v in labels) + 0.3
+    panel_in = max(1.0, (width - label_in - 0.15 * n_panels) / n_panels)
+    chars = [max(len(h), *(len(t) for t in col)) + 1 for h, col in zip(heads, texts)]
+    k = min(0.7, sum(chars) * _CHAR_IN / panel_in)
+    xmax = (FOREST_TEXT_X + 0.02 * k) / (1 - k)
+    per_char = (xmax + 0.02) / panel_in * _CHAR_IN
+    xs = [FOREST_TEXT_X + per_char * sum(chars[:i]) for i in range(3)]
+    cols = [s.assign(x=xs[0], text=s["count"]), s.assign(x=xs[1], text=s["weight_text"]),
+            s.assign(x=xs[2], text=s["ci_text"]), p.assign(x=xs[0], text=p["count"]),
+            p.assign(x=xs[1], text="100%"), p.assign(x=xs[2], text=p["ci_text"]),
+            p.assign(x=xs[2], y=p["y_pi"], text=p["pi_text"])]
+    body = pd.concat([c[[facet, "x", "y", "text"]] for c in cols], ignore_index=True)
+    head = pd.DataFrame({"x": xs, "y": float(n + 1), "text": list(heads)})
+    note = p.assign(x=0.0, y=-0.3)
+    return (p9.ggplot(s, p9.aes(y="y"))
+            + p9.geom_vline(p9.aes(xintercept="estimate"), data=shown, linetype="dotted",
+                            color="#8d96a3")
+            + segment(p9.aes(x="pi_low", xend="pi_high", y="y_pi", yend="y_pi"),
+                      data=pi_bar, size=2.2, color="#d1495b", alpha=0.55)
+            + errorbarh(p9.aes(xmin="conf_low", xmax="conf_high", y="y"), data=drawn,
+                        height=0.3, color="#2e4057")
+            + p9.geom_point(p9.aes(x="estimate", y="y", size="size"), data=drawn,
+                            shape="s", color="#1b5e8a", fill="#1b5e8a")
+            + p9.geom_polygon(p9.aes(x="x", y="y", group=facet), data=diamond,
+                              fill="#2e4057", color="#2e4057")
+            + p9.geom_text(p9.aes(x="x", y="y", label="text"), data=body, ha="left",
+                           size=6.5)
+            + p9.geom_text(p9.aes(x="x", y="y", label="text"), data=head, ha="left",
+                           size=6.5, fontweight="bold")
+            + p9.geom_text(p9.aes(x="x", y="y", label="note"), data=note, ha="left",
+                           va="bottom", size=6, color="#4a5560")
+            + p9.scale_size_identity()
+            + p9.facet_wrap(f"~{facet}", ncol=n_panels)
+            + p9.scale_x_continuous(limits=(-0.02, xmax), breaks=[0, 0.5, 1],
+                                    labels=["0", "0.5", "1"], expand=(0, 0))
+            + p9.scale_y_continuous(breaks=[ys[lab] for lab in labels], labels=labels,
+                                    limits=(-0.5, n + 1.6), expand=(0, 0))
+            + p9.labs(x=xlab, y="")
+            + theme() + p9.theme(panel_grid_major_y=p9.element_blank(),
+                                 panel_grid_minor=p9.element_blank()))

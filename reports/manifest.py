@@ -1,7 +1,7 @@
 """``manifest.json``: what produced a report (versions, inputs, plan, seeds, git revision).
 
 ``"generator": "clinrel"`` and ``"files"`` (the sha256 of every other file, added by
-``clinrel.outputs.stamp`` once the folder is complete) mark the folder as clinrel's
+``reports.outputs.stamp`` once the folder is complete) mark the folder as clinrel's
 own: only such a folder is ever replaced (with ``--force``).
 
 Times live only here, never in ``appendix.qmd`` or ``tables/*.csv`` (those are

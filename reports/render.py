@@ -44,7 +44,7 @@ from pathlib import Path
 
 from analysis import Plan, load_plan
 from analysis.inputs import plan_limits
-from clinrel.outputs import named
+from reports.outputs import named
 
 from . import sandbox, text
 from ._fork import run_tasks
@@ -357,8 +357,8 @@ def default_jobs() -> int:
 def source_date_epoch() -> int:
     """``SOURCE_DATE_EPOCH`` from the environment, else ``DEFAULT_EPOCH``; a value that is
     not a whole number of seconds from 0 to year 9999 raises ``ValueError`` naming the
-    variable and the fix (``clinrel._env.MSG_SOURCE_DATE_EPOCH``)."""
-    from clinrel._env import source_date_epoch as read
+    variable and the fix (``reports._env.MSG_SOURCE_DATE_EPOCH``)."""
+    from reports._env import source_date_epoch as read
 
     return read(DEFAULT_EPOCH)
 
@@ -446,13 +446,13 @@ def render_report(plan: Plan | str | Path, out: str | Path, *, quiet: bool = Tru
     bytes whatever ``jobs`` is.
     ``out`` must be a new or empty folder, or (with ``force``) an earlier clinrel report
     that holds no input of the plan; anything else raises ``OutputError`` before any work
-    (rules: ``clinrel.outputs``).
+    (rules: ``reports.outputs``).
     """
     if not draw and formats:
         raise ValueError("draw=False writes no figure images, so it needs formats=()")
-    from clinrel._csvsafe import write_csv
-    from clinrel.progress import progress
-    from clinrel.outputs import atomic_dir, build_dir, check_out_dir
+    from reports.csvsafe import write_csv
+    from reports.progress import progress
+    from reports.outputs import atomic_dir, build_dir, check_out_dir
 
     t0 = time.perf_counter()
     jobs = default_jobs() if jobs is None else max(1, int(jobs))

@@ -84,13 +84,13 @@ def find_pandoc() -> str:
     SIGTERM blocked: pypandoc runs ``pandoc --version`` on every candidate path without
     capturing its stderr, so a Ctrl-C at that instant would add pandoc's own
     ``pandoc: interrupted`` to clinrel's one line. Blocked, the signal waits (for pandoc
-    too, which inherits the mask; and held by clinrel, ``clinrel._signals.held``, where
+    too, which inherits the mask; and held by clinrel, ``reports._signals.held``, where
     another thread receives it) until the probe is done, then stops clinrel as usual."""
     import signal
 
     import pypandoc
 
-    from clinrel._signals import held
+    from reports._signals import held
 
     mask = {signal.SIGINT, signal.SIGTERM}
     with held():
@@ -130,8 +130,8 @@ def write_file(ast: dict, to: str, output: Path, *, extra_args=(), cwd: Path) ->
 def _raise_no_space(message: str, output: Path) -> None:
     """A tool's message of a full disk or quota (pandoc: ``resource exhausted (No space
     left on device)``; typst: ``(os error 28)``) as the ``OSError`` Python would raise,
-    naming ``output``: the output layer reports it with the fix (``clinrel.outputs``)."""
-    from clinrel.outputs import no_space
+    naming ``output``: the output layer reports it with the fix (``reports.outputs``)."""
+    from reports.outputs import no_space
 
     full = no_space(RuntimeError(message))
     if full is not None:

@@ -32,6 +32,7 @@ from .compare import compare_models
 from .heterogeneity import heterogeneity_test
 from .agreement import extractor_agreement
 from .pooled import pooled_subgroup_metrics
+from .meta_analysis import site_meta_analysis
 from .precision import precision_table
 from .label_error import compare_naive, misclassification_from_review
 
@@ -60,6 +61,7 @@ __all__ = [
     "compare_naive", "misclassification_from_review",
     "pooled_subgroup_metrics", "precision_table", "scan_level", "subgroup_metrics",
     "subgroup_vs_rest", "threshold_sweep",
+    "site_meta_analysis",
     # adjusted models
     "block_tests", "fit_adjusted", "fit_complete_case", "likelihood_ratio_test",
     # calibration, CRS and ranking

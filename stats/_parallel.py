@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stats.schema import ContractError
+from stats.errors import ContractError
 
 #: seconds to wait for a scheduler given by address before refusing it
 CONNECT_TIMEOUT_S = 10

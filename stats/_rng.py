@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stats.schema import ContractError
+from stats.errors import ContractError
 
 SeedLike = "int | np.random.Generator | np.random.SeedSequence | None"
 

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from stats.schema import ContractError
+from stats.errors import ContractError
 
 MSG_COUNT = ("{func}: {arg} must hold counts (whole numbers >= 0); {at}; pass the number of "
              "cases (an integer), not a proportion, a missing value or an estimate")
@@ -303,3 +303,18 @@ def threshold(value, *, func: str, arg: str = "threshold") -> None:
         name = arg if key is None else f"{arg}[{key!r}]"
         number(v, func=func, arg=name, fix="give the prespecified number of predicted "
                "voxels (or score), e.g. 50")
+
+
+def renamed(func: str, old: str, new: str, old_value, new_value, default):
+    """One name per concept: ``old=`` still works for one release, with a
+    DeprecationWarning naming ``new=``; returns the value to use."""
+    if old_value is None:
+        return new_value
+    import warnings
+
+    warnings.warn(f"{func}({old}=) is deprecated and will be removed; use {new}=",
+                  DeprecationWarning, stacklevel=3)
+    if new_value != default and new_value != old_value:
+        raise ContractError(f"{func}: {old}={old_value!r} and {new}={new_value!r} disagree; "
+                            f"give {new}= only")
+    return old_value

@@ -62,7 +62,7 @@ import patsy
 from scipy.special import expit, logit
 
 from stats._linalg import clean_variance, matvec, rmatvec
-from stats.models.fit import wald_reference
+from stats.intervals import wald_reference
 from stats.schema import ContractError, tidy
 
 ESTIMANDS = {"positives": "adjusted_sensitivity", "negatives": "adjusted_specificity",

@@ -33,6 +33,7 @@ import pandas as pd
 from scipy import sparse
 from scipy import stats as sps
 
+from stats import limits as _limits
 from stats import _validate as _v
 from stats._parallel import map_blocks
 from stats._quantile import column_quantiles, percentile_interval
@@ -41,7 +42,7 @@ from stats.detection import (GROUP_COLS, METRICS, PROPORTIONS, CaseMatrix, case_
                              metric_fractions, ratio)
 from stats._linalg import clean_variance
 from stats.intervals import proportion_limits
-from stats.limits import check, cluster_bootstrap_work
+from stats.limits import check
 from stats.schema import ContractError, tidy
 
 CIMethod = Literal["percentile", "bca", "wilson"]
@@ -229,7 +230,7 @@ def boot_interval(reps: np.ndarray, theta: np.ndarray, *, conf_level: float = 0.
     if method == "percentile":
         return percentile_interval(reps, conf_level)
     if method != "bca":
-        raise ValueError(f"ci_method must be 'percentile' or 'bca'; got {method!r}")
+        raise ValueError(f"boot_ci must be 'percentile' or 'bca'; got {method!r}")
     alpha = 1 - conf_level
     k = (~np.isnan(reps)).sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -338,18 +339,18 @@ def wilson_deff_interval(estimate: np.ndarray, denominator: np.ndarray, se: np.n
 
 
 def bootstrap_table(cm: CaseMatrix, bc: BootCounts, R: np.ndarray, *,
-                    metrics: Sequence[str], conf_level: float, ci_method: CIMethod
+                    metrics: Sequence[str], conf_level: float, boot_ci: CIMethod
                     ) -> pd.DataFrame:
     """Tidy bootstrap rows (metric x model x cell) from replicate counts ``R``."""
-    if ci_method not in CI_METHODS:
-        raise ValueError(f"ci_method must be one of {CI_METHODS}; got {ci_method!r}")
+    if boot_ci not in CI_METHODS:
+        raise ValueError(f"boot_ci must be one of {CI_METHODS}; got {boot_ci!r}")
     total = bc.K.sum(axis=0, dtype=np.float64)
     counts_all = bc.unpack(total)
     theta = metric_arrays(counts_all, metrics)
     fractions = metric_fractions(counts_all["tp"], counts_all["fp"], counts_all["fn"],
                                  counts_all["tn"], metrics)
     reps = metric_arrays(bc.unpack(R), metrics)
-    accel = jackknife_acceleration(bc, metrics) if ci_method == "bca" else None
+    accel = jackknife_acceleration(bc, metrics) if boot_ci == "bca" else None
     clusters = cluster_counts(bc, metrics)
     G, M = bc.G, bc.M
     counts = cm.cell_counts()
@@ -359,7 +360,7 @@ def bootstrap_table(cm: CaseMatrix, bc: BootCounts, R: np.ndarray, *,
         th = theta[k].T.reshape(M * G)
         valid = (~np.isnan(flat)).sum(axis=0)
         se = _nan_sd(flat, valid)
-        method = ci_method if ci_method != "wilson" or k in PROPORTIONS else "percentile"
+        method = boot_ci if boot_ci != "wilson" or k in PROPORTIONS else "percentile"
         n_cl = clusters[k].T.reshape(M * G)
         if method == "wilson":
             den = fractions[k][1].T.reshape(M * G)
@@ -385,9 +386,9 @@ def bootstrap_table(cm: CaseMatrix, bc: BootCounts, R: np.ndarray, *,
 
 def cluster_bootstrap(cases: pd.DataFrame, *, by=None,
                       metrics: Sequence[str] = ("sensitivity", "specificity", "ppv", "npv", "f1"),
-                      n_boot: int = 2000, ci_method: CIMethod = "percentile",
+                      n_boot: int = 2000, boot_ci: CIMethod = "percentile",
                       conf_level: float = 0.95, strata: str | None = None, seed=None,
-                      scheduler=None) -> pd.DataFrame:
+                      scheduler=None, ci_method: CIMethod | None = None) -> pd.DataFrame:
     """Paired cluster-bootstrap intervals for count metrics per model x subgroup cell.
 
     Parameters
@@ -397,7 +398,7 @@ def cluster_bootstrap(cases: pd.DataFrame, *, by=None,
     by : subgroup specs as in :func:`stats.subgroup_metrics` (overall always included).
     metrics : subset of sensitivity, specificity, ppv, npv, accuracy, f1.
     n_boot : number of replicates.
-    ci_method : "percentile", "bca" (acceleration by the jackknife over clusters) or
+    boot_ci : "percentile", "bca" (acceleration by the jackknife over clusters) or
         "wilson": the Wilson interval at the effective sample size implied by the
         bootstrap variance (:func:`wilson_deff_interval`; proportions only, F1 then gets
         the percentile interval). Use "wilson" for small cells: at about 15 positive
@@ -436,8 +437,12 @@ def cluster_bootstrap(cases: pd.DataFrame, *, by=None,
         An empty ``cases`` table (no metric exists: the overall row always would),
         ``n_boot`` not a whole number >= 1, ``conf_level`` outside (0, 1)
         (:mod:`stats._validate`).
+
+    ``ci_method`` is the deprecated name of ``boot_ci`` (one name per concept: the
+    bootstrap interval is ``boot_ci`` in the API, the plan and the command line).
     """
     func = "cluster_bootstrap"
+    boot_ci = _v.renamed(func, "ci_method", "boot_ci", ci_method, boot_ci, "percentile")
     _v.table(cases, func=func)
     n_boot = _v.whole(n_boot, func=func, arg="n_boot", fix="e.g. n_boot=2000")
     conf_level = _v.level(conf_level, func=func)
@@ -447,5 +452,33 @@ def cluster_bootstrap(cases: pd.DataFrame, *, by=None,
     cm = case_matrix(cases, by)
     bc = boot_counts(cm, strata=strata)
     R = replicate_counts(bc, n_boot, seed=seed, scheduler=scheduler)
-    out = bootstrap_table(cm, bc, R, metrics=metrics, conf_level=conf_level, ci_method=ci_method)
+    out = bootstrap_table(cm, bc, R, metrics=metrics, conf_level=conf_level, boot_ci=boot_ci)
     return tidy(out, group_cols=GROUP_COLS)
+
+
+# --------------------------------------------------------------------------- work
+# (the engine states its own memory and time: stats.limits holds only the caps)
+
+def cluster_bootstrap_work(n_boot: int, n_clusters: int, n_cells: int, n_models: int, *,
+                           n_metrics: int = 6, setting: str = "n_boot",
+                           what: str = "cluster bootstrap") -> _limits.Work:
+    """Peak memory and time of :func:`stats.bootstrap.cluster_bootstrap`.
+
+    Memory: the replicate counts ``R`` (n_boot x S float32, S = (2 + 2M) G cells: held
+    twice, as blocks and concatenated), the float64 tp/fp/fn/tn of every replicate and
+    cell and each metric's replicates with its interval temporaries (about 14 arrays of
+    n_boot x G x M float64), and one block: its multiplicities ``W`` (block x clusters
+    float32) and the draw chunk's index, offset and count temporaries.
+    Time: every drawn index, and the block products ``W @ K``.
+    """
+    B, C, G, M = (max(int(v), 1) for v in (n_boot, n_clusters, n_cells, n_models))
+    S = (2 + 2 * M) * G
+    block = min(B, max(_MIN_BLOCK_REPLICATES, _BLOCK_ELEMENTS // C))
+    draw = min(block * C, max(_DRAW_ELEMENTS, C))
+    per_metric = 8.0 * B * G * M
+    mem = (2 * 4.0 * B * S + per_metric * (8 + n_metrics)
+           + 4.0 * block * C + 4.0 * block * S + 20.0 * draw + 4.0 * C * S)
+    secs = _limits.SECONDS_PER_DRAW * B * C + 2.0 * B * C * S / _limits.FLOPS_PER_SECOND
+    return _limits.Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
+                seconds=secs, detail=f"{B:,} replicates x {C:,} clusters x {M} models x "
+                                     f"{G} subgroup cells")

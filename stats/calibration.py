@@ -34,10 +34,11 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, sparse, special
 
+from stats import limits as _limits
 from . import _validate as _v
 from ._quantile import percentile_interval
 from ._rng import as_generator
-from .limits import check, ece_bootstrap_work
+from .limits import check
 from .schema import ContractError, tidy
 
 __all__ = ["ece", "mce", "brier", "nll", "reliability_table", "ece_ci", "ece_ci_many", "temperature_scale",
@@ -362,10 +363,11 @@ EceInterval = Literal["basic", "percentile"]
 
 def ece_ci(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform", n_boot: int = 2000,
            seed=None, conf_level: float = 0.95, cluster=None,
-           interval: EceInterval = "basic") -> pd.DataFrame:
+           boot_ci: EceInterval = "basic", interval: EceInterval | None = None) -> pd.DataFrame:
     """ECE with a case-resampling bootstrap CI (tidy, one row).
 
-    ``interval``: "basic" (default) or "percentile". The plug-in ECE is biased upward in
+    ``boot_ci``: "basic" (default) or "percentile" (``interval``: its deprecated name; one
+    name per concept: the bootstrap interval is ``boot_ci`` everywhere). The plug-in ECE is biased upward in
     finite samples (a bin's |observed - predicted| gap absorbs its noise), and a
     replicate's ECE more so, so the percentile interval sits above the population ECE:
     in ``bench/ece_cluster_coverage.md`` (15 bins, 100-300 patients with 1-4 scans) it
@@ -400,6 +402,7 @@ def ece_ci(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform", n_b
     >= 2, ``conf_level`` in (0, 1), ``cluster`` one id per case.
     """
     func = "ece_ci"
+    boot_ci = _v.renamed(func, "interval", "boot_ci", interval, boot_ci, "basic")
     n_boot = _v.whole(n_boot, func=func, arg="n_boot", minimum=2, fix="e.g. n_boot=2000")
     n_bins = _v.whole(n_bins, func=func, arg="n_bins", fix="e.g. n_bins=15")
     conf_level = _v.level(conf_level, func=func)
@@ -409,12 +412,12 @@ def ece_ci(label, prob, *, n_bins: int = 15, strategy: Strategy = "uniform", n_b
                        cluster=np.asarray(cluster, dtype=object).ravel())
     return ece_ci_many([(label, prob) if cluster is None else (label, prob, cluster)],
                        n_bins=n_bins, strategy=strategy, n_boot=n_boot, seed=seed,
-                       conf_level=conf_level, interval=interval)
+                       conf_level=conf_level, boot_ci=boot_ci)
 
 
 def ece_ci_many(items, *, n_bins: int = 15, strategy: Strategy = "uniform", n_boot: int = 2000,
-                seed=None, conf_level: float = 0.95,
-                interval: EceInterval = "basic") -> pd.DataFrame:
+                seed=None, conf_level: float = 0.95, boot_ci: EceInterval = "basic",
+                interval: EceInterval | None = None) -> pd.DataFrame:
     """:func:`ece_ci` of several ``(label, prob)`` pairs: one row per pair, in order.
 
     Pairs with the same number of cases are resampled with one set of draws (paired),
@@ -428,6 +431,7 @@ def ece_ci_many(items, *, n_bins: int = 15, strategy: Strategy = "uniform", n_bo
     """
     from .intervals import _cluster_codes
 
+    interval = _v.renamed("ece_ci_many", "interval", "boot_ci", interval, boot_ci, "basic")
     clusters = [None if len(it) == 2 else _cluster_codes(it[2], len(np.asarray(it[1])))
                 for it in items]
     items = [_confidence(it[0], it[1], "ece_ci") for it in items]
@@ -436,7 +440,7 @@ def ece_ci_many(items, *, n_bins: int = 15, strategy: Strategy = "uniform", n_bo
     if int(n_boot) < 2:
         raise ValueError(f"n_boot must be >= 2; got {n_boot}")
     if interval not in ECE_INTERVALS:
-        raise ValueError(f"interval must be one of {ECE_INTERVALS}; got {interval!r}")
+        raise ValueError(f"boot_ci must be one of {ECE_INTERVALS}; got {interval!r}")
     if strategy != "uniform" and any(c is not None for c in clusters):
         raise ValueError("ece_ci: the cluster bootstrap needs equal-width bins "
                          "(strategy='uniform'); drop cluster= or use uniform bins")
@@ -843,3 +847,20 @@ def encoder_ece(predictions, *, probs=("prob",), n_bins: int = 15, n_boot: int =
                          "n_boot": float(n_boot), "n_boot_not_estimable": float(bad[u])})
     summary = tidy(pd.DataFrame(rows), group_cols=("encoder", "regime"))
     return summary, per_run[[*run_keys, "stage", "ece", "n"]]
+
+
+# --------------------------------------------------------------------------- work
+# (the engine states its own memory and time: stats.limits holds only the caps)
+
+def ece_bootstrap_work(n_boot: int, n: int, n_bins: int, strategy: str, *,
+                       setting: str = "n_boot", what: str = "ECE bootstrap") -> _limits.Work:
+    """Peak memory and time of :func:`stats.calibration.ece_ci`: the replicate ECEs plus
+    one block of about 4 million resampled elements (index, confidence, outcome, bin and
+    offset arrays; with equal-mass bins one comparison per bin edge)."""
+    B, n = max(int(n_boot), 1), max(int(n), 1)
+    per = n * (max(int(n_bins), 1) if strategy == "quantile" else 1)
+    block = min(B, max(1, 4_000_000 // per))
+    mem = 16.0 * B + 48.0 * block * per
+    secs = _limits.SECONDS_PER_ELEMENT * B * per
+    return _limits.Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
+                seconds=secs, detail=f"{B:,} replicates x {n:,} cases")

@@ -13,7 +13,8 @@ from stats.detection import GROUP_COLS, case_matrix
 from stats.intervals import (_paired_auc_frame, clustered_auc_variance, delong_difference_variance,
                              mcnemar_exact, newcombe_limits)
 from stats.schema import ContractError, tidy
-from stats.subgroups import _add_flag, adjust_p, grouped_auc
+from stats.detection import _add_flag
+from stats.subgroups import adjust_p, grouped_auc
 
 COMPARE_METRICS = ("sensitivity", "specificity", "auc")
 

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from stats import limits as _limits
 from . import _validate as _v
 from ._parallel import map_blocks
 from ._quantile import percentile_interval
@@ -54,7 +55,7 @@ from ._rng import spawn
 from ._threads import one_blas_thread
 from .crs import (AXES, SCORE_ESTIMANDS, TIE_TOL, _dataset_axes, _mean_over_datasets,
                   composite, crs_from_axes, normalize, prepare_runs, read_reference)
-from .limits import check, crs_bootstrap_work
+from .limits import check
 from .schema import tidy
 
 __all__ = ["crs_bootstrap", "CRSBootstrap", "BLOCK_SIZE"]
@@ -603,3 +604,37 @@ def crs_bootstrap(runs, reference, *, n_boot: int = 10_000, seed=None, conf_leve
     return CRSBootstrap(point=point, replicates=replicates, draws=draws, seeds=seeds,
                         encoders=encoders, n_boot=n_boot, conf_level=float(conf_level),
                         reference_hash=ref.hash, reference_version=ref.version)
+
+
+# --------------------------------------------------------------------------- work
+# (the engine states its own memory and time: stats.limits holds only the caps)
+
+def crs_bootstrap_work(n_boot: int, regimes, *, setting: str = "n_boot",
+                       what: str = "CRS paired-seed bootstrap") -> _limits.Work:
+    """Peak memory and time of :func:`stats.crs_resample.crs_bootstrap`.
+
+    ``regimes``: per regime ``(encoders, [seeds per dataset], [cells per dataset])``, or
+    the packed arrays the bootstrap builds (objects with ``encoders`` and ``arrays``).
+    Memory: per regime the replicate scores (n_boot x encoders x 12 float64, held twice:
+    blocks and concatenated), the drawn seed indices (n_boot x seeds int64 per dataset,
+    twice), the pairwise differences (n_boot x encoders^2 float64) and the ranks, plus
+    one block's draw counts and seed-means. Time: the per-block products (draw counts x
+    AUROC per encoder and cell) and the per-replicate scoring passes.
+    """
+    B = max(int(n_boot), 1)
+    mem = secs = 0.0
+    E_max = 1
+    for reg in regimes:
+        if hasattr(reg, "arrays"):
+            reg = (len(reg.encoders), [a.n_seeds for a in reg.arrays],
+                   [a.auc.shape[1] for a in reg.arrays])
+        E = max(int(reg[0]), 1)
+        E_max = max(E, E_max)
+        seeds = [max(int(v), 1) for v in reg[1]] or [1]
+        cells = [max(int(v), 1) for v in reg[2]] or [1]
+        mem += B * (2 * 8.0 * E * 12 + 2 * 8.0 * sum(seeds) + 8.0 * E * E + 16.0 * E)
+        mem += min(B, BLOCK_SIZE) * 8.0 * E * (sum(s + c for s, c in zip(seeds, cells)) + 24)
+        secs += 2.0 * B * E * sum(s * c for s, c in zip(seeds, cells)) / _limits.FLOPS_PER_SECOND
+        secs += _limits.SECONDS_PER_ELEMENT * B * E * (24 + E)
+    return _limits.Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
+                seconds=secs, detail=f"{B:,} replicates x {E_max} encoders")

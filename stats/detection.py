@@ -726,3 +726,31 @@ def threshold_sweep(cases: pd.DataFrame, thresholds: Sequence[float], *,
             "flag": np.where(np.isnan(tau), "not_estimable", ""), "threshold": thr,
             "ranked_by": k}))
     return tidy(pd.concat(frames, ignore_index=True), group_cols=GROUP_COLS)
+
+
+# --------------------------------------------------------------------------- table rows
+# (shared by the subgroup tables, the comparisons and the error-aware intervals)
+
+def _flags(n, den, small_n):
+    return np.where(n == 0, "empty", np.where(den == 0, "not_estimable",
+                                              np.where(den < small_n, "small_n", "")))
+
+
+def _add_flag(flag: np.ndarray, where: np.ndarray, name: str) -> np.ndarray:
+    """``flag`` with ``name`` appended (";"-separated) where ``where`` holds."""
+    flag = np.asarray(flag, dtype=object)
+    return np.where(where, np.where(flag == "", name, flag + ";" + name), flag).astype(object)
+
+
+def _frame(cm: CaseMatrix, estimand: str, values: Mapping[str, np.ndarray], counts) -> pd.DataFrame:
+    """Rows of one metric: ``values`` are (G x M) arrays, laid out model-major."""
+    G, M = cm.n_cells, len(cm.models)
+    cols = {k: np.asarray(v, dtype=object if k in ("method", "flag") else float).T.ravel()
+            if np.ndim(v) == 2 else v for k, v in values.items()}
+    return pd.DataFrame({
+        "estimand": estimand,
+        "model": np.repeat(np.array(cm.models, dtype=object), G),
+        "group_var": np.tile(cm.cells["group_var"].to_numpy(), M),
+        "group_level": np.tile(cm.cells["group_level"].to_numpy(), M),
+        "n": np.tile(counts["n"], M), "n_pos": np.tile(counts["n_pos"], M),
+        "n_neg": np.tile(counts["n_neg"], M), **cols})

@@ -571,8 +571,8 @@ def auc_method(clustered, scale: AucScale = "auc"):
                     np.where(logit, "delong-logit", "delong")).astype(object)
 
 
-def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auto",
-           cluster=None) -> pd.DataFrame:
+def auc_ci(label, score, *, conf_level: float = 0.95, auc_scale: AucScale = "auto",
+           cluster=None, scale: AucScale | None = None) -> pd.DataFrame:
     """AUC with DeLong's variance (Obuchowski's with clustered scans) and a Wald interval
     on the AUC scale (as pROC) when observations are independent.
 
@@ -580,7 +580,7 @@ def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auto",
     ----------
     label : array-like of 0/1 (1 = case), score : array-like (higher = more likely a case).
     conf_level : float
-    scale : "auto" (default): the AUC scale, as ``pROC::ci.auc``, with independent
+    auc_scale : "auto" (default): the AUC scale, as ``pROC::ci.auc``, with independent
         observations, the logit scale with clustered ones; "auc" or "logit" force one:
         the Wald interval on the logit of the AUC, back-transformed (method
         "delong-logit"), covers better in small cells (at 15 positives 94-96% where the AUC
@@ -593,6 +593,8 @@ def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auto",
         freedom (method "delong-cluster-logit-t", or "delong-cluster-t" on the AUC
         scale); when every cluster has one observation it is DeLong's (identical; method
         "delong"). Adds the column ``n_clusters``.
+    scale : deprecated name of ``auc_scale`` (one name per concept: the plan's
+        ``detection.auc_scale``, ``subgroup_metrics(auc_scale=)``, ``--auc-scale``).
 
     Returns
     -------
@@ -636,6 +638,7 @@ def auc_ci(label, score, *, conf_level: float = 0.95, scale: AucScale = "auto",
     estimand  estimate  conf_low  conf_high  n_pos method
          auc     0.875    0.5921        1.0    4.0 delong
     """
+    scale = _v.renamed("auc_ci", "scale", "auc_scale", scale, auc_scale, "auto")
     y, (s,) = _labels(label, score, func="auc_ci", cluster=cluster)
     conf_level = _v.level(conf_level, func="auc_ci")
     zero = np.zeros(len(y), dtype=np.int64)
@@ -761,3 +764,12 @@ def _paired_auc_frame(da, db, var, conf_level, clusters=None) -> dict:
             "n": da["m"] + da["k"], "n_pos": da["m"], "n_neg": da["k"],
             "method": method if np.ndim(diff) else method.item(), "flag": flag,
             "statistic": zstat, "p_value": p, "auc_a": da["auc"], "auc_b": db["auc"]}
+
+
+def wald_reference(df: float, level: float):
+    """Quantile and two-sided p-value function of a Wald test: normal when ``df`` is
+    infinite, t(df) otherwise (GEE with few clusters, :mod:`stats.models.gee`); NaN df
+    gives NaN limits and p-values."""
+    if df == np.inf:
+        return sps.norm.ppf(0.5 + level / 2), lambda st: 2 * sps.norm.sf(np.abs(st))
+    return sps.t.ppf(0.5 + level / 2, df), lambda st: 2 * sps.t.sf(np.abs(st), df)

@@ -30,6 +30,7 @@ import pandas as pd
 from scipy import sparse
 from scipy import stats as sps
 
+from stats import limits as _limits
 from stats._linalg import clean_variance
 from stats._rng import as_generator
 from stats.detection import (
@@ -733,7 +734,7 @@ def error_aware_metrics(cases: pd.DataFrame, *, by, label_error: pd.DataFrame,
     patient = cm.patient if cluster is not None else None
     if declared is not None:
         _check_declared(cases, cm, d, patient, declared, cluster)
-    from stats.limits import check, imputation_work
+    from stats.limits import check
 
     check(imputation_work(n_imputations, len(d.combo), n_states=d.n_states))  # before drawing
     T = impute_states(d, int(n_imputations), rng, patient=patient, per_patient=declared)
@@ -807,7 +808,7 @@ def _axis_rows(cm: CaseMatrix, d: _Design, spec, T, metrics, ci, conf_level, sma
                clustered: bool = False):
     """Rows of one affected axis: per-imputation counts by bincount, pooled per metric
     (``clustered``: at each imputation's effective counts, :func:`_effective_scale`)."""
-    from stats.subgroups import _add_flag, _flags, _frame
+    from stats.detection import _add_flag, _flags, _frame
 
     gvar, levels, code = _axis_cells(d, spec)
     G, M, J = len(levels), T.shape[0], len(cm.models)
@@ -1087,3 +1088,20 @@ def _dawid_skene(ev: pd.DataFrame, field: str, order: list[str], prior: float, t
         "true_value": np.tile(np.asarray(levels, dtype=object), len(r_idx)),
         "probability": prob.ravel(),
         "n_recorded": np.repeat(n_rec[has], K), "n_reviewed": np.repeat(n_rev[has], K).astype(float)})
+
+
+# --------------------------------------------------------------------------- work
+# (the engine states its own memory and time: stats.limits holds only the caps)
+
+def imputation_work(n_imputations: int, n_rows: int, *, n_states: int = 2,
+                    setting: str = "n_imputations",
+                    what: str = "the label-error imputation") -> _limits.Work:
+    """Peak memory and time of :func:`stats.label_error.impute_states` and the pooling
+    after it: the imputed states (imputations x rows int64), the per-imputation counts
+    and indicator temporaries of the same size (about three such arrays in all), and one
+    block of posterior draws (``stats.label_error._BLOCK_ELEMENTS`` elements)."""
+    M, n, S = max(int(n_imputations), 1), max(int(n_rows), 1), max(int(n_states), 1)
+    mem = 3 * 8.0 * M * n + 8.0 * 4 * (1 << 24)
+    secs = _limits.SECONDS_PER_ELEMENT * M * n * S * 20     # ~20 EM steps and draws per row
+    return _limits.Work(what=what, setting=f"{setting} ({M:,} imputations)", memory_bytes=mem,
+                seconds=secs, detail=f"{M:,} imputations x {n:,} rows")

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stats.schema import ContractError
+from stats.errors import ContractError
 
 #: share of physical memory one step may use by default
 DEFAULT_MEMORY_FRACTION = 0.8
@@ -78,11 +78,11 @@ CAPS = tuple(ENV)
 #: when the plan is read with the smallest data (one cluster, encoder, row), and again
 #: with the data's real sizes before any statistic
 ESTIMATED: dict[str, str] = {
-    "detection.bootstrap.n_boot": "cluster_bootstrap_work",
-    "crs.bootstrap.n_boot": "crs_bootstrap_work",
-    "calibration.bootstrap.n_boot": "ece_bootstrap_work",
-    "crs.n_weights": "ranking_stability_work",
-    "metadata.n_imputations": "imputation_work",
+    "detection.bootstrap.n_boot": "stats.bootstrap.cluster_bootstrap_work",
+    "crs.bootstrap.n_boot": "stats.crs_resample.crs_bootstrap_work",
+    "calibration.bootstrap.n_boot": "stats.calibration.ece_bootstrap_work",
+    "crs.n_weights": "stats.ranking.ranking_stability_work",
+    "metadata.n_imputations": "stats.label_error.imputation_work",
 }
 #: fixed caps on the plan's other counts and its list lengths (and the commands' options
 #: that set them): key -> (cap, what it bounds). Each is far above what a study needs (a
@@ -306,109 +306,6 @@ def _suggest(x: float) -> str:
     if not math.isfinite(x) or x > 1e9:
         return "N"
     return str(int(math.ceil(x * 1.25)))
-
-
-def cluster_bootstrap_work(n_boot: int, n_clusters: int, n_cells: int, n_models: int, *,
-                           n_metrics: int = 6, setting: str = "n_boot",
-                           what: str = "cluster bootstrap") -> Work:
-    """Peak memory and time of :func:`stats.bootstrap.cluster_bootstrap`.
-
-    Memory: the replicate counts ``R`` (n_boot x S float32, S = (2 + 2M) G cells: held
-    twice, as blocks and concatenated), the float64 tp/fp/fn/tn of every replicate and
-    cell and each metric's replicates with its interval temporaries (about 14 arrays of
-    n_boot x G x M float64), and one block: its multiplicities ``W`` (block x clusters
-    float32) and the draw chunk's index, offset and count temporaries.
-    Time: every drawn index, and the block products ``W @ K``.
-    """
-    from stats.bootstrap import _BLOCK_ELEMENTS, _DRAW_ELEMENTS, _MIN_BLOCK_REPLICATES
-
-    B, C, G, M = (max(int(v), 1) for v in (n_boot, n_clusters, n_cells, n_models))
-    S = (2 + 2 * M) * G
-    block = min(B, max(_MIN_BLOCK_REPLICATES, _BLOCK_ELEMENTS // C))
-    draw = min(block * C, max(_DRAW_ELEMENTS, C))
-    per_metric = 8.0 * B * G * M
-    mem = (2 * 4.0 * B * S + per_metric * (8 + n_metrics)
-           + 4.0 * block * C + 4.0 * block * S + 20.0 * draw + 4.0 * C * S)
-    secs = SECONDS_PER_DRAW * B * C + 2.0 * B * C * S / FLOPS_PER_SECOND
-    return Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
-                seconds=secs, detail=f"{B:,} replicates x {C:,} clusters x {M} models x "
-                                     f"{G} subgroup cells")
-
-
-def crs_bootstrap_work(n_boot: int, regimes, *, setting: str = "n_boot",
-                       what: str = "CRS paired-seed bootstrap") -> Work:
-    """Peak memory and time of :func:`stats.crs_resample.crs_bootstrap`.
-
-    ``regimes``: per regime ``(encoders, [seeds per dataset], [cells per dataset])``, or
-    the packed arrays the bootstrap builds (objects with ``encoders`` and ``arrays``).
-    Memory: per regime the replicate scores (n_boot x encoders x 12 float64, held twice:
-    blocks and concatenated), the drawn seed indices (n_boot x seeds int64 per dataset,
-    twice), the pairwise differences (n_boot x encoders^2 float64) and the ranks, plus
-    one block's draw counts and seed-means. Time: the per-block products (draw counts x
-    AUROC per encoder and cell) and the per-replicate scoring passes.
-    """
-    from stats.crs_resample import BLOCK_SIZE
-
-    B = max(int(n_boot), 1)
-    mem = secs = 0.0
-    E_max = 1
-    for reg in regimes:
-        if hasattr(reg, "arrays"):
-            reg = (len(reg.encoders), [a.n_seeds for a in reg.arrays],
-                   [a.auc.shape[1] for a in reg.arrays])
-        E = max(int(reg[0]), 1)
-        E_max = max(E, E_max)
-        seeds = [max(int(v), 1) for v in reg[1]] or [1]
-        cells = [max(int(v), 1) for v in reg[2]] or [1]
-        mem += B * (2 * 8.0 * E * 12 + 2 * 8.0 * sum(seeds) + 8.0 * E * E + 16.0 * E)
-        mem += min(B, BLOCK_SIZE) * 8.0 * E * (sum(s + c for s, c in zip(seeds, cells)) + 24)
-        secs += 2.0 * B * E * sum(s * c for s, c in zip(seeds, cells)) / FLOPS_PER_SECOND
-        secs += SECONDS_PER_ELEMENT * B * E * (24 + E)
-    return Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
-                seconds=secs, detail=f"{B:,} replicates x {E_max} encoders")
-
-
-def ece_bootstrap_work(n_boot: int, n: int, n_bins: int, strategy: str, *,
-                       setting: str = "n_boot", what: str = "ECE bootstrap") -> Work:
-    """Peak memory and time of :func:`stats.calibration.ece_ci`: the replicate ECEs plus
-    one block of about 4 million resampled elements (index, confidence, outcome, bin and
-    offset arrays; with equal-mass bins one comparison per bin edge)."""
-    B, n = max(int(n_boot), 1), max(int(n), 1)
-    per = n * (max(int(n_bins), 1) if strategy == "quantile" else 1)
-    block = min(B, max(1, 4_000_000 // per))
-    mem = 16.0 * B + 48.0 * block * per
-    secs = SECONDS_PER_ELEMENT * B * per
-    return Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
-                seconds=secs, detail=f"{B:,} replicates x {n:,} cases")
-
-
-def ranking_stability_work(n_weights: int, n_encoders: int, *, setting: str = "n_weights",
-                           what: str = "the ranking stability") -> Work:
-    """Peak memory and time of the Dirichlet-weights part of
-    :func:`stats.ranking.ranking_stability`, per regime: the weights (n_weights x 3) and
-    the re-weighted scores (n_weights x encoders) in float64, and Kendall's tau of every
-    draw at once: the pair signs (n_weights x E(E-1)/2 float64) and three temporaries of
-    their size."""
-    W, E = max(int(n_weights), 1), max(int(n_encoders), 1)
-    pairs = E * (E - 1) / 2
-    mem = 8.0 * W * (3 + 2 * E) + 4 * 8.0 * W * max(pairs, 1)
-    secs = SECONDS_PER_ELEMENT * W * (3 * E + 6 * max(pairs, 1))
-    return Work(what=what, setting=f"{setting} ({W:,} draws)", memory_bytes=mem,
-                seconds=secs, detail=f"{W:,} weight draws x {E} encoders")
-
-
-def imputation_work(n_imputations: int, n_rows: int, *, n_states: int = 2,
-                    setting: str = "n_imputations",
-                    what: str = "the label-error imputation") -> Work:
-    """Peak memory and time of :func:`stats.label_error.impute_states` and the pooling
-    after it: the imputed states (imputations x rows int64), the per-imputation counts
-    and indicator temporaries of the same size (about three such arrays in all), and one
-    block of posterior draws (``stats.label_error._BLOCK_ELEMENTS`` elements)."""
-    M, n, S = max(int(n_imputations), 1), max(int(n_rows), 1), max(int(n_states), 1)
-    mem = 3 * 8.0 * M * n + 8.0 * 4 * (1 << 24)
-    secs = SECONDS_PER_ELEMENT * M * n * S * 20     # ~20 EM steps and draws per row
-    return Work(what=what, setting=f"{setting} ({M:,} imputations)", memory_bytes=mem,
-                seconds=secs, detail=f"{M:,} imputations x {n:,} rows")
 
 
 # --------------------------------------------------------------------------- counts

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from stats import limits as _limits
 from . import _validate as _v
 from ._quantile import percentile_interval
 from ._rng import as_generator
@@ -210,7 +211,7 @@ def ranking_stability(runs, reference, *, n_weights: int = 1000, seed=None, k: i
     ``n_weights`` and ``k`` must be whole numbers >= 1 and ``conf_level`` in (0, 1)
     (:class:`~stats.schema.ContractError`); the runs are read by :func:`stats.read_runs`.
     """
-    from .limits import check, ranking_stability_work
+    from .limits import check
 
     func = "ranking_stability"
     n_weights = _v.whole(n_weights, func=func, arg="n_weights", fix="e.g. n_weights=1000")
@@ -279,3 +280,21 @@ def ranking_stability(runs, reference, *, n_weights: int = 1000, seed=None, k: i
             "conf_level", "n", "method", "flag", "statistic", "p_value", "k", "reference_hash"]
     out = out[[c for c in keep if c in out.columns]]
     return tidy(out, group_cols=("regime",))
+
+
+# --------------------------------------------------------------------------- work
+# (the engine states its own memory and time: stats.limits holds only the caps)
+
+def ranking_stability_work(n_weights: int, n_encoders: int, *, setting: str = "n_weights",
+                           what: str = "the ranking stability") -> _limits.Work:
+    """Peak memory and time of the Dirichlet-weights part of
+    :func:`stats.ranking.ranking_stability`, per regime: the weights (n_weights x 3) and
+    the re-weighted scores (n_weights x encoders) in float64, and Kendall's tau of every
+    draw at once: the pair signs (n_weights x E(E-1)/2 float64) and three temporaries of
+    their size."""
+    W, E = max(int(n_weights), 1), max(int(n_encoders), 1)
+    pairs = E * (E - 1) / 2
+    mem = 8.0 * W * (3 + 2 * E) + 4 * 8.0 * W * max(pairs, 1)
+    secs = _limits.SECONDS_PER_ELEMENT * W * (3 * E + 6 * max(pairs, 1))
+    return _limits.Work(what=what, setting=f"{setting} ({W:,} draws)", memory_bytes=mem,
+                seconds=secs, detail=f"{W:,} weight draws x {E} encoders")

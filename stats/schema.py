@@ -20,18 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from stats.errors import ContractError  # noqa: F401  (re-exported: stats.schema.ContractError)
+
 # --------------------------------------------------------------------------- errors
-
-
-class ContractError(ValueError):
-    """A table breaks its contract. The message says where, what and how to fix it."""
-
-    def __init__(self, message: str, *, source: str | None = None, column: str | None = None,
-                 rows: Sequence[int] | None = None):
-        super().__init__(message)
-        self.source = source
-        self.column = column
-        self.rows = list(rows) if rows is not None else []
 
 
 MSG_MISSING_FILE = "{source}: file not found; check the path (relative paths are read from {cwd})"
@@ -808,7 +799,7 @@ def read_cases(path_or_df, *, extra_numeric: Sequence[str] = ()) -> pd.DataFrame
     >>> read_cases(raw.assign(label=[1, 2, 1]))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    stats.schema.ContractError: <cases DataFrame>: column 'label' must be 0/1; row 2 has 2.0; ...
+    stats.errors.ContractError: <cases DataFrame>: column 'label' must be 0/1; row 2 has 2.0; ...
     """
     df, source = read_table(path_or_df, table="cases")
     _require_columns(df, CASES_REQUIRED, source=source, table="cases")

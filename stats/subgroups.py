@@ -30,7 +30,7 @@ from stats.clustered import (AUTO, FLAG_DEFF, SUFFIX, clustered_proportions, com
                              design_effect, effective_counts, metric_indicators, pair_codes,
                              cluster_cases)
 from stats.detection import (BIN_SOURCES, GROUP_COLS, METRICS, OVERALL, PROPORTIONS, CaseMatrix,
-                             case_matrix, metric_fractions, ratio)
+                             _add_flag, _flags, _frame, case_matrix, metric_fractions, ratio)
 from stats.intervals import (AUC_SCALES, PROPORTION_METHODS, AucScale, _auc_ci_from,
                              auc_boundary, auc_method, clustered_auc_variance,
                              delong_placements, newcombe_limits, proportion_limits)
@@ -63,17 +63,6 @@ def _examples(values: pd.Series, mask, k: int = 5) -> str:
     return shown + (f" and {len(idx) - k} more" if len(idx) > k else "")
 
 
-def _flags(n, den, small_n):
-    return np.where(n == 0, "empty", np.where(den == 0, "not_estimable",
-                                              np.where(den < small_n, "small_n", "")))
-
-
-def _add_flag(flag: np.ndarray, where: np.ndarray, name: str) -> np.ndarray:
-    """``flag`` with ``name`` appended (";"-separated) where ``where`` holds."""
-    flag = np.asarray(flag, dtype=object)
-    return np.where(where, np.where(flag == "", name, flag + ";" + name), flag).astype(object)
-
-
 def cluster_columns(cm: CaseMatrix, metrics: Sequence[str], *, ci: str, conf_level: float
                     ) -> dict[str, dict[str, np.ndarray]]:
     """Per metric (and "auc": clusters with a scan in the cell), (G x M) arrays from
@@ -88,20 +77,6 @@ def cluster_columns(cm: CaseMatrix, metrics: Sequence[str], *, ci: str, conf_lev
                                 np.hstack([ind[k][1] for k in keys]), method=ci,
                                 conf_level=conf_level)
     return {k: {c: v[:, i * M:(i + 1) * M] for c, v in res.items()} for i, k in enumerate(keys)}
-
-
-def _frame(cm: CaseMatrix, estimand: str, values: Mapping[str, np.ndarray], counts) -> pd.DataFrame:
-    """Rows of one metric: ``values`` are (G x M) arrays, laid out model-major."""
-    G, M = cm.n_cells, len(cm.models)
-    cols = {k: np.asarray(v, dtype=object if k in ("method", "flag") else float).T.ravel()
-            if np.ndim(v) == 2 else v for k, v in values.items()}
-    return pd.DataFrame({
-        "estimand": estimand,
-        "model": np.repeat(np.array(cm.models, dtype=object), G),
-        "group_var": np.tile(cm.cells["group_var"].to_numpy(), M),
-        "group_level": np.tile(cm.cells["group_level"].to_numpy(), M),
-        "n": np.tile(counts["n"], M), "n_pos": np.tile(counts["n_pos"], M),
-        "n_neg": np.tile(counts["n_neg"], M), **cols})
 
 
 def grouped_auc(cm: CaseMatrix, *, placements: bool = True, clustered: bool = False
@@ -180,10 +155,9 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     small_n : int
         Flag "small_n" when a metric's denominator is below this.
     label_error : DataFrame, optional
-        ``field, recorded_value, true_value, probability`` = P(true | recorded): the axes
-        built on those fields get multiple-imputation intervals that carry the metadata
-        error (:func:`stats.label_error.error_aware_metrics`; M = 100 imputations, ``seed``),
-        cluster-aware with ``cluster`` (method "mi-wilson-cluster").
+        Deprecated (removed in the next release): call
+        :func:`stats.label_error.error_aware_metrics` (or ``compare_naive``) directly,
+        with the same arguments; ``subgroup_metrics`` no longer dispatches to it.
     cluster : str or None, default "auto"
         Column whose repeated values mark scans of one patient (e.g. ``"patient_id"``).
         "auto" (default): ``"patient_id"`` when that column exists and some patient has
@@ -290,7 +264,12 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
     if boot_ci not in bs.CI_METHODS:
         raise ValueError(f"boot_ci must be one of {bs.CI_METHODS}; got {boot_ci!r}")
     cases, cluster = cluster_cases(cases, cluster)
-    if label_error is not None:  # metadata error carried into the intervals
+    if label_error is not None:  # deprecated: the one import back into label_error
+        import warnings
+
+        warnings.warn("subgroup_metrics(label_error=) is deprecated; call "
+                      "stats.label_error.error_aware_metrics(cases, by=..., label_error=...)",
+                      DeprecationWarning, stacklevel=2)
         from stats.label_error import error_aware_metrics
         return error_aware_metrics(cases, by=by, label_error=label_error, metrics=metrics, ci=ci,
                                    conf_level=conf_level, seed=seed, small_n=small_n,
@@ -328,7 +307,7 @@ def subgroup_metrics(cases: pd.DataFrame, *, by, metrics: Sequence[str] = (
         bc = bs.boot_counts(cm, strata=strata)
         R = bs.replicate_counts(bc, int(n_boot), seed=seed, scheduler=scheduler)
         boot = bs.bootstrap_table(cm, bc, R, metrics=boot_metrics, conf_level=conf_level,
-                                  ci_method=boot_ci)
+                                  boot_ci=boot_ci)
         for i, k in enumerate(count_metrics):
             if k in boot_metrics:
                 b = boot[boot.estimand == k]

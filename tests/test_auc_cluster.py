@@ -79,7 +79,7 @@ def test_auc_ci_cluster_matches_plain_recomputation(seed):
     C = d.patient_id.nunique()
     q = scipy.stats.t.ppf(0.975, C - 1)     # the t reference on C - 1 df
     for scale in ("auto", "auc", "logit"):
-        got = iv.auc_ci(d.label, d.score, cluster=d.patient_id, scale=scale)
+        got = iv.auc_ci(d.label, d.score, cluster=d.patient_id, auc_scale=scale)
         check_tidy(got)
         assert got.method[0] == ("delong-cluster-t" if scale == "auc"
                                  else "delong-cluster-logit-t")

@@ -106,7 +106,7 @@ def test_bca_matches_direct_formula(cases):
     cm = case_matrix(cases, None)
     bc = bs.boot_counts(cm)
     R = bs.replicate_counts(bc, 400, seed=9)
-    out = bs.bootstrap_table(cm, bc, R, metrics=["f1"], conf_level=0.9, ci_method="bca")
+    out = bs.bootstrap_table(cm, bc, R, metrics=["f1"], conf_level=0.9, boot_ci="bca")
     reps = bs.metric_arrays(bc.unpack(R), ["f1"])["f1"][:, 0, :]
     for m, name in enumerate(cm.models):
         sub = cases[cases.model == name]
@@ -138,15 +138,15 @@ PROPS = {  # metric: (numerator, denominator) row masks, from pred and label
 
 
 def test_wilson_deff_interval_by_hand(cases):
-    """ci_method="wilson": Wilson at n / deff, deff = bootstrap variance x C / (C - 1) /
+    """boot_ci="wilson": Wilson at n / deff, deff = bootstrap variance x C / (C - 1) /
     binomial variance (C clusters in the denominator), recomputed by hand from the
     replicates for every proportion; F1 falls back to the percentile interval."""
     cm = case_matrix(cases, BY)
     bc = bs.boot_counts(cm)
     R = bs.replicate_counts(bc, 500, seed=4)
     metrics = [*PROPS, "f1"]
-    out = bs.bootstrap_table(cm, bc, R, metrics=metrics, conf_level=0.9, ci_method="wilson")
-    pct = bs.bootstrap_table(cm, bc, R, metrics=["f1"], conf_level=0.9, ci_method="percentile")
+    out = bs.bootstrap_table(cm, bc, R, metrics=metrics, conf_level=0.9, boot_ci="wilson")
+    pct = bs.bootstrap_table(cm, bc, R, metrics=["f1"], conf_level=0.9, boot_ci="percentile")
     z = sps.norm.ppf(0.95)
     reps = bs.metric_arrays(bc.unpack(R), list(PROPS))  # B x G x M each
     checked = 0
@@ -182,8 +182,8 @@ def test_wilson_deff_interval_by_hand(cases):
     f1 = out[out.estimand == "f1"].reset_index(drop=True)
     assert (f1.method == "bootstrap-percentile").all()
     pd.testing.assert_series_equal(f1.conf_low, pct.conf_low, check_names=False)
-    with pytest.raises(ValueError, match="ci_method"):
-        bs.bootstrap_table(cm, bc, R, metrics=["f1"], conf_level=0.9, ci_method="basic")
+    with pytest.raises(ValueError, match="boot_ci"):
+        bs.bootstrap_table(cm, bc, R, metrics=["f1"], conf_level=0.9, boot_ci="basic")
 
 
 def test_bad_inputs(cases):

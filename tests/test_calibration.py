@@ -203,7 +203,7 @@ def test_ece_ci_many_equals_separate_calls():
     # interval their reflection about the estimate (lower limit floored at 0)
     y, p = items[0]
     lo, hi = np.percentile(_legacy_replicates(y, p, 200, 3), [2.5, 97.5])
-    row = cal.ece_ci(y, p, n_boot=200, seed=3, interval="percentile").iloc[0]
+    row = cal.ece_ci(y, p, n_boot=200, seed=3, boot_ci="percentile").iloc[0]
     assert abs(row["conf_low"] - lo) < 1e-12 and abs(row["conf_high"] - hi) < 1e-12
     assert row["method"] == "bootstrap-percentile"
     basic = cal.ece_ci(y, p, n_boot=200, seed=3).iloc[0]
@@ -222,8 +222,8 @@ def test_ece_ci_many_equals_separate_calls():
             yy = yc if q is pc else (rng.random(n) < q).astype(int)
             r = cal.ece_ci(yy, q, n_boot=300, seed=1).iloc[0]
             assert 0 <= r["conf_low"] <= r["estimate"] <= r["conf_high"], (n, r.to_dict())
-    with pytest.raises(ValueError, match="interval must be one of"):
-        cal.ece_ci(y, p, n_boot=20, interval="bca")
+    with pytest.raises(ValueError, match="boot_ci must be one of"):
+        cal.ece_ci(y, p, n_boot=20, boot_ci="bca")
 
 
 def test_temperature_scaling_lowers_held_out_nll_and_keeps_auroc():

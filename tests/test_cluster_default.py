@@ -111,13 +111,19 @@ def test_default_records_the_method(cases, single):
 
 
 def test_label_error_path_resolves_the_default(cases):
-    """subgroup_metrics(label_error=...) passes the resolved cluster on."""
+    """The error-aware metrics resolve cluster="auto" as subgroup_metrics does; the old
+    way in, subgroup_metrics(label_error=...), warns (deprecated) and gives the same."""
+    from stats.label_error import error_aware_metrics
+
     tab = pd.DataFrame({"field": "phase", "recorded_value": ["venous", "venous"],
                         "true_value": ["venous", "arterial"], "probability": [0.9, 0.1]})
     kw = dict(by=BY, metrics=("sensitivity",), label_error=tab, seed=1)
-    out = stats.subgroup_metrics(cases, **kw)
-    _same(out, stats.subgroup_metrics(cases, cluster="patient_id", **kw))
+    out = error_aware_metrics(cases, **kw)
+    _same(out, error_aware_metrics(cases, cluster="patient_id", **kw))
     assert out["method"].str.endswith("-cluster").all()
+    with pytest.warns(DeprecationWarning, match="error_aware_metrics"):
+        old = stats.subgroup_metrics(cases, **kw)
+    _same(old, out)
 
 
 # --------------------------------------------------------------------------- n_clusters

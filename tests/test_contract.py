@@ -108,6 +108,7 @@ def _outputs(cases, runs, reference):
         "pooled_subgroup_metrics": stats.pooled_subgroup_metrics(cases, ["phase",
                                                                          ("age_group", "phase")]),
         "precision_table": stats.precision_table(cases, by=["phase"]),
+        "site_meta_analysis": stats.site_meta_analysis(cases, by="phase"),
         "compare_naive": stats.compare_naive(
             cases, ["phase"], pd.DataFrame({"field": "phase", "recorded_value": ["venous"] * 2,
                                             "true_value": ["venous", "arterial"],

@@ -18,14 +18,14 @@ Designs (chosen so that the truth is unambiguous and the binomial model holds):
 * DeLong: binormal scores with AUC = Phi(delta / sqrt 2). The AUC-scale interval (pROC's)
   is in the band at 50 positives / 150 negatives; at 15 positives it under-covers
   (~91-93%, a known small-sample property of Wald AUC intervals). The logit-scale interval
-  (``auc_ci(scale="logit")``) is in the band at 15 positives for AUC 0.65-0.85.
+  (``auc_ci(auc_scale="logit")``) is in the band at 15 positives for AUC 0.65-0.85.
 * Cluster bootstrap: patients with 1-3 scans and a patient random effect on the logit of
   detection; truth = E[expit(a + u)] by Gauss-Hermite quadrature. Each replicate cohort is
   one stratum of a stratified bootstrap, i.e. an independent cluster bootstrap per cohort.
   The percentile interval is in the band at 150 patients (~128 positive scans); at ~16
   positive scans it under-covers (~91%; BCa 76-95% depending on p; 55% at sensitivity
   0.95). The Wilson interval at the bootstrap's effective sample size
-  (``ci_method="wilson"``) is in the band at both sizes, for sensitivities 0.6-0.9 and a
+  (``boot_ci="wilson"``) is in the band at both sizes, for sensitivities 0.6-0.9 and a
   patient SD of 1 or 2 on the logit scale. With 2-6 scans per patient and SD 2 the
   design effect matters: the clustering-blind Wilson interval covers 88-92%, the
   effective-n one stays in the band. Its stated limit: with about 12 patients carrying
@@ -167,7 +167,7 @@ def _bootstrap_coverage(R, n_pat, B=1000, batch=200, a=1.5, sd=1.0, seed=0,
         bc = bs.boot_counts(cm, strata="rep")
         counts = bs.replicate_counts(bc, B, seed=rng)
         out = bs.bootstrap_table(cm, bc, counts, metrics=["sensitivity"], conf_level=0.95,
-                                 ci_method=method)
+                                 boot_ci=method)
         out = out[out.group_var == "rep"]
         hits.append(((out.conf_low <= truth) & (truth <= out.conf_high)).to_numpy())
         n = out.n_pos.to_numpy()

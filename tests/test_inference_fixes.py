@@ -75,7 +75,7 @@ def test_newcombe_paired_published_examples():
 @pytest.mark.parametrize("scale", ["auc", "logit"])
 @pytest.mark.parametrize("score", [[0.9, 0.8, 0.7, 0.2, 0.3], [0.1, 0.2, 0.3, 0.8, 0.9]])
 def test_auc_at_the_boundary_is_flagged(scale, score):
-    out = iv.auc_ci([1, 1, 1, 0, 0], score, scale=scale)
+    out = iv.auc_ci([1, 1, 1, 0, 0], score, auc_scale=scale)
     check_tidy(out)
     assert out.estimate[0] in (0.0, 1.0)
     assert out.flag[0] == "auc_boundary"
@@ -87,7 +87,7 @@ def test_auc_at_the_boundary_is_flagged(scale, score):
 
 
 def test_auc_inside_is_not_flagged():
-    out = iv.auc_ci([1, 1, 1, 0, 0], [0.9, 0.1, 0.7, 0.2, 0.3], scale="logit")
+    out = iv.auc_ci([1, 1, 1, 0, 0], [0.9, 0.1, 0.7, 0.2, 0.3], auc_scale="logit")
     assert out.flag[0] == "" and 0 < out.conf_low[0] < out.estimate[0] < out.conf_high[0] < 1
     assert iv.auc_boundary([0.0, 0.5, 1.0, np.nan]).tolist() == [True, False, True, False]
 

@@ -121,7 +121,7 @@ def test_auc_logit_interval_matches_r(ref):
     on pROC's AUC and variance."""
     d = pd.read_csv(R / "data" / "detection_asah.csv")
     for m in ("s100b", "ndka", "wfns"):
-        got = iv.auc_ci(d.y, d[m], scale="logit")
+        got = iv.auc_ci(d.y, d[m], auc_scale="logit")
         check_tidy(got)
         assert got.method[0] == "delong-logit"
         assert abs(got.conf_low[0] - _get(ref, "auc-logit-asah", m, "low")) < TOL
@@ -131,12 +131,12 @@ def test_auc_logit_interval_matches_r(ref):
 
 
 def test_auc_logit_interval_edges():
-    perfect = iv.auc_ci([1, 1, 0, 0], [0.9, 0.8, 0.2, 0.3], scale="logit")
+    perfect = iv.auc_ci([1, 1, 0, 0], [0.9, 0.8, 0.2, 0.3], auc_scale="logit")
     assert perfect.estimate[0] == 1.0  # logit infinite: no interval, flagged (issue 15)
     assert np.isnan(perfect.conf_low[0]) and np.isnan(perfect.conf_high[0])
     assert perfect.flag[0] == "auc_boundary"
     with pytest.raises(ValueError, match="must be one of.*logit"):
-        iv.auc_ci([1, 0], [1, 0], scale="log")
+        iv.auc_ci([1, 0], [1, 0], auc_scale="log")
 
 
 def test_delong_test_matches_proc(ref):

@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from clinrel import outputs
+from reports import outputs
 from clinrel.cli import app
 from stats import simulate
 from conftest import dead_pid, snapshot
@@ -106,7 +106,7 @@ def test_user_file_named_like_a_temporary_survives_in_the_parent_of_out(study):
 
 KILLED_WRITER = """
 import os, signal, sys
-from clinrel.outputs import atomic_file
+from reports.outputs import atomic_file
 with atomic_file(sys.argv[1]) as tmp:
     tmp.write_text("half")
     print(tmp, flush=True)
@@ -213,8 +213,7 @@ def test_one_bad_output_suffix_leaves_no_file(study, argv, words):
 
 
 def test_failed_multi_file_run_leaves_existing_outputs_untouched(study):
-    (study / "t_terms.csv").write_text("my earlier terms\n")
-    outputs._record_written([study / "t_terms.csv"])   # as if clinrel wrote it: --force may
+    (study / "t_terms.csv").write_text("my earlier terms\n")   # --force may replace it
     before = _snapshot(study)
     _refused([*ADJ, "--out", "t_terms.csv", "--glance-out", "g.txt", "--force"], "'.txt'")
     assert _snapshot(study) == before
@@ -225,12 +224,7 @@ def test_multi_file_commands_still_write_every_file(study):
     assert len(pd.read_csv("t.csv")) and len(pd.read_parquet("g.parquet"))
     _ok(["metadata", "extract", "reps.csv", "--out", "ev.csv", "--review", "rev.csv", "--quiet"])
     assert {p.name for p in study.iterdir()} == {"cases.csv", "reps.csv", "t.csv", "g.parquet",
-                                                "ev.csv", "ev_agreement.csv", "rev.csv",
-                                                outputs.WRITTEN}
-    written = json.loads((study / outputs.WRITTEN).read_text())
-    assert written["generator"] == outputs.GENERATOR
-    assert set(written["files"]) == {"t.csv", "g.parquet", "ev.csv", "ev_agreement.csv",
-                                     "rev.csv"}
+                                                "ev.csv", "ev_agreement.csv", "rev.csv"}
 
 
 class _Unwritable:
@@ -240,10 +234,9 @@ class _Unwritable:
 
 def test_write_tables_failing_midway_writes_nothing(tmp_path):
     df = pd.DataFrame({"a": [1, 2]})
-    (tmp_path / "old.csv").write_text("old\n")
-    outputs._record_written([tmp_path / "old.csv"])     # clinrel's: --force may replace it
+    (tmp_path / "old.csv").write_text("old\n")               # --force may replace it
     before = _snapshot(tmp_path)
-    # a full disk is a message naming the output that failed (clinrel.outputs.MSG_NO_SPACE)
+    # a full disk is a message naming the output that failed (reports.outputs.MSG_NO_SPACE)
     with pytest.raises(outputs.OutputError, match=r"--b-out .*b\.parquet.*the disk is full"):
         outputs.write_tables([("--out", tmp_path / "old.csv", df),
                               ("--a-out", tmp_path / "new" / "a.csv", df),
@@ -254,8 +247,7 @@ def test_write_tables_failing_midway_writes_nothing(tmp_path):
 
 def test_write_tables_undoes_the_moves_made_when_one_fails(tmp_path, monkeypatch):
     df = pd.DataFrame({"a": [1, 2]})
-    (tmp_path / "one.csv").write_text("old one\n")
-    outputs._record_written([tmp_path / "one.csv"])     # clinrel's: --force may replace it
+    (tmp_path / "one.csv").write_text("old one\n")           # --force may replace it
     before = _snapshot(tmp_path)
     real = os.replace
 
@@ -273,35 +265,37 @@ def test_write_tables_undoes_the_moves_made_when_one_fails(tmp_path, monkeypatch
     outputs.write_tables([("--out", tmp_path / "one.csv", df),
                           ("--two-out", tmp_path / "two.csv", df)], force=True)
     assert pd.read_csv(tmp_path / "one.csv").equals(df) and (tmp_path / "two.csv").is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [outputs.WRITTEN, "one.csv", "two.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.csv", "two.csv"]
 
 
 # --------------------------------------------------------------------------- 4. second audit
 
-def test_the_written_record_is_never_followed_through_a_link(study):
-    """Second safety audit: the record of written files was read and rewritten through a
-    symlink (a user's file overwritten with JSON, or its content copied into the output
-    folder); a record clinrel did not write is neither trusted nor replaced."""
+HIDDEN = ".clinrel-written.json"   # the name of a record earlier versions kept
+
+
+def test_no_hidden_bookkeeping_beside_a_file_output_to_plant_a_link_at(study):
+    """Second safety audit: the record of written files beside a file output was read and
+    rewritten through a planted symlink. There is no such record now: a link planted at
+    its old name is never read or written, nothing of clinrel's is left hidden beside the
+    outputs, and --force replaces the output (asked)."""
     private = study.parent / "private"
     private.mkdir()
     secret = private / "notes.json"
     secret.write_text('{"api_token": "SECRET-123"}')
-    (study / outputs.WRITTEN).symlink_to(secret)
+    (study / HIDDEN).symlink_to(secret)
     before = secret.read_bytes()
     _ok([*ADJ, "--out", "t.csv"])
-    assert secret.read_bytes() == before and (study / outputs.WRITTEN).is_symlink()
+    _ok([*ADJ, "--out", "t.csv", "--force"])
+    assert secret.read_bytes() == before and (study / HIDDEN).is_symlink()
     assert "SECRET" not in "".join(p.read_text(errors="ignore") for p in study.iterdir()
                                    if p.is_file() and not p.is_symlink())
-    assert not [p for p in study.iterdir() if p.name.startswith(f".{outputs.WRITTEN}.")]
-    # not recorded (the record is not clinrel's): --force refuses to replace t.csv
-    _refused([*ADJ, "--out", "t.csv", "--force"], "clinrel did not write it")
+    assert [p.name for p in study.iterdir() if p.name.startswith(".")] == [HIDDEN]
 
 
-def test_a_folder_at_the_record_leaves_no_stray_file(study):
-    (study / outputs.WRITTEN).mkdir()
+def test_a_folder_at_the_records_old_name_leaves_no_stray_file(study):
+    (study / HIDDEN).mkdir()
     _ok([*ADJ, "--out", "t.csv"])
-    assert sorted(p.name for p in study.iterdir() if p.name.startswith(".")) == [
-        outputs.WRITTEN]
+    assert sorted(p.name for p in study.iterdir() if p.name.startswith(".")) == [HIDDEN]
 
 
 def test_a_dotdot_output_path_never_removes_a_users_empty_folder(study):
@@ -320,7 +314,7 @@ def test_a_fifo_where_clinrel_keeps_its_bookkeeping_never_hangs(study, where):
     """Second audit: a FIFO at the record of written files, or at a dead run's marker,
     made every run hang (reading it blocks); clinrel reads only regular files."""
     if where == "record":
-        os.mkfifo(study / outputs.WRITTEN)
+        os.mkfifo(study / HIDDEN)
     else:
         left = study / f".zz.tmp-{_dead_pid()}-x"
         left.mkdir()

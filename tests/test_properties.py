@@ -133,8 +133,8 @@ def test_auc_of_the_negated_score_is_one_minus_auc(label, data, scale):
     y = np.array(label)
     assume(0 < y.sum() < len(y))
     s = np.array(data.draw(st.lists(st.integers(-5, 5), min_size=len(y), max_size=len(y))), float)
-    a = stats.auc_ci(y, s, scale=scale).iloc[0]
-    b = stats.auc_ci(y, -s, scale=scale).iloc[0]
+    a = stats.auc_ci(y, s, auc_scale=scale).iloc[0]
+    b = stats.auc_ci(y, -s, auc_scale=scale).iloc[0]
     assert b["estimate"] == pytest.approx(1 - a["estimate"], abs=1e-12)
     assert b["std_error"] == pytest.approx(a["std_error"], abs=1e-12, nan_ok=True)
     if np.isfinite(a["conf_low"]) and np.isfinite(b["conf_high"]):

@@ -27,9 +27,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from clinrel._csvsafe import FORMULA_START, neutralise, neutralise_text, write_csv
+from reports.csvsafe import FORMULA_START, neutralise, neutralise_text, write_csv
 from clinrel.cli import app
-from clinrel import outputs
+from reports import outputs
 from stats import simulate
 from stats._rng import MSG_SEED
 from conftest import dead_pid, snapshot
@@ -299,32 +299,28 @@ def test_force_replaces_an_earlier_clinrel_output_and_nothing_beside_it(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["beside.txt", "d"]
 
 
-def test_force_replaces_only_a_file_clinrel_wrote_and_never_an_input(tmp_path):
-    """--force replaces a file output only when clinrel wrote it and it is unchanged
-    (the charter: never overwrite a file clinrel did not write; the audit replaced a
-    user's notes.yaml with plan init --force)."""
+def test_force_replaces_a_file_only_when_asked_and_never_an_input_or_a_link(tmp_path):
+    """A file output names one file: an existing one is replaced only with --force (the
+    user asking for it; the rule of issue 29: no hidden record beside the user's files),
+    never when it is one of the command's inputs, never through a symbolic link."""
     out = tmp_path / "s.csv"
-    out.write_text("old")                       # the user's own file of that name
-    r = runner.invoke(app, ["simulate", "benchx", "--scale", "20", "--out", str(out), "--force"])
-    assert r.exit_code == 2 and "clinrel did not write it" in r.output, r.output
-    assert out.read_text() == "old"
-    out.unlink()
+    out.write_text("old")                       # an existing file of that name
     r = runner.invoke(app, ["simulate", "benchx", "--scale", "20", "--out", str(out)])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 2 and "add --force" in r.output and out.read_text() == "old"
     r = runner.invoke(app, ["simulate", "benchx", "--scale", "10", "--out", str(out), "--force"])
     assert r.exit_code == 0, r.output
-    assert len(pd.read_csv(out)) == 10 * 3      # clinrel's own file: replaced
-    with open(out, "a") as fh:                  # edited since: no longer replaced
-        fh.write("\n")
-    edited = out.read_bytes()
-    r = runner.invoke(app, ["simulate", "benchx", "--scale", "20", "--out", str(out), "--force"])
-    assert r.exit_code == 2 and "changed since" in r.output and out.read_bytes() == edited
+    assert len(pd.read_csv(out)) == 10 * 3      # asked: replaced
+    before = out.read_bytes()
     r = runner.invoke(app, ["subgroups", str(out), "--threshold", "50", "--out", str(out), "--force"])
-    assert r.exit_code == 2 and out.read_bytes() == edited
-    plan = tmp_path / "notes.yaml"
-    plan.write_text("my notes\n")
-    r = runner.invoke(app, ["plan", "init", str(out), "--out", str(plan), "--force"])
-    assert r.exit_code == 2 and plan.read_text() == "my notes\n", r.output
+    assert r.exit_code == 2 and "is the input" in r.output and out.read_bytes() == before
+    target = tmp_path / "notes.yaml"
+    target.write_text("my notes\n")
+    link = tmp_path / "link.yaml"
+    link.symlink_to(target)
+    r = runner.invoke(app, ["plan", "init", str(out), "--out", str(link), "--force"])
+    assert r.exit_code == 2 and "symbolic link" in r.output, r.output
+    assert target.read_text() == "my notes\n" and link.is_symlink()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing hidden
 
 
 def test_render_report_api_refuses_what_the_cli_refuses(tmp_path, tables):
@@ -398,7 +394,7 @@ def test_neutralise_text(value, expected):
 
 
 def test_numbers_have_twelve_significant_digits_and_text_is_neutralised(tmp_path):
-    """Numbers are written at 12 significant digits (clinrel._csvsafe.SIGNIFICANT_DIGITS),
+    """Numbers are written at 12 significant digits (reports.csvsafe.SIGNIFICANT_DIGITS),
     whole numbers without a decimal point, -0.0 as 0, floats held in text columns too."""
     x = np.array([-0.1234567890123456789, -1e-300, 2.0 / 3.0, np.nan])
     df = pd.DataFrame({"estimate": x, "n": [-1, 2, 3, 4], "ok": [True, False, True, False],

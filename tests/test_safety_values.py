@@ -27,6 +27,8 @@ import stats
 from analysis.plan import PlanError, load_plan
 from analysis import load_tables
 from stats import limits
+from stats.bootstrap import cluster_bootstrap_work
+from stats.crs_resample import crs_bootstrap_work
 from stats._rng import MSG_SEED, as_generator, check_seed, spawn
 from stats.schema import ContractError
 
@@ -266,9 +268,9 @@ def test_benchx_scale_is_allowed_on_a_24_gb_machine():
     # 1.3 GB peak RSS); the default cap is 80% of physical memory
     caps = limits.Caps(max_memory_gb=limits.DEFAULT_MEMORY_FRACTION * 24, max_rows=10 ** 8,
                        max_hours=limits.DEFAULT_MAX_HOURS, origin={})
-    work = limits.check(limits.cluster_bootstrap_work(10_000, 85_000, 56, 10), caps)
+    work = limits.check(cluster_bootstrap_work(10_000, 85_000, 56, 10), caps)
     assert 1e9 < work.memory_bytes < 4e9 and work.seconds < 3600
-    runs = limits.crs_bootstrap_work(10_000, [(50, [5] * 10, [20] * 10)] * 2)
+    runs = crs_bootstrap_work(10_000, [(50, [5] * 10, [20] * 10)] * 2)
     assert limits.check(runs, caps).memory_bytes < 2e9
 
 
@@ -279,7 +281,7 @@ def test_bootstrap_memory_is_blocked_and_the_estimate_bounds_the_peak():
     by = ["phase", "site", ("sex", "phase")]
     bc = boot_counts(case_matrix(cases, by))
     assert bc.block_size(10 ** 9) == max(_MIN_BLOCK_REPLICATES, 2 ** 26 // bc.n_clusters)
-    est = limits.cluster_bootstrap_work(1500, bc.n_clusters, bc.G, bc.M).memory_bytes
+    est = cluster_bootstrap_work(1500, bc.n_clusters, bc.G, bc.M).memory_bytes
     tracemalloc.start()
     try:
         stats.cluster_bootstrap(cases, by=by, n_boot=1500, seed=1)

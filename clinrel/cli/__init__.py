@@ -58,13 +58,13 @@ def main() -> None:  # console-script entry point
     """The ``clinrel`` program. Faults of its environment end with a message, never a
     traceback, and nothing unfinished left behind:
 
-    - SIGTERM, Ctrl-C: one line, exit 143 / 130 (``clinrel._signals``);
+    - SIGTERM, Ctrl-C: one line, exit 143 / 130 (``reports._signals``);
     - standard output closed by its reader (``| head -c1``): no message, exit 141; full
       or failing (``> /dev/full``): a message, exit 2 (``clinrel._stdio``);
     - a bad ``SOURCE_DATE_EPOCH``: a message naming it and the fix, exit 2, before any
-      work (``clinrel._env``);
+      work (``reports._env``);
     - a full disk or quota: the output layer's message with the path and the fix, exit 2
-      (``clinrel.outputs.MSG_NO_SPACE``); one met outside it (a library's cache, the
+      (``reports.outputs.MSG_NO_SPACE``); one met outside it (a library's cache, the
       temporary folder), :data:`MSG_NO_SPACE`, exit 2.
     """
     from clinrel import _signals
@@ -92,7 +92,7 @@ def _run():
     import errno
 
     from clinrel import _env, _signals, _stdio
-    from clinrel.outputs import no_space
+    from reports.outputs import no_space
 
     _stdio.guard()
     try:

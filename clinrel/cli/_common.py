@@ -3,7 +3,7 @@
 Exit codes: 0 ok; 2 bad input (the message names the file, column, rows and the fix).
 Bad input never produces a traceback, and a failed command leaves no partial output:
 outputs are written to a temporary sibling and moved into place only on success, and
-never over a file clinrel did not write (rules in ``clinrel.outputs``).
+never over a file clinrel did not write (rules in ``reports.outputs``).
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Annotated
 
 import typer
 
-from ..progress import progress  # noqa: F401
-from ..outputs import (OutputError, atomic_dir, atomic_file, check_out_dir,  # noqa: F401
+from reports.progress import progress  # noqa: F401
+from reports.outputs import (OutputError, atomic_dir, atomic_file, check_out_dir,  # noqa: F401
                        check_out_file, check_out_files, write_table, write_tables)
 
 EXIT_OK = 0
@@ -60,7 +60,8 @@ def plan_option(key: str, *decls: str, **kw):
     if d.default:
         text += f" Default: {d.default.replace('`', '')}."
     help_text = kw.pop("help", f"{text} (plan key {key})")
-    return typer.Option(*(decls or (d.cli,)), help=help_text, **kw)
+    default = kw.pop("default", ...)   # "...": the default is the parameter's (Annotated)
+    return typer.Option(default, *(decls or (d.cli,)), help=help_text, **kw)
 
 
 def check_seed(value: int | None, option: str = "--seed") -> None:

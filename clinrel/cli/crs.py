@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from clinrel._csvsafe import write_csv
+from reports.csvsafe import write_csv
 
 from ._common import ForceOpt, atomic_dir, check_out_dir, check_seed, guarded, plan_option
 

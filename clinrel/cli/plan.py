@@ -426,7 +426,7 @@ def register(app: typer.Typer) -> None:
         """Write a commented plan.yaml for CASES: columns detected, axes and bins proposed,
         every choice marked prespecified. Edit it, then run clinrel report --plan."""
         import stats
-        from clinrel.outputs import atomic_file, check_out_file
+        from reports.outputs import atomic_file, check_out_file
 
         if out.suffix.lower() not in (".yaml", ".yml"):
             raise InputError(MSG_PLAN_SUFFIX.format(out=out))

@@ -23,8 +23,8 @@ log = logging.getLogger("clinrel.report")
 
 #: section modules in report order
 ORDER = ("methods", "flow", "cohort", "twobytwo", "overall", "subgroups", "precision", "forest",
-         "failure_map", "threshold", "adjusted", "comparisons", "crs", "calibration",
-         "provenance", "checklist")
+         "failure_map", "threshold", "adjusted", "site_meta", "comparisons", "crs",
+         "calibration", "provenance", "checklist")
 
 
 #: built after the others (they describe them), placed by ORDER

@@ -32,6 +32,8 @@ SHOWN_BY = {
     "metadata": ("metadata_coverage", "metadata_sources", "metadata_agreement",
                  "metadata_agreement_by_site", "metadata_site_test", "metadata_review"),
     "label_error": ("label_error_table", "label_error_sensitivity"),
+    "site_meta_analysis": ("site_meta_table", "site_meta_sensitivity", "site_meta_specificity",
+                           "site_meta_ppv", "site_meta_npv", "site_meta_accuracy"),
 }
 #: table or figure name -> its analysis key
 BY_NAME = {name: key for key, names in SHOWN_BY.items() for name in names}

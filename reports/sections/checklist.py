@@ -24,7 +24,8 @@ ITEMS = (
     ("STARD 2015", "15-16", "Handling of indeterminate results and missing data",
      ("methods", "flow", "cohort", "adjusted")),
     ("STARD 2015", "17", "Analyses of variability in diagnostic accuracy, pre-specified vs "
-     "exploratory", ("methods", "subgroups", "precision", "forest", "failure_map", "adjusted")),
+     "exploratory", ("methods", "subgroups", "precision", "forest", "failure_map", "adjusted",
+                     "site_meta")),
     ("STARD 2015", "19", "Flow of participants, using a diagram", ("flow",)),
     ("STARD 2015", "20", "Baseline demographic and clinical characteristics", ("cohort",)),
     ("STARD 2015", "23", "Cross tabulation of the index test results by the reference standard",
@@ -44,7 +45,7 @@ ITEMS = (
     ("TRIPOD+AI", "23a", "Model performance with confidence intervals",
      ("overall", "calibration", "comparisons", "crs")),
     ("TRIPOD+AI", "23b", "Heterogeneity of performance across subgroups",
-     ("subgroups", "forest", "failure_map", "adjusted")),
+     ("subgroups", "forest", "failure_map", "adjusted", "site_meta")),
     ("CLAIM 2024", "7, 9", "Data sources; data preprocessing", ("flow", "provenance")),
     ("CLAIM 2024", "12", "De-identification", ("methods",)),
     ("CLAIM 2024", "28-29", "Performance metrics; statistical measures of significance and "

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from stats.intervals import wald_reference  # noqa: F401  (re-exported)
 from stats.schema import tidy
 
 from .design import Design, separated_terms
@@ -76,15 +77,6 @@ def _odds_ratios(out: pd.DataFrame, fixed: pd.Series) -> pd.DataFrame:
     out["or_conf_low"] = np.where(fixed, np.exp(out["conf_low"]), np.nan)
     out["or_conf_high"] = np.where(fixed, np.exp(out["conf_high"]), np.nan)
     return out
-
-
-def wald_reference(df: float, level: float):
-    """Quantile and two-sided p-value function of a Wald test: normal when ``df`` is
-    infinite, t(df) otherwise (GEE with few clusters, :mod:`stats.models.gee`); NaN df
-    gives NaN limits and p-values."""
-    if df == np.inf:
-        return sps.norm.ppf(0.5 + level / 2), lambda st: 2 * sps.norm.sf(np.abs(st))
-    return sps.t.ppf(0.5 + level / 2, df), lambda st: 2 * sps.t.sf(np.abs(st), df)
 
 
 def _pos_neg(population, n) -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """SIGTERM and Ctrl-C end the clinrel program the same way every time (issue 28, item 7):
 one line on stderr, exit 128 + the signal (143, 130), no traceback, no output and no
-temporary left behind, and no process of its own left running (``clinrel._signals``).
+temporary left behind, and no process of its own left running (``reports._signals``).
 
 The report (``clinrel report --demo``, about 12 s on a fast machine and a minute on a
 loaded one) is stopped at fixed times and at moments found by watching it (its analysis
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from clinrel._signals import MSG_STOPPED
+from reports._signals import MSG_STOPPED
 
 ROOT = Path(__file__).resolve().parents[2]
 EXE = Path(sys.executable).with_name("clinrel")
@@ -190,7 +190,7 @@ def test_a_signal_while_blocks_run_on_a_dask_cluster_ends_cleanly(tmp_path, kind
 # --------------------------------------------------------------------------- the rules
 
 def _script(body: str, **kw) -> subprocess.CompletedProcess:
-    code = "import os, signal, sys, time\nfrom clinrel import _signals\n_signals.install()\n"
+    code = "import os, signal, sys, time\nfrom reports import _signals\n_signals.install()\n"
     return subprocess.run([sys.executable, "-c", code + textwrap.dedent(body)],
                           capture_output=True, text=True, env=ENV, timeout=300, **kw)
 

@@ -307,6 +307,12 @@ def _pooled(cases, draw):
     return call(cases, "phase", cluster=None)
 
 
+def _meta(cases, draw):
+    return call(cases, estimand=draw(st.sampled_from(["sensitivity", "specificity", "ppv"])),
+                by=draw(st.sampled_from([None, "phase", ["phase", ("sex", "phase")]])),
+                cluster=draw(st.sampled_from(["auto", None])))
+
+
 @st.composite
 def _counts_call(draw):
     """Two arrays of counts ``(x, n)`` with x <= n, possibly with one defect: a bad
@@ -599,6 +605,8 @@ CALLS: dict[str, st.SearchStrategy] = {
     "describe": _simple(_describe, max_levels=whole_bad(1)),
     "heterogeneity_test": _simple(lambda c, d: call(c, ["phase"], cluster=None)),
     "pooled_subgroup_metrics": _simple(_pooled, conf_level=level_bad, threshold=thr_bad),
+    "site_meta_analysis": _simple(_meta, conf_level=level_bad, threshold=thr_bad,
+                                  estimand=st.sampled_from(["auc", "f1", 3, None])),
     "precision_table": st.one_of(_simple(_precision, conf_level=level_bad, threshold=thr_bad),
                                s_precision_subgroups()),
     "extractor_agreement": s_evidence_fn(kw_bad={"conf_level": level_bad}),
@@ -737,3 +745,31 @@ def test_public_function_validates_its_arguments(name, data):
     assert c.expect != REFUSE, f"{name} ({c.why}): accepted a defect and returned a result"
     if c.expect == EMPTY:
         assert _is_empty(result), f"{name} ({c.why}): an empty input gave rows"
+
+
+def test_old_keyword_names_warn_and_still_work():
+    """One name per concept (issue 29): auc_ci(scale=) -> auc_scale=, cluster_bootstrap
+    (ci_method=) -> boot_ci=, ece_ci(interval=) -> boot_ci=; the old keyword works for one
+    release with a DeprecationWarning naming the new one, and two that disagree are refused."""
+    import warnings
+
+    import numpy as np
+    import pytest
+
+    import stats
+    from stats.calibration import ece_ci
+
+    y, s = [1, 1, 0, 0, 1, 0], [0.9, 0.4, 0.2, 0.3, 0.8, 0.6]
+    with pytest.warns(DeprecationWarning, match="auc_scale="):
+        old = stats.auc_ci(y, s, scale="logit")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = stats.auc_ci(y, s, auc_scale="logit")
+    assert old.equals(new)
+    with pytest.raises(stats.ContractError, match="disagree"), pytest.warns(DeprecationWarning):
+        stats.auc_ci(y, s, scale="logit", auc_scale="auc")
+    p = np.linspace(0.05, 0.95, 40)
+    lab = (np.arange(40) % 2).astype(int)
+    with pytest.warns(DeprecationWarning, match="boot_ci="):
+        a = ece_ci(lab, p, n_boot=50, seed=1, interval="percentile")
+    assert a.equals(ece_ci(lab, p, n_boot=50, seed=1, boot_ci="percentile"))

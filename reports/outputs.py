@@ -16,12 +16,10 @@ Every folder clinrel writes carries ``manifest.json`` with ``"generator": "clinr
   reference) at any depth.
 
 **File outputs** (``--out FILE.csv|.parquet`` and the other ``--*-out`` files). Never an
-input file (the same path, a link to it or a hard link); an existing file is replaced
-only with ``--force``, and only when clinrel wrote it and it is unchanged since: every file
-output is recorded with its sha256 in a hidden ``.clinrel-written.json`` beside it
-(:data:`WRITTEN`), so ``--force`` never replaces a user's file that merely has the same
-name; an existing folder, a path below a file or an unwritable folder is refused with the
-fix.
+input file (the same path, a link to it or a hard link), never through a symbolic link;
+an existing file is replaced only with ``--force`` (the user asking for it: a file output
+names one file, so no record is kept beside it); an existing folder, a path below a file
+or an unwritable folder is refused with the fix.
 
 **Nothing half-written survives.** Work happens in a temporary sibling folder
 ``.NAME.tmp-PID-*`` that holds a ``.clinrel-partial`` marker naming its process and host
@@ -32,7 +30,7 @@ later run can put it back). A command writing several files (:func:`write_tables
 checks all of them, writes all to temporaries and only then moves them into place,
 undoing the moves already made if one fails: all of them or none. An error, SIGTERM or
 Ctrl-C removes the temporaries at once (the bookkeeping itself is never cut in half by
-a signal: ``clinrel._signals.held``). After a SIGKILL, the next clinrel run that writes
+a signal: ``reports._signals.held``). After a SIGKILL, the next clinrel run that writes
 into the same folder removes the leftovers whose process is dead, and the next report
 removes dead runs' ``clinrel-build-PID-*`` folders from the temporary directory. Nothing
 else is touched (:func:`clean_stale` says why).
@@ -92,9 +90,8 @@ MSG_FILE_IS_DIR = ("{option} {out}: is a folder, but this output is a file; give
                    "path such as {example}")
 MSG_FILE_EXISTS = ("{option} {out}: the file exists; add --force to replace it, or give "
                    "another file name")
-MSG_FILE_FOREIGN = ("{option} {out}: the file exists and {why}; clinrel replaces only a file "
-                    "it wrote itself, and --force does not change that; move it away or "
-                    "give {option} a new file name")
+MSG_FILE_LINK = ("{option} {out}: is a symbolic link; clinrel never writes through one, and "
+                 "--force does not change that; give {option} the real file or a new name")
 MSG_FILE_SUFFIX = ("{option} {out}: unknown file type '{suffix}'; give a .csv or .parquet "
                    "path")
 MSG_SAME_OUTPUT = ("{option} {out}: the same file as {other}; give each output its own "
@@ -468,77 +465,10 @@ def check_out_file(out, *, force: bool = False, inputs: Iterable = (), option: s
             _refuse(MSG_FILE_IS_INPUT, option=option, out=out, input=inp)
     if (out.exists() or out.is_symlink()) and not force:
         _refuse(MSG_FILE_EXISTS, option=option, out=out)
-    if out.exists() or out.is_symlink():
-        why = _ours(out)
-        if why:
-            _refuse(MSG_FILE_FOREIGN, option=option, out=out, why=why)
+    if out.is_symlink():   # --force replaces a file, never follows or replaces a link
+        _refuse(MSG_FILE_LINK, option=option, out=out)
     _writable(out, option)
     return out
-
-
-#: the record of the file outputs clinrel wrote in a folder: ``{name: sha256}``
-WRITTEN = ".clinrel-written.json"
-
-
-def _written(folder: Path) -> dict | None:
-    """The record of the files clinrel wrote in ``folder`` (``{name: sha256}``): {} when
-    there is none; None when something else sits at :data:`WRITTEN` (a link, a folder, a
-    file that is not clinrel's record), which clinrel then neither trusts nor replaces."""
-    path = folder / WRITTEN
-    if not (path.exists() or path.is_symlink()):
-        return {}
-    data = _read_json(path)
-    if data is None or data.get("generator") != GENERATOR \
-            or not isinstance(data.get("files"), dict):
-        return None
-    return {str(k): str(v) for k, v in data["files"].items()}
-
-
-def _record_written(outs: Iterable[Path]) -> None:
-    """Add each written file's sha256 to its folder's :data:`WRITTEN`. The record is
-    written to a new temporary file (created exclusively, so never through a link) and
-    moved over the old record only when that is clinrel's own record or absent; a record
-    that cannot be written only means a later --force refuses (the safe side)."""
-    by_folder: dict[Path, list[Path]] = {}
-    for out in outs:
-        by_folder.setdefault(out.parent, []).append(out)
-    for folder, files in by_folder.items():
-        data = _written(folder)
-        if data is None:
-            continue
-        tmp = None
-        try:
-            for f in files:
-                data[f.name] = _sha256(f)
-            fd, tmp = tempfile.mkstemp(prefix=f".{WRITTEN}.", dir=folder)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"generator": GENERATOR, "files": data}, fh, indent=1,
-                          sort_keys=True)
-            if _written(folder) is not None:       # still absent or clinrel's own
-                os.replace(tmp, folder / WRITTEN)
-                tmp = None
-        except OSError:
-            pass
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-
-
-def _ours(out: Path) -> str | None:
-    """None when clinrel wrote the existing file ``out`` and it is unchanged since, else
-    why it may not be replaced."""
-    if out.is_symlink():
-        return "is a symbolic link"
-    record = _written(out.parent)
-    want = None if record is None else record.get(out.name)
-    if want is None:
-        return "clinrel did not write it"
-    try:
-        same = _sha256(out) == want
-    except OSError:
-        return "it cannot be read"
-    return None if same else "it changed since clinrel wrote it"
 
 
 def check_out_files(outs: Iterable[tuple[str, object]], *, force: bool = False,
@@ -849,7 +779,6 @@ def _commit(moves: list[tuple[str, Path, Path]]) -> None:
                 else:
                     out.unlink()
         raise
-    _record_written([out for out, _ in done])
 
 
 @contextlib.contextmanager
@@ -914,7 +843,7 @@ def atomic_file(out, *, option: str = "--out") -> Iterator[Path]:
 
 
 def _write_one(df, tmp: Path) -> None:
-    from clinrel._csvsafe import write_csv
+    from reports.csvsafe import write_csv
 
     if tmp.suffix.lower() == ".csv":
         write_csv(df, tmp)

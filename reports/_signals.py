@@ -8,7 +8,7 @@ imports is handled too) makes both signals
 - print ``MSG_STOPPED`` once (``os.write`` to descriptor 2: no Python buffer, so it
   cannot collide with a write the signal interrupted), then raise :class:`Terminated`
   (a ``SystemExit`` with the exit code) in the main thread. Every temporary of the output
-  layer is removed on the way out (``clinrel.outputs``), forked workers are stopped
+  layer is removed on the way out (``reports.outputs``), forked workers are stopped
   first (``reports._fork``);
 - wait while :func:`held` sections run: the output layer's bookkeeping (making a
   temporary and recording it, the final moves, the removal of temporaries) is never cut
