@@ -22,7 +22,7 @@ def demo():
     return run_demo(["adjusted_marginal"])
 
 
-def test_demo_records_the_repeated_patients_and_uses_the_gee(demo):
+def test_demo_records_the_repeated_patients_and_uses_the_primary_fit(demo):
     plan, tables, r = demo
     rep = r.decisions["adjusted.repeated_scans"]
     ev = r["adjusted_rows"]
@@ -37,7 +37,11 @@ def test_demo_records_the_repeated_patients_and_uses_the_gee(demo):
     assert rep == {"cluster": "patient_id", "group": "site", "patients": len(per),
                    "with_repeats": int((per > 1).sum()), "scans": len(pos), "nested": True}
     assert rep["with_repeats"] > 0
-    assert r.decisions["adjusted.means_fit"] == "gee"
+    # issue 30 item 10: the adjusted means use the primary fit, decided from the design
+    # (the demo's sites are fewer than 20 and its plan fits GLMM and GEE: the GLMM)
+    primary = r.decisions["adjusted.primary"]
+    assert primary["fit"] == "glmm" and primary["better"] == "fixed"
+    assert r.decisions["adjusted.means_fit"] == primary["fit"]
 
 
 class _Results:
@@ -90,8 +94,10 @@ def test_report_text_names_the_inference_to_read(demo):
     rep = demo[2].decisions["adjusted.repeated_scans"]
     both = _repeated_text(rep, {"glmm": 1, "gee": 2})
     assert f"{rep['with_repeats']} of the {rep['patients']} patients" in both
-    assert "independent given site" in both and "read the GEE columns" in both
-    assert "neither model" in _repeated_text({**rep, "nested": False}, {"glmm": 1, "gee": 2})
+    assert "independent given site" in both and "clustered on site" in both
+    assert "read the GEE columns" not in both   # which fit is primary: "Reading this report"
+    assert "some patients have scans in more than one site" in _repeated_text(
+        {**rep, "nested": False}, {"glmm": 1, "gee": 2})
     assert _repeated_text(None, {"glmm": 1}) == ""
 
 
@@ -101,8 +107,12 @@ def test_methods_sentence_follows_the_decision(demo):
     rep = demo[2].decisions["adjusted.repeated_scans"]
     s = _repeated_methods(rep)
     assert s.startswith(f" {rep['with_repeats']} of the {rep['patients']} patients")
-    assert "inference is read from the GEE" in s and "nests each patient" in s
-    assert "neither accounts" in _repeated_methods({**rep, "nested": False})
+    assert "nests each patient" in s and "inference is read from the GEE" not in s
+    primary = demo[2].decisions["adjusted.primary"]
+    with_primary = _repeated_methods(rep, primary)
+    assert with_primary.startswith(s) and "The primary fit" in with_primary
+    assert primary["reason"].split(" (")[0] in with_primary
+    assert "some patients span several sites" in _repeated_methods({**rep, "nested": False})
     assert _repeated_methods(None) == ""
 
 
