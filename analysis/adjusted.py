@@ -285,19 +285,102 @@ def nested_glmm(fit) -> bool:
     return isinstance(getattr(fit, "group", None), tuple)
 
 
-def means_fit_method(fits: dict, repeated: dict | None = None) -> str:
-    """The fit behind the adjusted means: the GLMM, unless a patient's scans repeat within
-    the GLMM's groups and its random intercept is per group only (its standard errors
-    treat them as independent given the group) and a GEE clustered on groups that nest
-    the patients was fitted: then the GEE. A GLMM with patients nested in its groups
-    (the default when patients repeat, :func:`glmm_group`) carries the repeats itself and
-    stays. A fit that did not converge, or whose random-effect SD is extreme (flag
-    ``extreme_sd``), is passed over while another is neither."""
-    ok = {m: f for m, f in fits.items() if _converged(f) and not _extreme(f)} or fits
-    if (repeated and repeated.get("nested") and "gee" in ok
-            and not nested_glmm(ok.get("glmm"))):
-        return "gee"
-    return "glmm" if "glmm" in ok else next(iter(ok))
+#: fewer groups (sites) than this: a group-clustered sandwich (the GEE's, even with the
+#: Mancl-DeRouen correction and a t reference on G - 1 df) and a random-intercept variance
+#: rest on too few clusters to be the primary inference (stats.models.gee's threshold)
+FEW_GROUPS = 20
+
+
+def primary_fit(fits: dict, *, n_groups: int, repeated: dict | None, group: str,
+                cluster: str | None = None) -> dict:
+    """The fit read for inference, decided from the design (the number of groups and
+    whether a patient's scans repeat), never from the estimates: ``{"fit", "reason",
+    "n_groups", "repeated", "better"}`` (``better``: a method the plan did not fit that
+    this design calls for, or None).
+
+    - Fewer than ``FEW_GROUPS`` groups: the group as fixed effects with standard errors
+      clustered on the patients (``fixed``: many clusters, so its sandwich holds, and the
+      repeated scans are allowed for); without it, the GLMM (its intervals treat a
+      patient's scans as independent given the group, said so), else the first fit.
+    - ``FEW_GROUPS`` groups or more: the GEE when a patient's scans repeat within groups
+      that nest the patients (its sandwich over the groups allows that correlation), else
+      the GLMM, else the first fit.
+
+    A fit that did not converge is passed over while another did."""
+    ok = {m: f for m, f in fits.items() if m != "glmm_cc" and _converged(f)
+          and not _extreme(f)} or \
+        {m: f for m, f in fits.items() if m != "glmm_cc"} or fits
+    nested = nested_glmm(ok.get("glmm"))
+    # a GLMM passed over for an extreme random-effect SD (a degenerate Laplace optimum)
+    extreme = ("; the GLMM is passed over: a model's fit has an extreme random-effect SD "
+               "(flagged extreme_sd, a degenerate Laplace optimum)"
+               if "glmm" in fits and "glmm" not in ok else "")
+    rep = bool(repeated)
+    c = "patient" if cluster in (None, "patient_id") else cluster
+    few = n_groups < FEW_GROUPS
+    better = None
+    if few:
+        if "fixed" in ok:
+            fit = "fixed"
+            reason = (f"with {n_groups} {group}s (fewer than {FEW_GROUPS}), a random "
+                      f"intercept's variance and any {group}-clustered sandwich (the GEE's, "
+                      f"even Mancl-DeRouen-corrected with a t reference on {n_groups - 1} "
+                      f"df) rest on {n_groups} clusters, so the {group}s are fixed effects "
+                      f"and the standard errors are clustered on the {c}s"
+                      + (", which also allows for a patient's repeated scans" if rep else ""))
+        else:
+            fit = "glmm" if "glmm" in ok else next(iter(ok))
+            better = "fixed"
+            reason = (f"with {n_groups} {group}s (fewer than {FEW_GROUPS}) the GEE's "
+                      f"{group}-clustered sandwich rests on {n_groups} clusters (its "
+                      f"intervals are too wide to read), so the "
+                      + {"glmm": "GLMM", "gee": "GEE"}.get(fit, fit)
+                      + " is read" + (f"; its standard errors treat a patient's scans as "
+                                       f"independent given the {group} (too narrow when "
+                                       f"they are correlated)"
+                                       if rep and fit == "glmm" and not nested else "")
+                      + f"; the design calls for the {group}-fixed model with "
+                      f"{c}-clustered standard errors (add fixed to "
+                      f"detection.adjusted.methods)" + extreme)
+    elif rep and repeated.get("nested") and "gee" in ok and not nested:
+        fit = "gee"
+        reason = (f"with {n_groups} {group}s the GEE's sandwich, clustered on the {group}s "
+                  f"that nest every patient, allows any correlation of a patient's scans, "
+                  f"which the GLMM's random intercept per {group} does not")
+    else:
+        fit = "glmm" if "glmm" in ok else next(iter(ok))
+        reason = (f"with {n_groups} {group}s the random intercept per {group} is estimable"
+                  + (f"; its random intercepts per patient within {group} allow for a "
+                     f"patient's repeated scans" if rep and nested and fit == "glmm" else
+                     f"; some patients have scans in several {group}s, so no fitted model "
+                     f"allows for their repeated scans" if rep else "") + extreme)
+    return {"fit": fit, "reason": reason, "n_groups": int(n_groups), "repeated": rep,
+            "better": better}
+
+
+def means_fit_method(fits: dict, repeated: dict | None = None, n_groups: int | None = None,
+                     group: str = "site") -> str:
+    """The fit behind the adjusted means and the contrasts: the primary fit
+    (:func:`primary_fit`), read for inference; with ``n_groups`` unknown, as if there were
+    many groups. A GLMM with patients nested in its groups (the default when patients
+    repeat, :func:`glmm_group`) carries the repeats itself; a fit that did not converge,
+    or whose random-effect SD is extreme (flag ``extreme_sd``), is passed over while
+    another is neither."""
+    return primary_fit(fits, n_groups=FEW_GROUPS if n_groups is None else n_groups,
+                       repeated=repeated, group=group)["fit"]
+
+
+def n_groups(results) -> int:
+    """Groups (sites) among the modelled rows of the first model (every model scores the
+    same scans)."""
+    adj = results.plan.detection.adjusted
+    rows = results["adjusted_rows"]
+    if adj.group is None or adj.group not in rows.columns:
+        return 1
+    if "model" in rows.columns and len(rows):
+        rows = rows[rows["model"] == rows["model"].iloc[0]]
+    pop = rows[rows["label"] == (1 if adj.population == "positives" else 0)]
+    return int(pop[adj.group].nunique())
 
 
 def _extreme(fit) -> bool:
@@ -329,7 +412,11 @@ def adjusted_marginal(results) -> list:
     fits = results["adjusted_fits"]
     rep = repeated_scans(results)
     results.decide("adjusted.repeated_scans", rep)
-    m = means_fit_method(fits, rep)
+    adj = results.plan.detection.adjusted
+    primary = primary_fit(fits, n_groups=n_groups(results), repeated=rep, group=adj.group,
+                          cluster=results["cluster"])
+    results.decide("adjusted.primary", primary)
+    m = primary["fit"]
     results.decide("adjusted.means_fit", m)
     results.decide("adjusted.means_fit_converged", _converged(fits[m]))
     kind = results.plan.detection.adjusted.means_kind
@@ -570,7 +657,7 @@ def adjusted_contrasts(results) -> pd.DataFrame:
 
     adj = results.plan.detection.adjusted
     fits = results["adjusted_fits"]
-    m = means_fit_method(fits, repeated_scans(results))
+    m = means_fit_method(fits, repeated_scans(results), n_groups(results), adj.group)
     results.decide("adjusted.contrasts_fit", m)
     ev = results["adjusted_rows"]
     factors = [c for c in formula_columns(adj.formula, ev.columns)

@@ -55,6 +55,7 @@ class AdjustedDecisions(_Group):
     interactions: dict | None = Field(None, description="each interaction's fit and rows")
     interaction_multiplicity: str | None = Field(None, description="the interaction tests' "
                                                  "family")
+    primary: dict | None = Field(None, description="the primary fit for inference, and why")
 
 
 class CalibrationDecisions(_Group):

@@ -88,6 +88,26 @@ def calls(results) -> pd.DataFrame:
     return df
 
 
+#: the patient counts of the flow of cases (``row_flow``), per disposition and reason
+PATIENT_FLOW = ("positive_patients", "negative_patients", "patients_with_negative",
+                "patients_entirely")
+
+
+def _patient_counts(scans: pd.DataFrame, keys: list[str]) -> dict[str, pd.Series]:
+    """Per group of ``keys`` (one row per scan): patients with a positive scan, patients
+    without one (they partition the group's patients), patients with a negative scan (a
+    patient with both counts in both), and patients all of whose scans of the whole table
+    are in the group (``patients_entirely``: an excluded patient, not only some scans)."""
+    g = scans.groupby(keys + ["patient_id"], sort=False, observed=True)["label"]
+    per = pd.DataFrame({"pos": g.max() == 1, "neg": g.min() == 0, "n": g.size()})
+    total = scans.groupby("patient_id", sort=False, observed=True).size()
+    per["whole"] = per["n"].to_numpy() == total.reindex(
+        per.index.get_level_values("patient_id")).to_numpy()
+    by = per.groupby(level=list(range(len(keys))), sort=False)
+    return {"positive_patients": by["pos"].sum(), "negative_patients": by["pos"].size() - by["pos"].sum(),
+            "patients_with_negative": by["neg"].sum(), "patients_entirely": by["whole"].sum()}
+
+
 @analysis("row_flow", wanted=_wants_detection)
 def row_flow(results) -> pd.DataFrame:
     """Input rows by disposition and reason (``rows`` sums to the input row count)."""
@@ -113,26 +133,30 @@ def row_flow(results) -> pd.DataFrame:
     out = df.assign(disposition=disposition.to_numpy(), reason=reason.to_numpy())
     first = out.drop_duplicates(["reason", "case_id"])
     grouped = out.groupby(["disposition", "reason"], sort=False)
+    keys = ["disposition", "reason"]
     tab = pd.DataFrame({
         "rows": grouped.size(),
         "cases": grouped["case_id"].nunique(),
         "patients": grouped["patient_id"].nunique(),
-        "positives": first.groupby(["disposition", "reason"], sort=False)["label"].sum(),
-        "negatives": first.assign(neg=first["label"] == 0).groupby(
-            ["disposition", "reason"], sort=False)["neg"].sum(),
+        "positives": first.groupby(keys, sort=False)["label"].sum(),
+        "negatives": first.assign(neg=first["label"] == 0).groupby(keys, sort=False)["neg"].sum(),
+        **_patient_counts(first, keys),
     }).reset_index()
     order = {REASON_VAL_CHOSEN: 0, REASON_VAL_DEV: 0, REASON_TEST: 1, REASON_ALL: 2, REASON_OTHER: 3}
     tab = tab.assign(_o=tab["reason"].map(order)).sort_values("_o", kind="stable").drop(
         columns="_o").reset_index(drop=True)
     uniq = df.drop_duplicates("case_id")
+    every = {k: int(v.iloc[0]) for k, v in _patient_counts(
+        uniq.assign(_all=0), ["_all"]).items()}
     total = {"disposition": "total", "reason": "input table",
              "rows": results.tables.input_rows.get("cases", len(df)),
              "cases": df["case_id"].nunique(), "patients": df["patient_id"].nunique(),
-             "positives": int(uniq["label"].sum()), "negatives": int((uniq["label"] == 0).sum())}
+             "positives": int(uniq["label"].sum()), "negatives": int((uniq["label"] == 0).sum()),
+             **every}
     if int(tab["rows"].sum()) != total["rows"]:
         raise RuntimeError("flow of cases: dispositions do not sum to the input rows")
     tab = pd.concat([tab, pd.DataFrame([total])], ignore_index=True)
-    for c in ("rows", "cases", "patients", "positives", "negatives"):
+    for c in ("rows", "cases", "patients", "positives", "negatives", *PATIENT_FLOW):
         tab[c] = tab[c].astype("int64")
     results.decide("detection.rows", {r: int(n) for r, n in zip(tab["reason"], tab["rows"])})
     merged = [m for m in results.tables.text_merged if m["table"] == "cases"]
@@ -451,7 +475,42 @@ def cohort(results) -> pd.DataFrame:
     from stats.cohort_table import describe
 
     ev = results["evaluation"].drop_duplicates("case_id").reset_index(drop=True)
-    return describe(ev, by="site", continuous=[c for c in COHORT_CONTINUOUS])
+    return describe(ev, by="site", continuous=[c for c in COHORT_CONTINUOUS], smd=True)
+
+
+#: characteristics of a patient (not of a scan): described per patient in Table 1
+PATIENT_CHARACTERISTICS = ("age", "age_group", "sex", "race")
+
+
+def patient_columns(ev: pd.DataFrame) -> list[str]:
+    """The Table 1 characteristics described per patient: the demographic columns the
+    table has, and any other characteristic of ``stats.cohort_table.CATEGORICAL`` that is
+    the same on every scan of every patient (compared exactly; a scan attribute such as
+    the contrast phase varies)."""
+    from stats.cohort_table import CATEGORICAL
+
+    cols = [c for c in PATIENT_CHARACTERISTICS if c in ev.columns]
+    binned = {b for b in ("age_group",) if b in ev.columns}
+    others = [c for c in CATEGORICAL if c in ev.columns and c not in cols and c not in binned]
+    if others:
+        same = ev.groupby("patient_id", sort=False, observed=True)[others].nunique(dropna=False)
+        cols += [c for c in others if bool((same[c] <= 1).all())]
+    return cols
+
+
+@analysis("cohort_patients", wanted=_wants_detection)
+def cohort_patients(results) -> pd.DataFrame:
+    """Table 1 by site over the evaluated patients, one row per patient (``stats.describe``
+    with ``unit="patient_id"``: a patient's characteristics from their first evaluated
+    scan, a positive patient one with a positive scan, scans per patient), with the
+    standardized differences across sites; the characteristics of :func:`patient_columns`."""
+    from stats.cohort_table import describe
+
+    ev = results["evaluation"].drop_duplicates("case_id").reset_index(drop=True)
+    cols = patient_columns(ev)
+    return describe(ev, by="site", unit="patient_id",
+                    categorical=[c for c in cols if c != "age"],
+                    continuous=[c for c in cols if c == "age"], smd=True)
 
 
 def _wants_pooled(plan, tables) -> bool:

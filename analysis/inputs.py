@@ -76,6 +76,26 @@ def _check_identifiers(df: pd.DataFrame, file: Path, plan: Plan) -> None:
                                               plan=plan.path))
 
 
+def bin_hint(missing, columns, plan: Plan) -> str:
+    """``" (age_group: detection.bins.age, e.g. breaks [0, 40, 60, 75, .inf])"``: for each
+    missing column that is a standard binned axis of a column the table has
+    (``stats.detection.STANDARD_BINS``), the bin that makes it, named as the plan or the
+    command sets it (a command's plan names its ``--bin`` option)."""
+    from stats.detection import STANDARD_BINS
+
+    cols = set(map(str, columns))
+    hints = []
+    for m in missing:
+        if m in STANDARD_BINS and STANDARD_BINS[m][0] in cols:
+            src, breaks, _ = STANDARD_BINS[m]
+            key = plan.key(f"detection.bins.{src}")
+            cuts = ",".join("inf" if b == float("inf") else f"{b:g}" for b in breaks)
+            option = key.split()[-1] if "--" in key else None
+            hints.append(f"{m}: {option} {src}={cuts}" if option else
+                         f"{m}: {key} with name {m} and breaks [{cuts.replace('inf', '.inf')}]")
+    return f" ({'; '.join(hints)})" if hints else ""
+
+
 def add_bins(cases: pd.DataFrame, plan: Plan) -> pd.DataFrame:
     """Add the plan's binned columns (left-closed intervals), via ``stats.add_bins`` when the
     tree has it, else ``pandas.cut`` with the same convention."""
@@ -214,7 +234,7 @@ def _check_axes(cases: pd.DataFrame, plan: Plan) -> None:
         raise PlanError(f"{plan.where}: {plan.key('detection')} names column(s) {', '.join(missing)} "
                         f"that the cases table ({plan.cases}) lacks (columns: "
                         f"{', '.join(map(str, cases.columns[:20]))}); fix the names or add "
-                        "a bin that creates them")
+                        "a bin that creates them" + bin_hint(missing, cases.columns, plan))
     # every axis's levels compared as Unicode text (read_cases checked the contract's
     # columns; an axis may be any column)
     from stats.schema import check_lookalikes
@@ -240,9 +260,18 @@ def _check_axes(cases: pd.DataFrame, plan: Plan) -> None:
     if det.adjusted is not None:
         from stats.formula import parse_formula
 
-        from_stats(plan.where, plan.key("detection.adjusted.formula"),
-                   lambda: parse_formula(det.adjusted.formula).check_columns(
-                       cases.columns, source=f"the cases table ({plan.cases})"))
+        parsed = from_stats(plan.where, plan.key("detection.adjusted.formula"),
+                            lambda: parse_formula(det.adjusted.formula))
+        try:
+            from_stats(plan.where, plan.key("detection.adjusted.formula"),
+                       lambda: parsed.check_columns(cases.columns,
+                                                    source=f"the cases table ({plan.cases})"))
+        except PlanError as exc:
+            hint = bin_hint([c for c in parsed.rhs_columns() if c not in cases.columns],
+                            cases.columns, plan)
+            if not hint:
+                raise
+            raise PlanError(f"{exc}; or add a bin{hint}") from None
     _check_test_split(cases, plan)
 
 

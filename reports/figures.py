@@ -130,6 +130,13 @@ def _ordered(values) -> list:
 FOREST_TEXT_X = 1.08
 _CHAR_IN = 6.5 * 0.6 / 72
 _LABEL_CHAR_IN = 7.2 * 0.55 / 72
+#: forest plots: panels per row (models side by side), and panel rows per figure
+FOREST_COLUMNS = 2
+FOREST_ROWS = 2
+#: the shapes of a forest plot's legend, every entry always shown
+FOREST_SHAPES = {"adequate n": "s", "small n (\u2020)": "o", "overall (all levels)": "D"}
+FOREST_FILLS = ("white", "white", "#2e4057")
+OVERALL_LABEL = "Overall"
 
 
 def forest_layout(d: pd.DataFrame, *, width: float, n_panels: int,
@@ -148,52 +155,82 @@ def forest_layout(d: pd.DataFrame, *, width: float, n_panels: int,
 
 
 def forest_plot(df: pd.DataFrame, *, overall: pd.DataFrame, xlab: str, count_label: str,
-                facet: str = "model", width: float = 7.5):
-    """A meta-analysis style forest plot, one panel per ``facet``: per row the estimate
-    with its CI (open circle: small cell), and two text columns right of the axis,
-    ``count`` (``"TP/P"``, with a dagger for small cells) and ``ci_text``
-    (``"0.39 [0.33, 0.45]"``), placed by :func:`forest_layout`; the overall estimate is a
-    dashed line labelled at the bottom. Rows are drawn top-down in the order of ``df``
-    (the tables' order); a row without an estimate keeps its place and shows its text.
+                facet: str = "model", width: float = 7.5, ncol: int | None = None,
+                facet_order=None):
+    """A forest plot as in a meta-analysis, one panel per ``facet`` (the models, in
+    ``facet_order``), every panel on one estimate scale (0 to 1, the same ticks) and of one
+    width (``ncol`` panels per row, default ``FOREST_COLUMNS``): per row the estimate with
+    its CI (open circle: small cell), and two text columns right of the axis, ``count``
+    (``"TP/P"``, with a dagger for small cells) and ``ci_text`` (``"0.39 [0.33, 0.45]"``),
+    placed by :func:`forest_layout`; below the rows, set apart by a rule, the overall row
+    (label ``OVERALL_LABEL``): a diamond spanning its CI, its counts and CI as text, and a
+    dashed line at the overall estimate through the rows. The legend always names the
+    three marks (``FOREST_SHAPES``). Rows are drawn top-down in the order of ``df`` (the
+    tables' order); a row without an estimate keeps its place and shows its text.
 
     ``df`` columns: ``label``, ``estimate``, ``conf_low``, ``conf_high``, ``small``,
-    ``count``, ``ci_text``, ``facet``; ``overall``: ``facet``, ``estimate``, ``text``.
+    ``count``, ``ci_text``, ``facet``; ``overall``: ``facet``, ``estimate``,
+    ``conf_low``, ``conf_high``, ``count``, ``ci_text``.
     """
     import plotnine as p9
 
     d = df.copy()
+    ov = overall.copy()
+    order = list(facet_order or []) + [m for m in _ordered(d[facet].astype(str))
+                                       if m not in set(map(str, facet_order or []))]
+    d[facet] = ordered_category(d[facet], order)
+    ov[facet] = ordered_category(ov[facet], order)
     labels = _ordered(d["label"])
     n = len(labels)
     d["y"] = d["label"].map({lab: n - i for i, lab in enumerate(labels)}).astype(float)
     d["cell"] = d["small"].map({True: "small n (\u2020)", False: "adequate n"})
     drawn = d[d["estimate"].notna()]
+    ncol = ncol or (1 if d[facet].nunique() == 1 else FOREST_COLUMNS)
     titles = (count_label, "Estimate [95% CI]")
-    count_x, ci_x, xmax = forest_layout(d, width=width, n_panels=d[facet].nunique(),
-                                        head=titles)
+    both = pd.concat([d[["label", "count", "ci_text"]],
+                      ov[["count", "ci_text"]].assign(label=OVERALL_LABEL)])
+    count_x, ci_x, xmax = forest_layout(both, width=width, n_panels=ncol, head=titles)
     head = pd.DataFrame({"x": [count_x, ci_x], "y": float(n + 1), "text": list(titles)})
-    ov = overall.assign(y=0.15)
-    cols = [d.assign(x=count_x, text=d["count"]), d.assign(x=ci_x, text=d["ci_text"])]
+    ov = ov.assign(y=0.0, cell="overall (all levels)")
+    cols = [frame.assign(x=x, text=frame[c]) for frame in (d, ov)
+            for x, c in ((count_x, "count"), (ci_x, "ci_text"))]
+    shown = ov[ov["estimate"].notna()]
+    h = 0.3  # half the diamond's height, in rows
+    diamond = pd.concat([shown.assign(x=shown[xc], y=yv, corner=k) for k, (xc, yv) in
+                         enumerate((("conf_low", 0.0), ("estimate", h), ("conf_high", 0.0),
+                                    ("estimate", -h)))]).sort_values([facet, "corner"],
+                                                                     kind="stable")
+    rule = pd.DataFrame({"y": [0.5]})
     return (p9.ggplot(d, p9.aes(y="y"))
-            + p9.geom_vline(p9.aes(xintercept="estimate"), data=overall, linetype="dashed",
-                            color="#8d96a3")
-            + p9.geom_text(p9.aes(x="estimate", y="y", label="text"), data=ov, size=6,
-                           color="#4a5560", va="bottom")
+            + p9.geom_hline(p9.aes(yintercept="y"), data=rule, color="#8d96a3", size=0.3)
+            + segment(p9.aes(x="estimate", xend="estimate", y="y", yend="yend"),
+                      data=shown.assign(y=h, yend=n + 0.5), linetype="dashed",
+                      color="#8d96a3")
+            + p9.geom_polygon(p9.aes(x="x", y="y", group=facet), data=diamond,
+                              fill="#2e4057", color="#2e4057")
             + errorbarh(p9.aes(xmin="conf_low", xmax="conf_high", y="y"),
-                                data=drawn, height=0.3, color="#2e4057")
-            + p9.geom_point(p9.aes(x="estimate", y="y", shape="cell"), data=drawn, size=2,
-                            fill="white", color="#1b5e8a")
+                        data=drawn, height=0.3, color="#2e4057")
+            + p9.geom_point(p9.aes(x="estimate", y="y", shape="cell", fill="cell"),
+                            data=pd.concat([drawn, shown]), size=2, color="#1b5e8a")
             + p9.geom_text(p9.aes(x="x", y="y", label="text"), data=pd.concat(cols),
                            ha="left", size=6.5)
             + p9.geom_text(p9.aes(x="x", y="y", label="text"), data=head, ha="left",
                            size=6.5, fontweight="bold")
-            + p9.scale_shape_manual(values={"small n (\u2020)": "o", "adequate n": "s"},
-                                    name="cells")
-            + p9.facet_wrap(f"~{facet}", nrow=1)
+            # one legend (same title and entries), every entry shown even when absent
+            + p9.scale_shape_manual(values=FOREST_SHAPES, limits=list(FOREST_SHAPES),
+                                    name="Estimate [95% CI]:", drop=False)
+            + p9.scale_fill_manual(values=dict(zip(FOREST_SHAPES, FOREST_FILLS)),
+                                   limits=list(FOREST_SHAPES), name="Estimate [95% CI]:",
+                                   drop=False)
+            # free_x only so that every panel draws its own axis (a panel read alone has
+            # its ticks); the limits and breaks below are fixed, so the scale is one
+            + p9.facet_wrap(f"~{facet}", ncol=ncol, scales="free_x")
             + p9.scale_x_continuous(limits=(-0.02, xmax), breaks=[0, 0.25, 0.5, 0.75, 1],
                                     labels=["0", "0.25", "0.5", "0.75", "1"],
                                     expand=(0, 0))
-            + p9.scale_y_continuous(breaks=[n - i for i in range(n)], labels=labels,
-                                    limits=(-0.2, n + 1.6), expand=(0, 0))
+            + p9.scale_y_continuous(breaks=[n - i for i in range(n)] + [0],
+                                    labels=labels + [OVERALL_LABEL],
+                                    limits=(-0.6, n + 1.6), expand=(0, 0))
             + p9.labs(x=xlab, y="")
             + theme() + p9.theme(panel_grid_major_y=p9.element_blank(),
                                  panel_grid_minor=p9.element_blank()))
@@ -230,8 +267,10 @@ def panels_per_row(n: int) -> int:
     return n if n <= 2 else (2 if n <= 4 else 3)
 
 
-def heatmap(df: pd.DataFrame, *, x: str, y: str, facet: str, fill_label: str):
-    """Tiles coloured by ``estimate`` (``SEQUENTIAL``, 0 to 1; grey where missing) with
+def heatmap(df: pd.DataFrame, *, x: str, y: str, facet: str, fill_label: str,
+            facet_order=None):
+    """Tiles coloured by ``estimate`` (``SEQUENTIAL``, 0 to 1; grey where missing), one
+    panel per ``facet`` in ``facet_order``, with
     the text ``cell_text`` (estimate and n) in each, in the ink that reads on the tile;
     small cells (``small`` True) get a dashed outline of their own tile only, in the same
     ink (and the asterisk in their text). The colour bar is drawn as rectangles (vector in the SVG,
@@ -241,6 +280,7 @@ def heatmap(df: pd.DataFrame, *, x: str, y: str, facet: str, fill_label: str):
     d = df.copy()
     d[x] = pd.Categorical(d[x].astype(str), categories=_ordered(d[x].astype(str)))
     d[y] = pd.Categorical(d[y].astype(str), categories=_ordered(d[y].astype(str))[::-1])
+    d[facet] = ordered_category(d[facet], facet_order)  # panels in the tables' model order
     d["ink"] = ink(d["estimate"])
     small = d[d["small"].astype(bool)]
     return (p9.ggplot(d, p9.aes(x=x, y=y, fill="estimate"))
@@ -280,10 +320,12 @@ def flow_diagram(boxes: pd.DataFrame, arrows: pd.DataFrame):
 
 def lines(df: pd.DataFrame, *, x: str, y: str, color: str, facet: str | None = None,
           ribbon: bool = False, xlab: str | None = None, ylab: str | None = None,
-          vline: float | None = None):
-    """Lines (optionally with a CI ribbon from conf_low/conf_high) per ``color``."""
+          vline: float | None = None, color_order=None):
+    """Lines (optionally with a CI ribbon from conf_low/conf_high) per ``color``, the
+    legend in ``color_order`` (the report's model order; else order of appearance)."""
     import plotnine as p9
 
+    df = df.assign(**{color: ordered_category(df[color], color_order)})
     p = p9.ggplot(df, p9.aes(x=x, y=y, color=color, group=color))
     if ribbon:
         p += p9.geom_ribbon(p9.aes(ymin="conf_low", ymax="conf_high", fill=color), alpha=0.15,
@@ -298,15 +340,69 @@ def lines(df: pd.DataFrame, *, x: str, y: str, color: str, facet: str | None = N
     return p + p9.labs(x=x if xlab is None else xlab, y=y if ylab is None else ylab) + theme()
 
 
+def value_breaks(low: float, high: float, n: int = 5) -> list[float]:
+    """Breaks of a value axis shared by every panel: 0, 0.25, ..., 1 for a range within
+    [0, 1] (proportions), else mizani's extended breaks over ``[low, high]`` (at least
+    three), so no panel is left with one tick."""
+    import numpy as np
+    from mizani.breaks import breaks_extended
+
+    if low >= 0 and high <= 1:
+        return [0.0, 0.25, 0.5, 0.75, 1.0]
+    for k in range(n, n + 6):
+        b = [float(v) for v in breaks_extended(n=k)((low, high)) if low <= v <= high]
+        if len(b) >= 3:
+            return b
+    return [float(v) for v in np.linspace(low, high, 3)]
+
+
+def break_label(v: float) -> str:
+    """A tick label: ``0``, ``0.25``, ``-1.5`` (no trailing zeros, no ``-0``)."""
+    v = 0.0 if abs(v) < 1e-12 else v
+    return f"{v:.6g}"
+
+
+def ordered_category(values: pd.Series, order=None) -> pd.Categorical:
+    """``values`` as text categories in ``order`` (levels missing from it after, in order
+    of appearance): the one order of models every table and figure uses."""
+    vals = values.astype(str)
+    first = [str(v) for v in (order or []) if str(v) in set(vals)]
+    rest = [v for v in _ordered(vals) if v not in first]
+    return pd.Categorical(vals, categories=first + rest)
+
+
 def points_ci(df: pd.DataFrame, *, x: str, y: str, color: str | None = None,
               facet: str | None = None, xlab: str | None = None, ylab: str | None = None,
-              dodge: float = 0.5,
-              hline: float | None = None, flip: bool = True):
-    """Point estimates with CI bars (``conf_low``/``conf_high``), dodged by ``color``."""
+              dodge: float = 0.5, hline: float | None = None, flip: bool = True,
+              facet_order=None, color_order=None, limits: tuple | None = None):
+    """Point estimates with CI bars (``conf_low``/``conf_high``), dodged by ``color``.
+
+    Every panel shares one value scale (limits and breaks computed here from all panels'
+    values, or ``limits``; 0..1 with breaks at quarters for proportions), so a panel can
+    neither show one lone tick nor read on another scale than its neighbour. Categories
+    of ``x`` keep their order of appearance, drawn top-down when ``flip``; panels follow
+    ``facet_order`` and colours ``color_order`` (the report's model order)."""
+    import numpy as np
     import plotnine as p9
 
     d = df.copy()
-    d[x] = pd.Categorical(d[x].astype(str), categories=_ordered(d[x].astype(str)))
+    cats = _ordered(d[x].astype(str))
+    d[x] = pd.Categorical(d[x].astype(str), categories=cats[::-1] if flip else cats)
+    if facet:
+        d[facet] = ordered_category(d[facet], facet_order)
+    if color:
+        d[color] = ordered_category(d[color], color_order)
+    vals = np.r_[d[y].to_numpy(float), d["conf_low"].to_numpy(float),
+                 d["conf_high"].to_numpy(float), [] if hline is None else [hline]]
+    vals = vals[np.isfinite(vals)]
+    if limits is None:
+        lo, hi = (float(vals.min()), float(vals.max())) if len(vals) else (0.0, 1.0)
+        if lo >= 0 and hi <= 1:
+            lo, hi = 0.0, 1.0
+        elif hi - lo < 1e-9:
+            lo, hi = lo - 0.5, hi + 0.5
+        limits = (lo, hi)
+    breaks = value_breaks(*limits)
     aes = p9.aes(x=x, y=y, color=color) if color else p9.aes(x=x, y=y)
     pos = p9.position_dodge(width=dodge)
     p = (p9.ggplot(d, aes)
@@ -315,18 +411,17 @@ def points_ci(df: pd.DataFrame, *, x: str, y: str, color: str | None = None,
     if hline is not None:
         p += p9.geom_hline(yintercept=hline, linetype="dashed", color="#8d96a3")
     if color:
-        p += p9.scale_color_manual(values=PALETTE[: d[color].nunique()], name=color.replace("_", " "))
+        p += p9.scale_color_manual(values=PALETTE[: d[color].nunique()],
+                                   name=color.replace("_", " "), drop=False)
+    p += p9.scale_y_continuous(limits=limits, breaks=breaks,
+                               labels=[break_label(b) for b in breaks])
     if facet:
-        p += p9.facet_wrap(f"~{facet}", scales="free_y" if not flip else "free_x")
-        if flip:    # side-by-side panels: few value ticks, so labels at panel edges never meet
-            from mizani.breaks import breaks_extended
-
-            p += p9.scale_y_continuous(breaks=breaks_extended(n=3))
+        p += p9.facet_wrap(f"~{facet}", nrow=1 if flip else None)
     if flip:
         p += p9.coord_flip()
     p = p + p9.labs(x=x if xlab is None else xlab, y=y if ylab is None else ylab) + theme()
     if facet and flip:
-        p += p9.theme(panel_spacing_x=0.04)
+        p += p9.theme(panel_spacing_x=0.03)
     return p
 
 

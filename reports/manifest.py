@@ -71,7 +71,10 @@ def build_manifest(study, *, sections, tables, figures, renderer: str, timings: 
         "generator": "clinrel",  # with "files" (added when the folder is complete): the
         "clinrel_report": 1,     # marker that lets a later run replace this folder
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "plan": {"path": str(plan.path), "sha256": plan.sha256, "title": plan.title},
+        "plan": {"path": str(plan.path), "sha256": plan.sha256, "title": plan.title,
+                 "modified_utc": (getattr(study, "plan_file", None) or {}).get("modified_utc"),
+                 "plan_init_date": (getattr(study, "plan_file", None) or {}).get(
+                     "plan_init_date")},
         "inputs": {name: {"path": str(path), "sha256": study.input_sha256.get(name),
                           "rows": study.input_rows.get(name)}
                    for name, path in plan.inputs.items()},

@@ -18,9 +18,11 @@ import pandas as pd
 from . import text
 
 
-#: tables of at most this many printed rows are never split across pages (PDF); longer
-#: ones break with their header and notes repeated on every page (as clinical study
-#: report tables do), so a note is never stranded on a page without its table
+#: tables of at most this many printed rows are never split across pages (PDF, Word);
+#: longer ones break between rows with their header repeated on every page and "Table N
+#: (continued)" and the current row group ("(continued)") on every page after the first
+#: (as clinical study report tables do); their notes are written once, under the last
+#: row, kept with it
 KEEP_ROWS = 25
 
 _NUMERIC_CELL = re.compile(r"^[\d\s.,:;\[\]/()%<>=+\-\u2014\u2020\u00d7]*$")
@@ -132,6 +134,51 @@ class ReportTable:
                 yield "group", str(current)
             yield "row", [str(row[c]) for c in self.columns]
 
+    def parts(self, rows: int = None) -> list["ReportTable"]:
+        """The table as it is cut for Word, whose pages cannot say "(continued)": itself
+        when it is kept whole (``keep``), else consecutive parts of at most ``rows``
+        printed rows (default ``KEEP_ROWS``), each kept whole on a page; a part starts at
+        a row group where one fits, and a group longer than a part continues in the next
+        under its heading with "(continued)". Every part has the same columns; the first
+        keeps the table's name (its cross-reference target), the others are named
+        ``<name>-part-<k>``."""
+        import dataclasses
+
+        rows = KEEP_ROWS if rows is None else rows
+        if self.keep:
+            return [self]
+        disp = self.display
+        g = self.group_col
+        if g is not None:   # the display in body order: groups in order of first appearance
+            first = {v: i for i, v in reversed(list(enumerate(disp[g])))}
+            disp = disp.assign(_g=disp[g].map(first)).sort_values("_g", kind="stable").drop(
+                columns="_g")
+        blocks = [part for _, part in disp.groupby(disp[g].map(
+            {v: i for i, v in enumerate(dict.fromkeys(disp[g]))}), sort=True)] \
+            if g is not None else [disp]
+        heading = 1 if g is not None else 0
+        out, current, used = [], [], 0
+        for block in blocks:
+            start = 0
+            while start < len(block):
+                room = rows - used - heading
+                if room < 1 or (start == 0 and used and len(block) + heading > rows - used):
+                    out.append(pd.concat(current))
+                    current, used = [], 0
+                    continue
+                piece = block.iloc[start:start + room]
+                if start and g is not None:   # a group continued from the part before
+                    piece = piece.assign(**{g: piece[g].astype(str) + " (continued)"})
+                current.append(piece)
+                used += len(piece) + heading
+                start += len(piece)
+        if current:
+            out.append(pd.concat(current))
+        return [dataclasses.replace(self, display=d.reset_index(drop=True),
+                                    name=self.name if k == 0 else f"{self.name}-part-{k + 1}",
+                                    notes=self.notes if k == len(out) - 1 else ())
+                for k, d in enumerate(out)]
+
     @property
     def n_rows(self) -> int:
         """Rows as printed: body rows plus row-group headings."""
@@ -150,37 +197,72 @@ class ReportTable:
                             *(len(text.md(v)) for v in self.display[c].astype(str))))
                 for c in self.columns]
 
-    def rel_widths(self, avail: int = 110) -> list[float]:
-        """Column widths as fractions of the table width (sum 1) for a page ``avail``
-        characters wide: every column as wide as its longest cell (label: half, it wraps;
-        never narrower than its longest word) plus the cell margins when that fits;
-        otherwise number columns keep that width and text columns shrink towards their
-        longest word (automatic table layout, as a browser does it)."""
-        pad = 3  # the cell margins, in characters
-        most, least = [], []
+    #: the cell margins, in characters
+    PAD = 3
+    #: characters across a portrait A4 text width (1.6 cm margins) at the table font
+    #: (7.5 pt) and at the small one (6.5 pt), and across a landscape page, in the units
+    #: of :meth:`rel_widths` (cell margins included)
+    PORTRAIT_CHARS = 130
+    PORTRAIT_SMALL_CHARS = 150
+    LANDSCAPE_CHARS = 195
+
+    def _widths(self) -> tuple[list[int], list[int], list[int]]:
+        """Per column, in characters with the cell margins: ``most`` (the longest cell, the
+        label at half: it wraps onto two lines), ``text`` (text columns shrunk to their
+        longest word, number columns whole) and ``least`` (number columns too shrunk to
+        their longest unbreakable part: an interval ``0.55 [0.52, 0.58]`` breaks only
+        before its bracket, :func:`protect`)."""
+        most, text_least, least = [], [], []
         for c, align in zip(self.columns, self.alignments()):
             label = self.label(c)
-            words = [len(w) for v in (label, *self.display[c].astype(str)) for w in v.split()]
-            cells = [len(label) // 2 + 1, *map(len, self.display[c].astype(str))]
+            cells = list(self.display[c].astype(str))
+            words = [len(w) for v in (label, *cells) for w in v.split()]
+            parts = [len(w) for v in cells for w in protect(v).split(" ")]
             longest_word = max(3, *words) if words else 3
-            most.append(min(40, max(longest_word, *cells)) + pad)
-            least.append(most[-1] if align == "right" else min(most[-1], longest_word + pad))
-        spare, give = avail - sum(least), sum(most) - sum(least)
-        if sum(most) <= avail or give == 0:
+            longest_part = max(3, *parts, *(len(w) for w in label.split())) if parts else 3
+            full = min(40, max(longest_word, len(label) // 2 + 1, *map(len, cells))) + self.PAD
+            most.append(full)
+            text_least.append(full if align == "right" else min(full, longest_word + self.PAD))
+            least.append(min(full, (longest_part if align == "right" else longest_word)
+                             + self.PAD))
+        return most, text_least, least
+
+    def rel_widths(self, avail: int = 110) -> list[float]:
+        """Column widths as fractions of the table width (sum 1) for a page ``avail``
+        characters wide (automatic table layout, as a browser does it): every column as
+        wide as its longest cell plus the cell margins when that fits; otherwise text
+        columns shrink towards their longest word, and only then number columns towards
+        their longest unbreakable part (an interval wraps before its bracket)."""
+        most, text_least, least = self._widths()
+        if sum(most) <= avail:
             chosen = most
-        elif spare <= 0:
-            chosen = least
+        elif sum(text_least) <= avail:
+            give = sum(most) - sum(text_least)
+            chosen = [lo + (hi - lo) * (avail - sum(text_least)) / give
+                      for lo, hi in zip(text_least, most)]
+        elif sum(least) < avail:
+            give = sum(text_least) - sum(least)
+            chosen = [lo + (hi - lo) * (avail - sum(least)) / give
+                      for lo, hi in zip(least, text_least)]
         else:
-            chosen = [lo + (hi - lo) * spare / give for lo, hi in zip(least, most)]
+            chosen = least
         return [k / sum(chosen) for k in chosen]
 
     @property
     def is_wide(self) -> bool:
-        """Set landscape in the PDF: ``wide`` asked for, or the columns need more than a
-        portrait A4 text width at the table font size (about 120 characters)."""
-        if self.wide:
-            return True
-        return sum(self.char_widths()) + 2 * len(self.columns) > 120
+        """Set landscape in the PDF and the Word file: ``wide`` asked for, or the columns
+        do not fit a portrait A4 page even at the small table font with intervals wrapped
+        before their brackets (``PORTRAIT_SMALL_CHARS``): a landscape page is turned only
+        for a table that cannot be read upright (each turn ends the page before it)."""
+        return self.wide or sum(self._widths()[2]) > self.PORTRAIT_SMALL_CHARS
+
+    @property
+    def font_pt(self) -> float:
+        """The table's font size in the PDF: 7.5 pt, or 6.5 pt for a portrait table whose
+        numbers would not fit on one line at 7.5 pt (``PORTRAIT_CHARS``)."""
+        if self.is_wide or sum(self._widths()[1]) <= self.PORTRAIT_CHARS:
+            return 7.5
+        return 6.5
 
     # ------------------------------------------------------------------ pandoc (docx, qmd)
     def to_pandoc(self, columns: int = 72) -> dict:
@@ -199,7 +281,7 @@ class ReportTable:
             head.append(_row([_cell(lab or "", width) for _, width, lab in self.spans()]))
         head.append(_row([_cell(self.label(c)) for c in self.columns]))
         rows = [_row([_cell(value, ncol, emph=True)]) if kind == "group" else
-                _row([_cell(v) for v in value]) for kind, value in self.body()]
+                _row([_cell(protect(v)) for v in value]) for kind, value in self.body()]
         return {"t": "Table", "c": [
             _ATTR, [None, []],
             [[a, {"t": "ColWidth", "c": (w + 3) / columns}]
@@ -209,19 +291,29 @@ class ReportTable:
     # ------------------------------------------------------------------ typst
     def to_typst(self) -> str:
         """A typst table (typst string literals for every cell), full width; spanners and
-        labels as the header (repeated on every page), row groups as italic full-width
-        rows, the notes in a footer (repeated on every page of a long table: never
-        stranded)."""
+        labels as the header, repeated on every page; a long table's header starts with
+        "Table N (continued)" on every page but its first (typst's own number of the
+        figure labelled ``id``); row groups as italic full-width subheaders (typst's
+        level-2 headers), repeated with "(continued)" on a page that continues the group;
+        the notes in a footer written once, under the table's last row."""
         cols = self.columns
         ncol = len(cols)
         align = self.alignments()
         # full text width, columns in proportion to their text (as in the docx): a note in
         # the footer, which spans every column, cannot widen one
-        fr = ", ".join(f"{w * ncol:.3f}fr" for w in self.rel_widths(195 if self.is_wide else 130))
-        lines = ["#[", "#set text(size: 7.5pt)", "#table(",
+        avail = (self.LANDSCAPE_CHARS if self.is_wide else
+                 self.PORTRAIT_CHARS if self.font_pt == 7.5 else self.PORTRAIT_SMALL_CHARS)
+        fr = ", ".join(f"{w * ncol:.3f}fr" for w in self.rel_widths(avail))
+        lines = ["#[", f"#set text(size: {self.font_pt:g}pt)", "#table(",
                  f"  columns: ({fr},),", "  stroke: none,", "  inset: (x: 4pt, y: 2.5pt),",
                  "  align: (" + ", ".join(align) + ",),",
                  "  table.hline(stroke: 0.8pt),", "  table.header("]
+        if not self.keep:   # only a page that continues the table says so
+            lines.append(f"    table.cell(colspan: {ncol}, align: left, inset: (x: 4pt, y: 1.5pt), "
+                         f"context {{ let start = locate(<{self.id}>); "
+                         f"if start.page() < here().page() {{ text(style: \"italic\", "
+                         f"[Table #numbering(\"1\", ..counter(figure.where(kind: table))"
+                         f".at(start)) (continued)]) }} }}),")
         spans = self.spans()
         if spans:
             lines.append("    " + ", ".join(
@@ -237,14 +329,26 @@ class ReportTable:
                                         for c in cols) + ",")
         lines.append("  ),")
         lines.append("  table.hline(stroke: 0.5pt),")
+        k = 0
         for kind, value in self.body():
             if kind == "group":
-                lines.append(f"  table.cell(colspan: {ncol}, text(style: \"italic\", "
-                             f"{text.typst_str(value)})),")
+                k += 1
+                mark = text.typst_str(f"{self.id}/{k}")
+                name = text.typst_str(value)
+                # a subheader: repeated on the pages its rows continue onto, there with
+                # "(continued)" (its first instance's metadata marks where it started)
+                cell = (f"table.cell(colspan: {ncol}, [#metadata({mark}) <clinrel-group>"
+                        f"#context {{ let first = query(selector(<clinrel-group>)"
+                        f".before(here())).filter(m => m.value == {mark}); "
+                        f"text(style: \"italic\", if first.len() > 0 and "
+                        f"first.first().location().page() < here().page() "
+                        f"{{ {name} + \" (continued)\" }} else {{ {name} }}) }}])")
+                lines.append(f"  table.header(level: 2, {cell})," if not self.keep else
+                             f"  table.cell(colspan: {ncol}, text(style: \"italic\", {name})),")
             else:
-                lines.append("  " + ", ".join(map(text.typst_str, value)) + ",")
-        if self.notes:  # the footer: a kept table is one block; a long one repeats it
-            lines.append(f"  table.footer(repeat: {str(not self.keep).lower()}, "
+                lines.append("  " + ", ".join(text.typst_str(protect(v)) for v in value) + ",")
+        if self.notes:  # the footer: written once, under the last row
+            lines.append("  table.footer(repeat: false, "
                          "table.hline(stroke: 0.8pt),")
             lines.extend(f"    table.cell(colspan: {ncol}, inset: (x: 4pt, y: 1.5pt), "
                          f"text(size: 6.5pt, {text.typst_str(note)}))," for note in self.notes)
@@ -257,6 +361,13 @@ class ReportTable:
 
 
 _ATTR = ["", [], []]
+_BRACKETED = re.compile(r"\[[^\[\]]*\]")
+
+
+def protect(cell: str) -> str:
+    """``cell`` with the spaces inside brackets made non-breaking: an interval
+    ``0.55 [0.52, 0.58]`` may wrap before its bracket, never inside it."""
+    return _BRACKETED.sub(lambda m: m.group(0).replace(" ", "\u00a0"), cell)
 
 
 def _inlines(s: str) -> list:

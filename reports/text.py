@@ -309,10 +309,19 @@ def frac(k, n) -> str:
 
 
 def pct(k, n, digits: int = PCT_DIGITS) -> str:
-    """``"45 (90%)"``: whole percentages (``PCT_DIGITS``)."""
+    """``"45 (90%)"``: whole percentages (``PCT_DIGITS``); a count above 0 that would
+    round to 0% reads ``"<1%"``, and one short of all that would round to 100%
+    ``">99%"`` (decided on the counts: "1 (0%)" would say none)."""
     if not (_finite(k) and _finite(n)) or float(n) == 0:
         return f"{count(k)} ({DASH})"
-    return f"{count(k)} ({100 * float(k) / float(n):.{digits}f}%)"
+    k, n = float(k), float(n)
+    share = f"{100 * k / n:.{digits}f}"
+    floor = 10.0 ** -digits
+    if 0 < k < n and float(share) == 0:
+        share = f"<{floor:g}"
+    elif 0 < k < n and float(share) == 100:
+        share = f">{100 - floor:g}"
+    return f"{count(k)} ({share}%)"
 
 
 def pvalue(p, floor=None) -> str:

@@ -48,8 +48,28 @@ PROPORTIONS = ("sensitivity", "specificity", "ppv", "npv", "accuracy")
 #: every count metric of a 2x2 table
 METRICS = (*PROPORTIONS, "f1")
 
-MSG_COLUMNS = ("cases: column(s) {cols} missing (columns present: {present}); "
-               "add them, or run stats.read_cases / stats.add_bins first")
+MSG_COLUMNS = ("cases: column(s) {cols} missing (columns present: {present}); {fix}")
+#: the binned axes ``clinrel plan init`` proposes: new column -> (source, breaks, labels)
+STANDARD_BINS = {"age_group": ("age", (0, 40, 60, 75, float("inf")),
+                               ("<40", "40-59", "60-74", "75+")),
+                 "size_group": ("tumor_size_mm", (0, 10, 20, 40, float("inf")),
+                                ("<10 mm", "10-19 mm", "20-39 mm", ">=40 mm"))}
+
+
+def missing_fix(missing, columns) -> str:
+    """The fix for missing columns: for a standard binned axis whose source column is
+    present (``age_group`` from ``age``), the ``stats.add_bins`` call that makes it (the
+    cut points ``clinrel plan init`` proposes); otherwise add the columns
+    (``stats.read_cases`` validates a table, it adds no column)."""
+    cols = set(map(str, columns))
+    calls = [f"stats.add_bins(cases, {{{STANDARD_BINS[m][0]!r}: {{'name': {m!r}, "
+             f"'breaks': {list(STANDARD_BINS[m][1])}, 'labels': {list(STANDARD_BINS[m][2])}}}}})"
+             .replace("inf", "float('inf')")
+             for m in missing if m in STANDARD_BINS and STANDARD_BINS[m][0] in cols]
+    if calls:
+        return "cut " + " and ".join(calls) + " first (or choose your own breaks)"
+    return ("add them to the table (stats.read_cases validates a table but adds no column; "
+            "a numeric column becomes an axis with stats.add_bins)")
 MSG_NO_PRED = ("cases: no 'pred' column (the scan-level call); run "
                "stats.scan_level(cases, threshold=...) first or give --threshold")
 MSG_UNPAIRED = ("cases: models do not cover the same cases (paired design): {details}; "
@@ -234,7 +254,8 @@ def case_matrix(cases: pd.DataFrame, by=None, *, need_pred: bool = True,
     missing = [c for c in dict.fromkeys(needed) if c not in cases.columns]
     if missing:
         raise ContractError(MSG_COLUMNS.format(cols=", ".join(map(repr, missing)),
-                                               present=", ".join(map(repr, cases.columns[:15]))))
+                                               present=", ".join(map(repr, cases.columns[:15])),
+                                               fix=missing_fix(missing, cases.columns)))
     if need_pred and "pred" not in cases.columns:
         raise ContractError(MSG_NO_PRED)
     case_codes, case_ids = pd.factorize(cases["case_id"], sort=False)
@@ -389,7 +410,8 @@ def scan_level(cases: pd.DataFrame, *, threshold: float | Mapping[str, float] | 
     need = [c for c in ("model", "score") if c not in cases.columns]
     if need:
         raise ContractError(MSG_COLUMNS.format(cols=", ".join(map(repr, need)),
-                                               present=", ".join(map(repr, cases.columns[:15]))))
+                                               present=", ".join(map(repr, cases.columns[:15])),
+                                               fix=missing_fix(need, cases.columns)))
     df = cases.copy()
     models = pd.unique(df["model"])
     if threshold is not None:

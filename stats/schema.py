@@ -446,7 +446,7 @@ def _check_header_width(path: Path, *, source: str, sep: str | None) -> None:
     import csv
     import io
 
-    from stats.limits import MAX_HEADER_BYTES, check_columns, current
+    from stats.limits import MAX_HEADER_BYTES, MSG_HEADER_LONG, check_columns, current
 
     try:
         with open(path, "rb") as fh:

@@ -15,6 +15,7 @@ import shutil
 import warnings
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import typer
 import yaml
@@ -290,3 +291,120 @@ def test_validation_record_names_every_r_script_and_simulation_study():
     for name in sorted([*(ROOT / "bench").glob("*coverage*.md"),
                         *(ROOT / "bench").glob("*size*.md")]):
         assert f"bench/{name.name}" in text, name.name
+
+
+# --------------------------------------------------------------------------- README examples
+
+README = ROOT / "README.md"
+#: README lines that cannot run in the test suite, each with its reason (asserted to be the
+#: only ones left out): the runner extra (torch, MONAI, a run config), the package index,
+#: the Makefile (it would run this suite), a Dask cluster at a placeholder address
+NOT_RUN = {"clinrel demo --regenerate": "needs clinrel[runner] (MONAI networks)",
+           "clinrel infer": "needs clinrel[runner] and a run config",
+           "pip install": "installs from the package index",
+           "make ": "runs the Makefile (the suite itself)",
+           "dask ": "starts a Dask cluster", "--scheduler tcp://HOST": "needs that cluster"}
+
+
+def _readme_blocks() -> tuple[list[str], list[str]]:
+    """The README's shell lines (fenced blocks without a language, and indented blocks;
+    comment continuation lines dropped) and its ```python blocks, read line by line."""
+    shell, python = [], []
+    fence = None   # (language, lines) of the open fenced block
+    indented = False   # inside an indented code block (it starts after a blank line)
+    prev_blank = True
+    for line in README.read_text(encoding="utf-8").splitlines():
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            if fence is None:
+                fence = (stripped[3:].strip(), [])
+            else:
+                lang, body = fence
+                if lang == "":
+                    shell += [ln for ln in body if ln.strip() and not ln.startswith(" ")]
+                elif lang == "python":
+                    python.append("\n".join(body) + "\n")
+                fence = None
+            prev_blank = indented = False
+            continue
+        if fence is not None:
+            fence[1].append(line)
+            continue
+        indented = line.startswith("    ") and bool(stripped) and (prev_blank or indented)
+        if indented:
+            shell.append(line[4:])
+        prev_blank = not stripped
+    return shell, python
+
+
+def _skipped(line: str) -> str | None:
+    return next((why for key, why in NOT_RUN.items() if key in line), None)
+
+
+@pytest.fixture()
+def example_folder(tmp_path, monkeypatch):
+    """A fresh folder holding docs/example, the working folder of the README's lines."""
+    shutil.copytree(DOCS / "example", tmp_path / "docs" / "example")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_readme_command_lines_run_on_the_example_table(example_folder):
+    """Every command line of README.md runs as written, in order, on docs/example/cases.csv
+    (raw age: --bin makes age_group) and the demo study; a line whose comment says
+    "(exit 2)" must be refused with exit 2. Only the lines of NOT_RUN are left out."""
+    shell, _ = _readme_blocks()
+    run = [ln for ln in shell if _skipped(ln) is None]
+    left_out = {_skipped(ln) for ln in shell} - {None}
+    assert left_out == set(NOT_RUN.values()), left_out
+    assert any("--by age_group:phase" in ln and "docs/example/cases.csv" in ln for ln in run)
+    assert any(ln.startswith("clinrel adjust docs/example/cases.csv") and "--bin" in ln
+               for ln in run)
+    assert len(run) >= 15
+    for line in run:
+        args = shlex.split(line, comments=True)
+        if args[0] == "cp":
+            shutil.copy(args[1], args[2])
+            continue
+        assert args[0] == "clinrel", line
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = runner.invoke(app, args[1:], terminal_width=200)
+        want = 2 if "(exit 2)" in line else 0
+        assert res.exit_code == want, (line, res.output[-2000:])
+    for report in ("report", "example-report", "demo-report"):
+        assert (example_folder / report / "appendix.pdf").stat().st_size > 0, report
+    sub = pd.read_csv(example_folder / "subgroups.csv")
+    assert "age_group:phase" in set(sub["group_var"])
+    terms = pd.read_csv(example_folder / "terms.csv")
+    assert terms["estimand"].str.startswith("age_group").any()
+
+
+def test_readme_python_blocks_run_on_the_example_table(example_folder, capsys):
+    """Every ```python block of README.md runs as written from the repository's folder."""
+    _, python = _readme_blocks()
+    assert python and any("docs/example/cases.csv" in b for b in python)
+    for block in python:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
+    assert "sensitivity" in capsys.readouterr().out
+
+
+def test_the_missing_bin_hint_is_true(example_folder):
+    """The refusal of a table without age_group names the call that makes it, and that
+    call works (stats.read_cases adds no bin)."""
+    import stats
+
+    cases = stats.read_cases("docs/example/cases.csv")
+    assert "age_group" not in cases.columns
+    with pytest.raises(stats.ContractError) as exc:
+        stats.subgroup_metrics(stats.scan_level(cases, threshold=50), by=["age_group"])
+    message = str(exc.value)
+    assert "stats.add_bins(cases, {'age': {'name': 'age_group'" in message
+    call = re.search(r"(stats\.add_bins\(cases, .*?\}\}\))", message).group(1)
+    binned = eval(call, {"stats": stats, "cases": cases})   # the hint, run as written
+    stats.subgroup_metrics(stats.scan_level(binned, threshold=50), by=["age_group"])
+    res = runner.invoke(app, ["subgroups", "docs/example/cases.csv", "--by", "age_group",
+                              "--threshold", "50", "--out", "x.csv"])
+    assert res.exit_code == 2 and "--bin age=0,40,60,75,inf" in res.output

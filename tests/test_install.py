@@ -164,3 +164,13 @@ def test_fresh_core_venv_has_no_torch_and_renders_the_demo(tmp_path):
     res = subprocess.run([str(venv / "bin" / "clinrel"), "infer", "probe", "--config", "x.yaml"],
                          capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 2 and INSTALL_HINT in " ".join(res.stderr.split())
+
+
+def test_license_is_an_spdx_string_so_the_build_prints_no_deprecation():
+    """setuptools 77 deprecated ``license = {text = ...}`` (a warning block at every
+    install); an SPDX expression needs setuptools >= 77 in the build requirements."""
+    data = _pyproject()
+    assert isinstance(data["project"]["license"], str) and data["project"]["license"] == "MIT"
+    req = next(r for r in data["build-system"]["requires"] if _name(r) == "setuptools")
+    floor = re.search(r">=\s*(\d+)", req)
+    assert floor and int(floor.group(1)) >= 77, req

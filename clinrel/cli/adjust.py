@@ -48,6 +48,12 @@ def register(app: typer.Typer) -> None:
             "detection.adjusted.population", "--population")] = None,
         group: Annotated[Optional[str], plan_option("detection.adjusted.group")] = None,
         nagq: Annotated[Optional[int], plan_option("detection.adjusted.nagq")] = None,
+        bin: Annotated[Optional[list[str]], plan_option(
+            "detection.bins", help="Cut a numeric column into a new factor, as the plan's "
+                                   "detection.bins (repeatable): age=0,40,60,75,inf adds "
+                                   "age_group (levels 0-40, 40-60, 60-75, 75-inf; left-closed); "
+                                   "age=0,40,60,75,inf:age_band names it age_band. Name it in "
+                                   "--formula.")] = None,
         threshold: Annotated[float | None, plan_option(
             "detection.threshold.value", help="Prespecified threshold (pred = score >= "
             "THRESHOLD); without it the table's pred column is used.")] = None,
@@ -79,7 +85,7 @@ def register(app: typer.Typer) -> None:
         when race has an Unknown level, column fit_method naming each fit."""
         from stats.formula import parse_formula
 
-        from .detection import run_command, threshold_block
+        from .detection import bins_block, run_command, threshold_block
 
         if means and means_out is None:
             raise InputError("--means needs --means-out FILE")
@@ -99,7 +105,7 @@ def register(app: typer.Typer) -> None:
             if means_kind is not None:
                 adjusted["means_kind"] = means_kind.value
         det = {"threshold": threshold_block(threshold, None, None), "subgroups": [],
-               "adjusted": adjusted}
+               "adjusted": adjusted, "bins": bins_block(bin)}
         only = ["adjusted_terms", "adjusted_glance"]
         only += ["adjusted_blocks"] if blocks_out is not None else []
         only += ["adjusted_means"] if means else []
@@ -111,8 +117,31 @@ def register(app: typer.Typer) -> None:
         write_tables([(option, path, res[tables[option]]) for option, path in outs
                       if path is not None], force=force, inputs=[cases])
         if not quiet:
-            for _, g in res["adjusted_glance"].iterrows():
-                typer.echo(f"{g['model']}: {g['method']}, n = {g['nobs']}, {g['n_groups']} groups, "
-                           f"loglik = {g['loglik']:.3f}" + (f"; warnings: {g['warnings']}"
-                                                          if g["warnings"] else ""))
+            for line in summary_lines(res["adjusted_glance"], method.value):
+                typer.echo(line)
             typer.echo(f"wrote {len(res['adjusted_terms'])} terms to {out}")
+
+
+def _whole(x) -> str:
+    """A count as a whole number (a float column's ``888.0`` reads ``888``)."""
+    import math
+
+    return "NA" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{int(round(float(x)))}"
+
+
+def summary_lines(glance, method: str) -> list[str]:
+    """The console summary: per model the fit of ``--method`` (the one asked for: scans
+    used, groups, log-likelihood, warnings), then one line for the complete-case GLMM
+    fitted beside it (race Unknown left out), never mistaken for the primary fit."""
+    main = glance[glance["fit_method"] == method]
+    out = [f"{g['model']}: {g['method']}, n = {_whole(g['nobs'])} scans, "
+           f"{_whole(g['n_groups'])} groups, loglik = {g['loglik']:.3f}"
+           + (f"; warnings: {g['warnings']}" if g["warnings"] else "")
+           for _, g in main.iterrows()]
+    cc = glance[glance["fit_method"] == "glmm_cc"]
+    if len(cc):
+        ns = sorted({_whole(n) for n in cc["nobs"]})
+        out.append(f"beside it, the complete-case GLMM (race Unknown left out; fit_method "
+                   f"glmm_cc in the output): n = {' to '.join(ns[::max(1, len(ns) - 1)])} "
+                   f"scans per model")
+    return out

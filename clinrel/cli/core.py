@@ -39,13 +39,32 @@ MSG_REPORT_TEXT = ("{path}: this is a table of report texts (columns case_id, te
                    "metadata with: clinrel metadata extract {path} --out evidence.csv")
 
 
+#: column names of report texts (a radiology report table, not a cases table)
+REPORT_TEXT_COLUMNS = ("text", "report", "report_text", "reports", "findings", "impression",
+                       "narrative", "note", "notes")
+MSG_RENAME_TEXT = " (its text column is {column!r}: rename it 'text')"
+
+
+def _long_text(col) -> bool:
+    """A column of free text: strings of at least 40 characters on average, with spaces."""
+    if col.dtype.kind not in "OSU" and str(col.dtype) != "string":
+        return False
+    v = col.dropna().astype(str).head(200)
+    return bool(len(v)) and v.str.len().mean() >= 40 and bool(v.str.contains(" ").mean() > 0.5)
+
+
 def _guess_kind(path: Path) -> str:
     import stats
 
     df, _ = stats.schema.read_table(path, table="input")
     cols = set(df.columns)
-    if {"case_id", "text"} <= cols and not {"label", "score"} & cols:
-        raise InputError(MSG_REPORT_TEXT.format(path=path))
+    if "case_id" in cols and not {"label", "score"} & cols:
+        texts = [c for c in df.columns if c in REPORT_TEXT_COLUMNS or _long_text(df[c])]
+        if "text" in cols:
+            raise InputError(MSG_REPORT_TEXT.format(path=path))
+        if texts:
+            raise InputError(MSG_REPORT_TEXT.format(path=path) + MSG_RENAME_TEXT.format(
+                column=texts[0]))
     if {"encoder", "auroc"} & cols and not {"case_id", "score"} <= cols:
         return "runs"
     if {"case_id", "score"} & cols:
@@ -143,8 +162,10 @@ def register(app: typer.Typer) -> None:
                 sites = (f"1 site (no site column: a single-site study, site "
                          f"'{stats.schema.IMPLICIT_SITE}')" if df.attrs.get("implicit_site")
                          else f"{df['site'].nunique()} sites")
+                per = df.drop_duplicates("case_id").groupby("patient_id", observed=True).size()
                 typer.echo(f"{file}: valid cases table: {len(df)} rows, {df['model'].nunique()} models, "
-                           f"{df['case_id'].nunique()} cases, {sites}")
+                           f"{df['case_id'].nunique()} cases (scans) of {len(per)} patients "
+                           f"({int((per > 1).sum())} with more than one scan), {sites}")
             else:
                 typer.echo(f"{file}: valid runs table: {len(df)} runs, {df['encoder'].nunique()} encoders, "
                            f"{df['dataset'].nunique()} datasets")

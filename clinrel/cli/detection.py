@@ -212,6 +212,10 @@ def register(app: typer.Typer) -> None:
             "specificity, auc (closed form), ppv, npv, f1, accuracy (paired cluster "
             "bootstrap: need --n-boot). Default: sensitivity, specificity, auc (plan key "
             "detection.compare_metrics).")] = None,
+        bin: Annotated[Optional[list[str]], plan_option(
+            "detection.bins", help="Cut a numeric column into a new axis, as the plan's "
+                                   "detection.bins (repeatable): age=0,40,60,75,inf adds "
+                                   "age_group (left-closed); name it in --by.")] = None,
         threshold: ThresholdOpt = None,
         criterion: CriterionOpt = None, target_specificity: TargetOpt = None,
         n_boot: Annotated[int, plan_option("detection.bootstrap.n_boot")] = 0,
@@ -231,7 +235,7 @@ def register(app: typer.Typer) -> None:
         check_seed(seed)
         check_out_files([("--out", out)], force=force, inputs=[cases])
         det = {"threshold": threshold_block(threshold, criterion, target_specificity),
-               "compare_by": by_axes(by), "subgroups": [],
+               "compare_by": by_axes(by), "subgroups": [], "bins": bins_block(bin),
                **_given(conf_level=conf_level, compare_metrics=metric or None,
                         cluster=None if cluster is None else cluster_setting(cluster))}
         if n_boot:

@@ -63,8 +63,42 @@ def register(app: typer.Typer) -> None:
                                                  if llm_url else "")
                        + (f"; {skipped} file(s) in the folders skipped (not readable DICOM)"
                           if skipped else ""))
+            notes = kappa_notes(table)
             for r in agree.itertuples():
                 typer.echo(f"  {r.field}: {r.extractor_a} vs {r.extractor_b}: n={r.n_both} "
-                           f"agreement={r.agreement:.3f} kappa={r.kappa:.3f}")
+                           f"agreement={r.agreement:.3f} "
+                           + kappa_text(r.kappa, notes.get((r.field, r.extractor_a,
+                                                           r.extractor_b))))
 
     app.add_typer(meta, name="metadata")
+
+
+def kappa_notes(evidence) -> dict:
+    """``(field, a, b) -> extractor`` where one extractor of the pair gave a single value
+    over the cases both answered (counted, not read off a computed kappa): Cohen's kappa is
+    then 0 whatever the agreement, since the agreement expected by chance equals the
+    observed one."""
+    from stats.agreement import extractor_pairs
+
+    out = {}
+    for field, a, b, wa, wb in extractor_pairs(evidence):
+        both = wa.index.intersection(wb.index)
+        for name, w in ((a, wa), (b, wb)):
+            if len(both) >= 2 and w.loc[both, "value"].astype(str).nunique() == 1:
+                out[(field, a, b)] = (name, str(w.loc[both, "value"].astype(str).iloc[0]))
+                break
+    return out
+
+
+def kappa_text(kappa, single) -> str:
+    """``kappa=0.731``, explained where it says nothing: not estimable (fewer than two
+    cases, or one category between both), or 0 by construction (``single``: one
+    extractor gave one value only)."""
+    import math
+
+    if kappa is None or math.isnan(kappa):
+        return "kappa not estimable (fewer than two cases, or one value between both)"
+    if single:
+        return (f"kappa={kappa:.3f} (by construction: {single[0]} gave one value only, "
+                f"{single[1]!r}, so agreement by chance equals the observed; read the agreement)")
+    return f"kappa={kappa:.3f}"

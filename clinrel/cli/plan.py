@@ -43,6 +43,9 @@ N_BOOT = 2000
 SEED = 20260101
 #: sites needed before a random site intercept (GLMM) and GEE are proposed
 MIN_SITES_GLMM = 5
+#: fewer sites than this: the site-fixed model is proposed beside the GLMM and GEE (the
+#: primary fit there: analysis.adjusted.primary_fit; the same number as its FEW_GROUPS)
+FEW_GROUPS = 20
 
 MSG_PLAN_SUFFIX = "--out {out}: a plan is a YAML file; give a path ending in .yaml or .yml"
 
@@ -141,8 +144,9 @@ def propose(cases, *, threshold: float | None = None) -> Proposal:
                       "demographics": [t for t in terms if t in ("age_group", "sex", "race")],
                       "tumour": [t for t in terms if t in ("size_group", "tumor_location")]}
             p.adjusted = {"formula": _formula(terms),
-                          "methods": ["glmm", "gee"] if len(p.sites) >= MIN_SITES_GLMM
-                          else ["fixed"],
+                          "methods": (["glmm", "gee"] + (["fixed"] if len(p.sites) < FEW_GROUPS
+                                                         else []))
+                          if len(p.sites) >= MIN_SITES_GLMM else ["fixed"],
                           "group": "site", "blocks": {k: v for k, v in blocks.items() if v}}
     return p
 
@@ -357,8 +361,10 @@ def render_plan(p: Proposal, *, cases_path: str, source: str) -> str:
               "sensitivity",
               f"    formula: {_y(a['formula'])}",
               f"    methods: {_y(a['methods'])}"
-              + ("" if "glmm" in a["methods"] else
-                 f"   # fewer than {MIN_SITES_GLMM} sites: site as a fixed effect"),
+              + (f"   # fewer than {MIN_SITES_GLMM} sites: site as a fixed effect"
+                 if "glmm" not in a["methods"] else
+                 f"   # fewer than {FEW_GROUPS} sites: the site-fixed fit (patient-clustered "
+                 f"SEs) is read for inference" if "fixed" in a["methods"] else ""),
               f"    group: {_y(a['group'])}"]
         if a["blocks"]:
             L += ["    blocks:                       # each block gets a likelihood-ratio test"]

@@ -91,7 +91,9 @@ def ordered_levels(study, axis: tuple[str, ...]) -> list[str]:
 
 def sort_cells(df: pd.DataFrame, study, axis: tuple[str, ...]) -> pd.DataFrame:
     order = {lv: i for i, lv in enumerate(ordered_levels(study, axis))}
-    models = list(pd.unique(study.cases["model"]))
+    from ..study import model_order
+
+    models = model_order(study)
     key = df["group_level"].map(lambda v: order.get(str(v), len(order)))
     mkey = df["model"].map(lambda v: models.index(v) if v in models else len(models))
     return df.assign(_m=mkey, _k=key).sort_values(["_m", "_k"], kind="stable").drop(

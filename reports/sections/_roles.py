@@ -59,6 +59,8 @@ BY_NAME = {name: key for key, names in SHOWN_BY.items() for name in names}
 NO_ROLE = ("checklist_map",)
 #: names whose role is that of the subgroup axes they draw (one figure, several axes)
 BY_AXES = ("forest_", "roc_axis_")
+#: names of the further parts of a descriptive table split over several tables
+DESCRIPTIVE_PARTS = ("cohort_by_site_",)
 SENTENCES = ("Prespecified.", "Exploratory.", "Prespecified (descriptive).")
 
 
@@ -83,7 +85,7 @@ def role_sentence(roles: dict, name: str, data=None) -> str | None:
         return None
     if name.startswith(BY_AXES):
         return _axes_sentence(roles, data)
-    key = BY_NAME.get(name)
+    key = BY_NAME.get(name, DESCRIPTIVE if name.startswith(DESCRIPTIVE_PARTS) else None)
     if key is None:
         raise KeyError(f"table or figure {name!r} is not mapped to an analysis in "
                        f"reports/sections/_roles.py (BY_NAME)")

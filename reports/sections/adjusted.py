@@ -8,6 +8,7 @@ import pandas as pd
 
 from .. import text
 from ..figures import ReportFigure, points_ci
+from ..study import model_order
 from ..tables import ReportTable
 from . import Section, SkipSection
 from . import _detection as D
@@ -17,6 +18,9 @@ TITLE = "Confounding-adjusted models"
 HALF = "detection"
 METHOD_LABEL = {"glmm": "GLMM", "gee": "GEE", "fixed": "Fixed site",
                 "glmm_cc": "GLMM, known race"}
+#: how each fit is named in running text
+METHOD_TEXT = {"glmm": "GLMM", "gee": "GEE", "fixed": "site-fixed model",
+               "glmm_cc": "complete-case GLMM"}
 #: how each kind of adjusted mean is described
 KIND_TEXT = {"standardized": "standardized over the observed covariate mix, like the crude "
                              "values",
@@ -72,22 +76,15 @@ def build(study) -> Section:
         return g[["model", "fit_method"]].merge(miss, on=["model", "fit_method"], how="left")
 
     def scans_note(fit_methods=None) -> str:
-        """Scans used per model and fit (of ``fit_methods``, default all) and why others
-        were left out."""
+        """Scans used per fit (of ``fit_methods``, default all) and why others were left
+        out, once per fit when every model used as many (they score the same scans)."""
         mm = miss if fit_methods is None else miss[miss["fit_method"].isin(fit_methods)]
-        ex = mm[mm["n_excluded"] > 0]
-        used = "; ".join(f"{r.model}, {METHOD_LABEL.get(r.fit_method, r.fit_method)}: "
-                         f"{text.count(r.n_used)} of {text.count(r.n_population)}"
-                         for r in mm.itertuples())
-        return f"Scans used: {used}. " + ("Left out: " + "; ".join(
-            f"{r.model}, {METHOD_LABEL.get(r.fit_method, r.fit_method)}: {r.n_excluded} "
-            f"({r.reason})" for r in ex.itertuples()) + "." if len(ex) else
-            "Every fit used every scan of its population (no missing covariate).")
+        return "Scans used: " + scans_used_text(mm) + "."
 
     excluded_note = scans_note()
     # ---- odds ratios (readable rows: Results['adjusted_table'])
     tab = res["adjusted_table"]
-    models = list(pd.unique(ev["model"]))
+    models = model_order(study)
     key = ["model", "label"]
     order = tab.drop_duplicates(key)[key]
     rows = []
@@ -133,7 +130,8 @@ def build(study) -> Section:
              + "; ".join(f"{METHOD_LABEL[m]}: {stats_method}" for m, stats_method in
                          (("glmm", glmm_text),
                           ("gee", gee_text),
-                          ("fixed", f"{group} fixed, cluster-robust SE"),
+                          ("fixed", f"{group} as fixed effects, SE clustered on "
+                                    f"{study.results.decisions.detection.cluster or 'case'}s"),
                           ("glmm_cc", f"the GLMM refitted on cases with known race "
                                       f"(complete case)")) if m in fits) + "."]
     if term_flags:
@@ -152,12 +150,17 @@ def build(study) -> Section:
                         "estimates are in the CSV)." if "extreme_sd" in fit_flags else "")
                      + ("" if {"not_converged", "extreme_sd"} & set(fit_flags) else "."))
     terms = tab
+    primary = (res.decisions.adjusted.primary or {}).get("fit")
     or_table = ReportTable(
         name="adjusted_odds_ratios", caption="Adjusted odds ratios of detection (sensitivity) "
-        "per model and estimation method.", data=terms, display=disp, group_col="model",
+        "per model and estimation method"
+        + (f"; the {METHOD_LABEL.get(primary, primary)} columns are the primary fit "
+           f"(the design decides: see Reading this report)" if primary else "") + ".",
+        data=terms, display=disp, group_col="model",
         labels={"term": "Variable: level vs reference", **{f"or_{m}": "OR [CI]" for m in fits},
                 **{f"p_{m}": "p" for m in fits}},
-        spanners=tuple((METHOD_LABEL[m], [f"or_{m}", f"p_{m}"]) for m in fits),
+        spanners=tuple((METHOD_LABEL[m] + (" (primary)" if m == primary else ""),
+                        [f"or_{m}", f"p_{m}"]) for m in fits),
         notes=tuple(notes))
     sec = Section(KEY, TITLE)
     # ---- block tests (ML methods only)
@@ -188,7 +191,7 @@ def build(study) -> Section:
                    + ("Prespecified: Holm's adjustment over each model's tests."
                       if str(res.decisions.get("adjusted.block_multiplicity", "")).startswith(
                           "Holm") else "Exploratory: p-values not adjusted for multiplicity."),
-                   scans_note([ml])))
+                   "Scans used: as in the odds-ratio table (its notes)."))
     # ---- variance decomposition
     glance = res["adjusted_glance"]
     disp_v = pd.DataFrame({
@@ -215,7 +218,8 @@ def build(study) -> Section:
                 "r2m": "R\u00b2 marginal", "r2c": "R\u00b2 conditional",
                 "conv": "Converged"},
         notes=("Nakagawa & Schielzeth latent-scale R\u00b2; warnings per fit are in "
-               "tables/adjusted_variance.csv.", excluded_note))
+               "tables/adjusted_variance.csv; why scans were left out: the odds-ratio "
+               "table's notes.",))
     # ---- adjusted vs crude
     cmp = res["adjusted_vs_crude"]
     fig = None
@@ -234,7 +238,7 @@ def build(study) -> Section:
                "relied on."),
             alt="Dot plot comparing adjusted and crude sensitivity by subgroup level.",
             plot=points_ci(cmp, x="cell", y="estimate", color="kind", facet="model",
-                           xlab="", ylab="Sensitivity"),
+                           xlab="", ylab="Sensitivity", facet_order=models, limits=(0.0, 1.0)),
             data=data, width=7.5, height=min(1.5 + 0.2 * n_cells, 9.0))
     re_fig = None
     re = res["adjusted_random_effects"]
@@ -245,7 +249,7 @@ def build(study) -> Section:
             f"model; 0 is the average {group}.",
             alt=f"Dot plot of {group} random effects per model.",
             plot=points_ci(re, x="group_level", y="estimate", facet="model", xlab="",
-                           ylab=f"{group} effect (log-odds)", hline=0.0),
+                           ylab=f"{group} effect (log-odds)", hline=0.0, facet_order=models),
             data=re[["model", "group_var", "group_level", "estimate", "std_error",
                      "conf_low", "conf_high", "n", "flag"]],
             width=7.5, height=min(1.2 + 0.22 * re["group_level"].nunique(), 6.0))
@@ -256,10 +260,13 @@ def build(study) -> Section:
                   if "warnings" in glance else set())
     rhs = formula.split("~", 1)[1].strip()
     md = (f"@tbl-adjusted-odds-ratios gives odds ratios of detection adjusted for "
-          f"{text.md(rhs)} with {text.md(group)} as "
-          f"{'a random intercept' if 'glmm' in fits else 'the cluster'}"
-          + (" and patients nested within it in the GLMM" if nested and "glmm" in fits
-             else "") + ". "
+          f"{text.md(rhs)}, with {text.md(group)} as "
+          + text.human_list([w for m, w in (("glmm", "a random intercept (GLMM)"
+                                                     + (", with patients nested within it"
+                                                        if nested else "")),
+                                            ("gee", "the cluster (GEE)"),
+                                            ("fixed", "fixed effects (site-fixed model)"))
+                             if m in fits]) + ". "
           + (f"@tbl-adjusted-block-tests tests whether each block of covariates (protocol, "
              f"demographics, tumour) and {text.md(group)} explain detection. " if blocks_tbl
              else "")
@@ -273,6 +280,7 @@ def build(study) -> Section:
           + (" and @fig-adjusted-vs-crude contrasts adjusted with crude sensitivities." if fig
              else ".")
           + _repeated_text(res.decisions.adjusted.repeated_scans, fits, nested=nested)
+          + primary_text(res.decisions.adjusted.primary)
           + (f" @tbl-adjusted-contrasts compares the adjusted levels pairwise." if con_tbl
              else "")
           + (" @tbl-adjusted-variance-partition and @fig-adjusted-variance-partition "
@@ -325,14 +333,16 @@ def _repeated_text(rep: dict | None, fits, *, nested: bool = False) -> str:
                 f"intervals treat a patient's scans as independent given {g} (too narrow when "
                 f"they are correlated).")
     if "gee" in fits:
-        out += (f" The GEE's robust standard errors are clustered on {g}, "
-                + (f"and every patient's scans lie within one {g}, so they allow any "
-                   f"correlation within a {g}, a patient's scans included: read the GEE "
-                   f"columns for inference, and the adjusted-versus-crude comparison uses "
-                   f"the GEE. The block tests are the GLMM's likelihood-ratio tests (the GEE "
-                   f"has no likelihood) and share its limitation." if rep["nested"] else
-                   f"but some patients have scans in more than one {g}, so neither model "
-                   f"accounts for the repeated scans."))
+        out += (f" The GEE's robust standard errors are clustered on {g}"
+                + (f", and every patient's scans lie within one {g}, so they allow any "
+                   f"correlation within a {g}, a patient's scans included (with few {g}s "
+                   f"they rest on few clusters)." if rep["nested"] else
+                   f", but some patients have scans in more than one {g}."))
+    if "fixed" in fits:
+        out += (f" The {g}-fixed model's standard errors are clustered on {c}, so a "
+                f"patient's repeated scans are allowed for.")
+    if _block_method_of(fits) == "glmm":
+        out += " The block tests are the GLMM's likelihood-ratio tests and share its limitation."
     return out
 
 
@@ -505,3 +515,42 @@ def _interactions(res, det):
                     "or": "OR [CI]", "p_adj": "Holm p"},
             notes=("Holm's adjustment within each level (emmeans pairs(~ model | factor)).",))
     return tbl, means_tbl, cons_tbl
+def scans_used_text(mm: pd.DataFrame) -> str:
+    """``"GLMM and GEE: 870 of 917 scans of each model (47 left out: age_group: 47
+    missing); GLMM, known race: 523 of 917 ..."``: the fits that used as many scans for
+    every model share one clause; otherwise each model is named."""
+    out = []
+    keys = ["n_used", "n_population", "n_excluded", "reason"]
+    fits = list(dict.fromkeys(mm["fit_method"]))
+    same = {f: len(mm.loc[mm["fit_method"] == f, keys].drop_duplicates()) == 1 for f in fits}
+    clauses: dict = {}
+    for f in fits:
+        g = mm[mm["fit_method"] == f]
+        if same[f]:
+            r = g.iloc[0]
+            clauses.setdefault((int(r.n_used), int(r.n_population), int(r.n_excluded),
+                                str(r.reason or "")), []).append(METHOD_LABEL.get(f, f))
+        else:
+            out.append(f"{METHOD_LABEL.get(f, f)}: " + "; ".join(
+                f"{r.model} {text.count(r.n_used)} of {text.count(r.n_population)}"
+                + (f" ({text.count(r.n_excluded)} left out: {r.reason})" if r.n_excluded else "")
+                for r in g.itertuples()))
+    shared = [f"{text.human_list(names)}: {text.count(used)} of {text.count(pop)} scans of "
+              f"each model" + (f" ({text.count(left)} left out: {why})" if left else "")
+              for (used, pop, left, why), names in clauses.items()]
+    return "; ".join(shared + out)
+
+
+def _block_method_of(fits) -> str | None:
+    """The method the block tests use among ``fits`` (the GLMM when fitted, as
+    ``analysis.adjusted.block_method`` decides)."""
+    return next((m for m in fits if m in ("glmm", "fixed")), None)
+
+
+def primary_text(primary: dict | None) -> str:
+    """The sentence naming the primary fit and why (decision ``adjusted.primary``)."""
+    if not primary:
+        return ""
+    name = METHOD_TEXT.get(primary["fit"], primary["fit"])
+    return (f" The primary fit is the {name} (columns "
+            f"{METHOD_LABEL.get(primary['fit'], primary['fit'])}): {text.md(primary['reason'])}.")

@@ -7,7 +7,7 @@ import pandas as pd
 
 from .. import text
 from ..figures import ReportFigure, heatmap
-from ..study import level_order
+from ..study import level_order, model_order
 from ..tables import ReportTable
 from . import Section, SkipSection
 from . import _detection as D
@@ -117,11 +117,12 @@ def build(study) -> Section:
         f"\u00d7 {cols.replace('_', ' ')}, per model; n = reference positives in the cell; "
         f"* and a dashed outline mark cells with fewer than {det.small_n}.",
         alt=f"Heatmap of sensitivity over {rows} and {cols} for each model.",
-        plot=heatmap(d, x=cols, y=rows, facet="model", fill_label="Sensitivity"),
+        plot=heatmap(d, x=cols, y=rows, facet="model", fill_label="Sensitivity",
+                     facet_order=model_order(study)),
         data=d[["model", "row_level", "col_level", "estimate", "conf_low", "conf_high", "n",
                 "n_pos", "small"]], width=7.5, height=_height(d, rows))
     wide_rows = []
-    models = list(pd.unique(study.cases["model"]))
+    models = model_order(study)
     d["_m"] = d["model"].map({m: i for i, m in enumerate(models)})
     d = d.sort_values("_m", kind="stable").drop(columns="_m")
     for (model, rl), g in d.groupby(["model", rows], sort=False):

@@ -27,8 +27,8 @@ ADJ_NAMES = {"glmm": "a logistic mixed model with a random intercept per {g} (ma
                      "likelihood, Laplace approximation)",
              "gee": "a GEE logistic model, exchangeable correlation within {g}, robust "
                     "standard errors",
-             "fixed": "a logistic model with {g} as a fixed effect and cluster-robust "
-                      "standard errors"}
+             "fixed": "a logistic model with {g} as a fixed effect and standard errors "
+                      "clustered on patients"}
 
 
 def _detection(study) -> list[str]:
@@ -136,7 +136,8 @@ def _detection(study) -> list[str]:
                    + md("; ".join(f"{b}: {', '.join(t)}" for b, t in a.blocks.items()))
                    + ")."
                    + (_nested_methods(gg, dec.repeated_scans) if names["glmm"] == NESTED_NAME
-                      else _repeated_methods(dec.repeated_scans)))
+                      else _repeated_methods(dec.repeated_scans))
+                   + _repeated_methods(None, dec.primary))
         out += _model_extras(study)
         units = study.results.decisions.adjusted.units or {}
         if units:
@@ -455,8 +456,10 @@ def _roles_sentence(study) -> str:
 def build(study) -> Section:
     plan = study.plan
     sec = Section(KEY, TITLE)
-    sec.add(f"This appendix follows the analysis plan {text.md(plan.path.name)}, written "
-            f"before the analysis. Plan SHA-256:", f"`{plan.sha256}`")
+    sec.add(declaration(study), f"`{plan.sha256}`")
+    reading = reading_text(study)
+    if reading:
+        sec.add(reading)
     if plan.prespecified:
         sec.add("Prespecified: " + " ".join(text.md(p) for p in plan.prespecified))
     if plan.exploratory:
@@ -510,9 +513,7 @@ def _nested_methods(gg: dict, rep: dict | None) -> str:
     if rep:
         out += (f" ({text.count(rep['with_repeats'])} of the {text.count(rep['patients'])} "
                 f"patients have several of the modelled scans)")
-    return out + ("; the patient level carries the correlation of a patient's scans, so the "
-                  "GLMM is the primary model for the odds ratios, the block tests, the "
-                  "adjusted means and the contrasts. A variance component at the boundary "
+    return out + ("; the patient level carries the correlation of a patient's scans. A variance component at the boundary "
                   "(SD below 1e-4, or removing it raises the deviance by less than 1e-6) is "
                   "reported as 0 and flagged singular, and the fit is the model without it.")
 
@@ -543,20 +544,81 @@ def _model_extras(study) -> list[str]:
     return out
 
 
-def _repeated_methods(rep: dict | None) -> str:
+def _repeated_methods(rep: dict | None, primary: dict | None = None) -> str:
     """The methods sentence for a patient's repeated scans in the adjusted models (the
-    analysis layer's ``adjusted.repeated_scans``)."""
-    if not rep:
-        return ""
-    g = text.md(rep["group"])
-    return (f" {text.count(rep['with_repeats'])} of the {text.count(rep['patients'])} "
-            f"patients have several of the modelled scans; the GLMM's random intercept per "
-            f"{g} treats them as independent given {g}, so inference is read from the GEE, "
-            + ("whose sandwich is clustered on the " + g + " that nests each patient, and "
-               "the adjusted-versus-crude comparison uses it; the block likelihood-ratio "
-               "tests are the GLMM's (the GEE has no likelihood) and share its limitation."
-               if rep["nested"] else
-               "although some patients span several " + g + "s, so neither accounts for them."))
+    analysis layer's ``adjusted.repeated_scans``) and the primary fit
+    (``adjusted.primary``: decided from the design)."""
+    from .adjusted import METHOD_TEXT
+
+    out = ""
+    if rep:
+        g = text.md(rep["group"])
+        out = (f" {text.count(rep['with_repeats'])} of the {text.count(rep['patients'])} "
+               f"patients have several of the modelled scans; the GLMM's random intercept "
+               f"per {g} treats them as independent given {g}"
+               + (f", while the GEE's sandwich over the {g}s nests each patient"
+                  if rep["nested"] else f", and some patients span several {g}s") + ".")
+    if primary:
+        out += (f" The primary fit, read for inference and for the adjusted-versus-crude "
+                f"comparison, is the {METHOD_TEXT.get(primary['fit'], primary['fit'])}: "
+                f"{text.md(primary['reason'])}.")
+    return out
+
+
+def declaration(study) -> str:
+    """The plan's provenance, as the file records it and as its author declares it: the
+    file, its modification time and the date ``clinrel plan init`` stamped in it
+    (``Study.plan_file``); the SHA-256 follows as its own block."""
+    plan = study.plan
+    rec = getattr(study, "plan_file", None) or {}
+    when = [f"file modified {rec['modified_utc']}"] if rec.get("modified_utc") else []
+    if rec.get("plan_init_date"):
+        when.append(f"its first line records that clinrel plan init wrote it on "
+                    f"{rec['plan_init_date']}")
+    return (f"This appendix follows the analysis plan {text.md(plan.path.name)}"
+            + (f" ({'; '.join(when)})" if when else "")
+            + ". That the plan was written before the analysis, and what it lists as "
+            "prespecified, is the declaration of its author: clinrel records the file it "
+            "was given, not when the plan was written. Plan SHA-256:")
+
+
+def reading_text(study) -> str | None:
+    """"Reading this report": the design (scans, patients, repeated scans, sites) and
+    what follows from it, above all which adjusted-model table is primary and why
+    (decision ``adjusted.primary``, from the number of sites and the repeated patients,
+    never from the estimates). None without the detection half."""
+    from .adjusted import METHOD_LABEL, METHOD_TEXT
+
+    plan, res = study.plan, study.results
+    if plan.detection is None or study.cases is None or "evaluation" not in res:
+        return None
+    ev = res["evaluation"].drop_duplicates("case_id")
+    n_scans, n_pat = len(ev), int(ev["patient_id"].nunique())
+    per = ev.groupby("patient_id", observed=True).size()
+    rep = int((per > 1).sum())
+    n_sites = int(ev["site"].nunique()) if "site" in ev.columns else 1
+    cluster = res.decisions.detection.cluster
+    out = [f"**Reading this report.** The evaluation has {n_scans} scans of {n_pat} "
+           f"patients ({rep} with more than one scan) at {n_sites} "
+           f"site{'s' if n_sites != 1 else ''}, scored by "
+           f"{study.cases['model'].nunique()} models, shown in the order of the cases "
+           f"table in every table and figure. "
+           + (f"Scans of one patient are not independent: every interval and test of the "
+              f"accuracy tables is cluster-aware over {text.md(cluster)}. " if cluster else
+              "Scans are treated as independent. ")]
+    primary = res.decisions.adjusted.primary if plan.detection.adjusted else None
+    if primary and "adjusted" in getattr(study, "built_sections", {"adjusted": 1}):
+        name = METHOD_TEXT.get(primary["fit"], primary["fit"])
+        others = [METHOD_LABEL.get(m, m) for m in (res.decisions.adjusted.fitted or [])
+                  if m != primary["fit"]]
+        out.append(f"The primary adjusted model is the {name} (its columns "
+                   f"\u201c{METHOD_LABEL.get(primary['fit'], primary['fit'])}\u201d of "
+                   f"@tbl-adjusted-odds-ratios): {text.md(primary['reason'])}."
+                   + (" The columns " + text.human_list(f"\u201c{o}\u201d" for o in others)
+                      + " are shown beside it for comparison, not for inference."
+                      if others else ""))
+    out.append("Captions say whether a table or figure is prespecified or exploratory.")
+    return " ".join(out)
 
 
 # --------------------------------------------------------------- clustering and missing data

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import text
+from ..study import model_order
 from ..tables import ReportTable
 from . import Section
 from . import _detection as D
@@ -23,7 +24,11 @@ def build(study) -> Section:
     keys = ["model", "group_var", "group_level"]
     sens = pr[pr["estimand"] == "sensitivity"].set_index(keys)
     spec = pr[pr["estimand"] == "specificity"].set_index(keys)
-    both = sens.join(spec, rsuffix="_spec", how="outer").reset_index()
+    # left join: the cells keep the analysis's order (an outer join would sort them)
+    both = sens.join(spec, rsuffix="_spec", how="left").reset_index()
+    order = {m: i for i, m in enumerate(model_order(study))}
+    both = both.assign(_m=both["model"].astype(str).map(order)).sort_values(
+        "_m", kind="stable").drop(columns="_m").reset_index(drop=True)
 
     def hw(x) -> str:
         return text.DASH if pd.isna(x) else f"\u00b1{100 * float(x):.1f}"

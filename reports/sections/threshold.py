@@ -8,6 +8,7 @@ import pandas as pd
 
 from .. import text
 from ..figures import ReportFigure, lines
+from ..study import model_order
 from ..tables import ReportTable
 from . import Section
 from . import _detection as D
@@ -55,7 +56,7 @@ def build(study) -> Section:
     logx = score.min() >= 0 and np.quantile(score, 0.95) > 50 * max(np.quantile(score, 0.05), 1)
     vline = float(np.median(list(chosen.values())))
     fig_m = _curve(m, logx, vline, color="model", facet="estimand", ribbon=True,
-                   ylab="Estimate")
+                   ylab="Estimate", color_order=model_order(study))
     fig1 = ReportFigure(
         name="threshold_sweep", caption="Sensitivity and specificity per model across "
         "thresholds, with pointwise confidence bands; the dashed line is the operating "
@@ -78,7 +79,7 @@ def build(study) -> Section:
     picks = grid[np.linspace(0, len(grid) - 1, min(9, len(grid))).round().astype(int)]
     sel = sweep[sweep["threshold"].isin(picks)]
     rows = []
-    models = list(pd.unique(ev["model"]))
+    models = model_order(study)
     for t in picks:
         s = sel[sel["threshold"] == t]
         row = {"threshold": text.num(t, 1)}

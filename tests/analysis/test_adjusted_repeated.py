@@ -24,7 +24,7 @@ def demo():
     return run_demo(["adjusted_marginal"])
 
 
-def test_demo_records_the_repeated_patients_and_uses_the_gee(demo):
+def test_demo_records_the_repeated_patients_and_uses_the_primary_fit(demo):
     plan, tables, r = demo
     rep = r.decisions["adjusted.repeated_scans"]
     ev = r["adjusted_rows"]
@@ -45,11 +45,15 @@ def test_demo_records_the_repeated_patients_and_uses_the_gee(demo):
     fits = r["adjusted_fits"]
     assert fits["glmm"].group == ("site", "patient_id")
     # the demo's unet_small has an extreme patient SD (a degenerate Laplace optimum: its
-    # patients' scans are nearly all alike), so the means pass over the GLMM to the GEE
+    # patients' scans are nearly all alike), so the primary fit passes over the GLMM to the
+    # GEE; the design (fewer than 20 sites) calls for the site-fixed model, named as better
     extreme = [m for m, f in fits["glmm"].fits.items()
                if any(w.startswith("extreme_sd") for w in f.warnings)]
     assert extreme == ["unet_small"]
-    assert r.decisions["adjusted.means_fit"] == "gee"
+    primary = r.decisions["adjusted.primary"]
+    assert primary["fit"] == "gee" and primary["better"] == "fixed"
+    assert "extreme_sd" in primary["reason"]
+    assert r.decisions["adjusted.means_fit"] == primary["fit"] == "gee"
 
 
 class _Results:
@@ -139,8 +143,10 @@ def test_report_text_names_the_inference_to_read(demo):
     rep = demo[2].decisions["adjusted.repeated_scans"]
     both = _repeated_text(rep, {"glmm": 1, "gee": 2})
     assert f"{rep['with_repeats']} of the {rep['patients']} patients" in both
-    assert "independent given site" in both and "read the GEE columns" in both
-    assert "neither model" in _repeated_text({**rep, "nested": False}, {"glmm": 1, "gee": 2})
+    assert "independent given site" in both and "clustered on site" in both
+    assert "read the GEE columns" not in both   # which fit is primary: "Reading this report"
+    assert "some patients have scans in more than one site" in _repeated_text(
+        {**rep, "nested": False}, {"glmm": 1, "gee": 2})
     assert _repeated_text(None, {"glmm": 1}) == ""
     nested = _repeated_text(rep, {"glmm": 1, "gee": 2}, nested=True)
     assert "nests patients within site" in nested and "primary model" in nested
@@ -153,8 +159,12 @@ def test_methods_sentence_follows_the_decision(demo):
     rep = demo[2].decisions["adjusted.repeated_scans"]
     s = _repeated_methods(rep)
     assert s.startswith(f" {rep['with_repeats']} of the {rep['patients']} patients")
-    assert "inference is read from the GEE" in s and "nests each patient" in s
-    assert "neither accounts" in _repeated_methods({**rep, "nested": False})
+    assert "nests each patient" in s and "inference is read from the GEE" not in s
+    primary = demo[2].decisions["adjusted.primary"]
+    with_primary = _repeated_methods(rep, primary)
+    assert with_primary.startswith(s) and "The primary fit" in with_primary
+    assert primary["reason"].split(" (")[0] in with_primary
+    assert "some patients span several sites" in _repeated_methods({**rep, "nested": False})
     assert _repeated_methods(None) == ""
 
 

@@ -84,6 +84,17 @@ def test_a_header_of_100000_extra_columns_is_refused_before_parsing(study, tmp_p
     assert "max_columns" in out and str(wide) in out
 
 
+def test_a_header_line_longer_than_its_cap_is_refused_by_its_length(tmp_path):
+    """A first line with no line end within MAX_HEADER_BYTES: refused by its length (the
+    message was a NameError before)."""
+    from stats.limits import MAX_HEADER_BYTES
+
+    long = tmp_path / "long.csv"
+    long.write_bytes(b"case_id," + b"x" * (MAX_HEADER_BYTES + 10))
+    with pytest.raises(ContractError, match="the first line \\(the header\\) is longer than"):
+        stats.read_cases(long)
+
+
 def test_the_column_cap_is_raised_by_the_environment(study, tmp_path, monkeypatch):
     lines = (study / "cases.csv").read_text().splitlines()
     wide = tmp_path / "wide.csv"
