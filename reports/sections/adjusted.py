@@ -454,7 +454,7 @@ def _interactions(res, det):
     """The interaction tests, and per cell adjusted sensitivities and model contrasts when
     prespecified (``Results['adjusted_interactions']``)."""
     got = res.get("adjusted_interactions")
-    if not got:
+    if not got or not len(got["tests"]):   # no interaction in the plan: no table
         return None, None, None
     tests = got["tests"]
     multiplicity = str(res.decisions.adjusted.interaction_multiplicity or "")

@@ -71,7 +71,7 @@ def test_crs_command_without_bootstrap(study):
     res = CliRunner().invoke(app, ["crs", str(runs), "--reference", str(ref), "--n-boot", "0",
                                    "--n-weights", "0", "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
-    assert sorted(p.name for p in out.iterdir()) == ["axes.csv", "manifest.json", "reference.json",
+    assert sorted(p.name for p in out.iterdir()) == ["axes.csv", "domain_scores.csv", "manifest.json", "reference.json",
                                                      "scores.csv"]
 
 

@@ -21,6 +21,7 @@ EXEMPT = {
     "as_generator": "returns a numpy Generator",
     "read_cases": "validated input table (input contract, tested in test_schema)",
     "read_runs": "validated input table (input contract, tested in test_schema)",
+    "read_lesions": "validated input table (input contract, tested in test_localization)",
     "read_reference": "returns a Reference object (validated input)",
     "add_bins": "returns the cases table with binned columns added (input contract)",
     "scan_level": "returns the cases table with pred/threshold added (input contract)",
@@ -61,6 +62,19 @@ def runs():
 @pytest.fixture(scope="module")
 def reference(runs):
     return {"panel": sorted(runs["encoder"].unique())[:3], "version": "t1"}
+
+
+def _lesions(cases):
+    """A lesions table for ``cases``: one reference lesion per positive case (every model),
+    one prediction per case called positive, matched when the case is a positive."""
+    ref = cases[cases["label"] == 1][["case_id", "model"]].assign(
+        lesion_id="r1", kind="reference", volume_mm3=500.0)
+    pred = cases[cases["pred"] == 1][["case_id", "model", "label", "score"]].assign(
+        lesion_id="p1", kind="prediction")
+    pred["matched"] = pred["label"].map({1: "r1", 0: None})
+    pred["dice"] = pred["label"].map({1: 0.6, 0: float("nan")})
+    pred["score"] = pred["score"] / pred["score"].max()
+    return pd.concat([ref, pred.drop(columns="label")], ignore_index=True)
 
 
 def _outputs(cases, runs, reference):
@@ -135,6 +149,9 @@ def _outputs(cases, runs, reference):
             cases, [{"metric": "sensitivity", "goal": 0.6},
                     {"metric": "specificity", "margin": 0.05}], by=["phase"]),
         "site_meta_analysis": stats.site_meta_analysis(cases, by="phase"),
+        "variance_partition": stats.variance_partition(fit),
+        "froc": stats.froc(_lesions(cases), cases, by=["phase"], n_boot=20, seed=1),
+        "lesion_metrics": stats.lesion_metrics(_lesions(cases), cases, by=["phase"]),
         "decompose_gap": stats.decompose_gap(m, "phase", ("arterial", "venous"),
                                              covariates=["age_group"], method="fixed",
                                              n_boot=20, seed=1),
