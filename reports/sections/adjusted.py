@@ -191,7 +191,7 @@ def build(study) -> Section:
                    + ("Prespecified: Holm's adjustment over each model's tests."
                       if str(res.decisions.get("adjusted.block_multiplicity", "")).startswith(
                           "Holm") else "Exploratory: p-values not adjusted for multiplicity."),
-                   "Scans used: as in the odds-ratio table (its notes)."))
+                   scans_note([ml])))
     # ---- variance decomposition
     glance = res["adjusted_glance"]
     disp_v = pd.DataFrame({
@@ -415,7 +415,8 @@ def _partition(res, models, group):
     tbl = ReportTable(
         name="adjusted_variance_partition", caption=f"How much of the variation in detection "
         f"is {group}, protocol, demographics and tumour: latent-scale variance partition of "
-        f"the {METHOD_LABEL.get(m, m)} (Nakagawa & Schielzeth), per model.", data=vp,
+        f"the {METHOD_LABEL.get(m, m)} (Nakagawa & Schielzeth), per model.",
+        data=vp.assign(share_percent=100 * vp["estimate"]),   # the share as shown
         display=disp, group_col="model",
         labels={"component": "Component", "terms": "Terms", "variance": "Variance (logit\u00b2)",
                 "share": "Share"},

@@ -71,7 +71,10 @@ def build(study) -> Section:
         sec.add(ReportTable(
             name="crs_domain_scores", caption="CRS per dataset (domain) with paired-seed "
             "bootstrap CIs, each dataset's axes normalized with the overall reference anchors, "
-            "beside the overall CRS.", data=dom, display=pd.DataFrame(rows),
+            "beside the overall CRS.",
+            data=pd.concat([dom, overall.drop(columns="label").assign(dataset="(overall)")],
+                           ignore_index=True),   # the Overall column's numbers too
+            display=pd.DataFrame(rows),
             labels={"encoder": "Encoder", "domain": "Pretrained for", "overall": "Overall",
                     **{ds: ds for ds in datasets}},
             spanners=(("CRS [CI] per dataset", datasets),),
@@ -120,7 +123,11 @@ def build(study) -> Section:
             name="crs_shift", caption="Institutional shift per encoder: the AUROC drop and ECE "
             "rise from the clean test set to the held-out institutions, with paired-seed "
             "bootstrap CIs and the encoder's rank by shift drop, beside the drop under "
-            "corruption.", data=sh.drop(columns="label"), display=pd.DataFrame(rows),
+            "corruption.", data=sh.drop(columns="label"),
+            # columns in the spanners' order (every renderer keeps a table's column order)
+            display=pd.DataFrame(rows)[["encoder", "shift_auroc_drop", "shift_ece_increase",
+                                        "rank", "corruption_auroc_drop",
+                                        "corruption_ece_increase"]],
             labels={"encoder": "Encoder", **{k: v[0].upper() + v[1:] for k, v in SHIFT.items()},
                     "rank": "Shift rank [CI]"},
             spanners=(("Institutional shift", ["shift_auroc_drop", "shift_ece_increase", "rank"]),

@@ -39,9 +39,10 @@ def _study(folder: Path, edit_plan=None, edit_cases=None, *, detection=True, crs
     from analysis.inputs import plan_limits
 
     raw = yaml.safe_load((DEMO / "plan.yaml").read_text())
-    for key in ("probe_predictions", "metadata"):
+    for key in ("probe_predictions", "metadata", "lesions"):
         raw["inputs"].pop(key, None)
     raw.pop("metadata", None)
+    (raw.get("detection") or {}).pop("lesions", None)  # lesions.parquet is not copied
     if detection:
         cases = pd.read_parquet(DEMO / "cases.parquet")
         (edit_cases(cases) if edit_cases else cases).to_parquet(folder / "cases.parquet")

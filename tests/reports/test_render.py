@@ -295,13 +295,18 @@ def test_a_plan_may_leave_out_the_detection_half(tmp_path):
     raw["inputs"].pop("cases")
     raw["inputs"].pop("probe_predictions", None)
     raw["inputs"].pop("metadata", None)  # not copied: the demo's metadata evidence table
+    raw["inputs"].pop("lesions", None)  # not copied: the demo lesions table
+    (raw.get("detection") or {}).pop("lesions", None)  # and the localization it feeds
     raw.pop("metadata", None)  # and its label-error block, which reads it
     raw["crs"]["bootstrap"]["n_boot"] = 200
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = render_report(tmp_path / "plan.yaml", tmp_path / "out", formats=(), draw=False)
-    assert [s.key for s in res.sections] == ["methods", "crs", "calibration", "checklist"]
+    keys = [s.key for s in res.sections]
+    assert keys[0] == "methods" and keys[-1] == "checklist" and {"crs", "calibration"} <= set(keys)
+    assert set(keys) <= {"methods", "crs", "crs_domains", "crs_adaptation", "crs_mechanisms",
+                         "calibration", "checklist"}, keys   # no detection section
     qmd = (tmp_path / "out" / "appendix.qmd").read_text()
     assert "Flow of cases" not in qmd and "Clinical Reliability Score" in qmd
     assert "**Detection.**" not in qmd
@@ -404,6 +409,8 @@ def test_calibration_with_probe_predictions(tmp_path):
     raw = yaml.safe_load((DEMO / "plan.yaml").read_text())
     raw["inputs"]["probe_predictions"] = "probe_predictions.parquet"
     raw["inputs"].pop("metadata", None)  # not copied: the demo's metadata evidence table
+    raw["inputs"].pop("lesions", None)  # not copied: the demo lesions table
+    (raw.get("detection") or {}).pop("lesions", None)  # and the localization it feeds
     raw.pop("metadata", None)  # and its label-error block, which reads it
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
     with warnings.catch_warnings():
@@ -590,6 +597,8 @@ def test_small_cell_interval_options_reach_tables_and_methods(tmp_path):
     raw = yaml.safe_load((DEMO / "plan.yaml").read_text())
     raw["inputs"].pop("probe_predictions", None)
     raw["inputs"].pop("metadata", None)  # not copied: the demo's metadata evidence table
+    raw["inputs"].pop("lesions", None)  # not copied: the demo lesions table
+    (raw.get("detection") or {}).pop("lesions", None)  # and the localization it feeds
     raw.pop("metadata", None)  # and its label-error block, which reads it
     raw["detection"]["auc_scale"] = "logit"
     raw["detection"]["ci"] = "wilson"

@@ -110,7 +110,7 @@ def test_plan_roles_make_the_adjusted_models_exploratory(tmp_path):
     from reports.sections.methods import _roles_sentence
 
     said = _roles_sentence(study)
-    assert "Exploratory analyses: threshold sweep, partially pooled cells and adjusted models" \
+    assert "Exploratory analyses: threshold sweep, partially pooled cells, adjusted models" \
         in said, said
 
 
