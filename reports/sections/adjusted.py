@@ -191,7 +191,7 @@ def build(study) -> Section:
                    + ("Prespecified: Holm's adjustment over each model's tests."
                       if str(res.decisions.get("adjusted.block_multiplicity", "")).startswith(
                           "Holm") else "Exploratory: p-values not adjusted for multiplicity."),
-                   scans_note([ml])))
+                   "Scans used: as in the odds-ratio table (its notes)."))
     # ---- variance decomposition
     glance = res["adjusted_glance"]
     disp_v = pd.DataFrame({

@@ -229,8 +229,12 @@ def build(study) -> Section:
         plot=(p9.ggplot(prof, p9.aes("axis", "estimate", color="label", group="label"))
               + p9.geom_line() + p9.geom_point(size=1.5)
               + p9.scale_color_manual(values=colors, name="encoder")
+              # the legend below in rows of 3 (one entry per encoder and regime: a single
+              # row is wider than the figure)
+              + p9.guides(color=p9.guide_legend(ncol=3))
               + p9.labs(x="", y="Normalized axis") + theme()),
-        data=prof[["encoder", "regime", "estimand", "estimate"]], width=7.0, height=3.6)
+        data=prof[["encoder", "regime", "estimand", "estimate"]], width=7.0,
+        height=3.6 + 0.18 * max(0, -(-len(order) // 3) - 1))
     dom = wide[["label", "encoder", "dominance", "similarity", "worst_axis", "crs",
                 "discrimination"]].copy()
     dom["panel"] = dom["encoder"].isin(panel).map({True: "reference panel", False: "candidate"})
@@ -272,8 +276,10 @@ def build(study) -> Section:
               + p9.scale_fill_manual(values=PALETTE[:2], name="")
               + p9.scale_y_continuous(limits=(0, 1))
               + p9.labs(x="", y="Probability", fill="") + theme()
-              + p9.theme(axis_text_x=p9.element_text(rotation=30, ha="right"))),
-        data=rpp[["encoder", "regime", "estimand", "estimate"]], width=7.0, height=3.2)
+              # encoders on the vertical axis: their labels never overlap, however many
+              + p9.coord_flip()),
+        data=rpp[["encoder", "regime", "estimand", "estimate"]], width=7.0,
+        height=1.4 + 0.28 * rpp["label"].nunique())
     fig_inv = _rank_shift(wide)
     inv = st[(st["analysis"] == "auroc_vs_crs") & (st["estimand"] == "inversions")]
     n_inv = text.count(inv["estimate"].iloc[0]) if len(inv) else text.DASH
@@ -320,17 +326,24 @@ def _rank_shift(wide: pd.DataFrame) -> ReportFigure:
     d = pd.concat([wide.assign(ranking="by AUROC", position=rank("discrimination")),
                    wide.assign(ranking="by CRS", position=rank("crs"))], ignore_index=True)
     d["ranking"] = pd.Categorical(d["ranking"], categories=["by AUROC", "by CRS"])
+    n = int(wide.groupby("regime").size().max()) if len(wide) else 0   # ranks per regime
+    regimes = wide["regime"].nunique() if len(wide) else 1
+    # beside the points: the encoder (its regime is the panel's) or the full label
+    d["text"] = d["encoder"].astype(str) if regimes > 1 else d["label"]
     left = d[d["ranking"] == "by AUROC"]
     right = d[d["ranking"] == "by CRS"]
-    n = len(wide)
     plot = (p9.ggplot(d, p9.aes("ranking", "position", group="label"))
             + p9.geom_line(color="#8d96a3") + p9.geom_point(size=2, color="#1b5e8a")
-            + p9.geom_text(p9.aes(label="label"), data=left, ha="right", nudge_x=-0.06, size=7)
-            + p9.geom_text(p9.aes(label="label"), data=right, ha="left", nudge_x=0.06, size=7)
+            + p9.geom_text(p9.aes(label="text"), data=left, ha="right", nudge_x=-0.06, size=7)
+            + p9.geom_text(p9.aes(label="text"), data=right, ha="left", nudge_x=0.06, size=7)
             + p9.scale_y_reverse(breaks=list(range(1, n + 1)))
+            # room for the labels beside both columns
+            + p9.scale_x_discrete(expand=(0, 1.6))
             + p9.labs(x="", y="Rank (1 = best)") + theme())
+    if regimes > 1:   # each regime ranked on its own: one panel each, named by encoder
+        plot = plot + p9.facet_wrap("~regime", ncol=regimes)
     return ReportFigure(
         name="crs_rank_shift", caption="Ranking by AUROC versus ranking by CRS: crossing "
         "lines are inverted encoder pairs.", alt="Slope chart of encoder ranks by AUROC and by CRS.",
         plot=plot, data=d[["encoder", "regime", "ranking", "position", "discrimination", "crs"]],
-        width=5.0, height=0.9 + 0.3 * n)
+        width=5.0 if regimes == 1 else 7.5, height=1.2 + 0.3 * n)

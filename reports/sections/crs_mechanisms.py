@@ -100,7 +100,8 @@ def _e3(study, sec, md):
     sec.add(ReportTable(
         name="crs_depth", caption="E3 feature depth: the four reliability axes per encoder and "
         "layer with paired-seed bootstrap CIs; * the best layer on the validation criterion.",
-        data=ax.drop(columns="label"), display=pd.DataFrame(rows), group_col="encoder",
+        data=dp[dp["estimand"].isin([*AXES, "selection_criterion"])].drop(columns="label"),
+        display=pd.DataFrame(rows), group_col="encoder",
         labels={"layer": "Layer", **{a: AXIS_LABEL[a].split(" (")[0] for a in AXES},
                 "criterion": "Criterion"}, wide=True,
         notes=(f"Criterion: {'the validation AUROC (val_auroc, a held-out part of the training split)' if which == 'val_auroc' else 'the test AUROC (the runs have no val_auroc): the selection is optimistic'}, "

@@ -106,12 +106,18 @@ def test_encoder_reliability_bins_cluster_on_the_case():
     assert (enc["n_clusters"] < enc["n"]).any()          # cases repeat over seeds
     probe = r.tables.probe_predictions
     unit = enc["unit"].iloc[0]
+    # the CRS rows: the frozen regime at the plan's layer policy (last; the handcrafted
+    # baseline has one layer)
+    assert plan.crs.layer_policy == "last"
+    layers = set(probe.loc[probe["encoder"] == unit, "layer"])
+    layer = "last" if "last" in layers else layers.pop()
     g = probe[(probe["encoder"] == unit) & (probe["label_fraction"] == 1)
-              & (probe["condition"] == "clean")]
+              & (probe["condition"] == "clean") & (probe["regime"] == "frozen")
+              & (probe["layer"] == layer)]
     want = reliability_table(g["label"].to_numpy(), g["prob"].to_numpy(float),
                              n_bins=int(enc["n_bins"].iloc[0]),
                              cluster=(g["dataset"] + "|" + g["case_id"]).to_numpy())
-    got = enc[enc["unit"] == unit]
+    got = enc[(enc["unit"] == unit) & (enc["regime"] == "frozen")]
     np.testing.assert_allclose(got["conf_low"].to_numpy(), want["conf_low"].to_numpy(),
                                rtol=1e-12)
     np.testing.assert_array_equal(got["n_clusters"].to_numpy(), want["n_clusters"].to_numpy())

@@ -32,6 +32,10 @@ def demo():
 
 
 def _by_encoder(frame, value="estimate"):
+    """The frozen regime's value per encoder (the demo has frozen and adapted runs; each
+    regime is its own table row, compared the same way)."""
+    if "regime" in frame.columns:
+        frame = frame[frame["regime"] == "frozen"]
     return frame.set_index("encoder")[value].sort_index()
 
 
@@ -45,7 +49,8 @@ def test_one_ece_per_encoder_in_every_table(demo):
     axes = axes[(axes["dataset"] == "overall") & (axes["estimand"] == "calibration")]
     scores = demo["crs"]["scores"]
     scores = scores[scores["estimand"] == "calibration"]
-    assert len(cal) == len(rep) == len(axes) == len(scores) == 7
+    # one row per encoder and regime (7 encoders, frozen and adapted), in every table
+    assert len(cal) == len(rep) == len(axes) == len(scores) == 7 * 2
     # the same number, bit for bit, in the three tables (and the scores table's raw axis)
     pd.testing.assert_series_equal(_by_encoder(cal), _by_encoder(rep), check_exact=True)
     pd.testing.assert_series_equal(_by_encoder(cal), _by_encoder(axes), check_exact=True)
@@ -61,14 +66,19 @@ def test_one_ece_per_encoder_in_every_table(demo):
 def test_demo_runs_table_ece_is_the_per_run_ece_of_the_predictions(demo):
     """The runs table's ece equals stats.ece recomputed per run from the predictions."""
     per = demo["calibration"]["encoder_runs"]
-    assert len(per) == 7 * 2 * 3
+    assert len(per) == 7 * 2 * 3 * 2     # encoders x datasets x seeds x regimes
     assert (per["ece"] == per["ece_runs_table"]).all()
     check = demo.decisions["calibration.encoder_ece_vs_runs"]
-    assert check == {"runs_compared": 42, "runs_missing": 0, "max_abs_difference": 0.0}
+    assert check == {"runs_compared": 84, "runs_missing": 0, "max_abs_difference": 0.0}
     assert not demo.notes
     # independently: groupby + stats.ece, seed-mean per dataset, mean over datasets
     pp = pd.read_parquet(DEMO / "probe_predictions.parquet")
-    pp = pp[(pp["condition"] == "clean") & (pp["label_fraction"] == 1.0)]
+    pp = pp[(pp["condition"] == "clean") & (pp["label_fraction"] == 1.0)
+            & (pp["regime"] == "frozen")]
+    # the plan's layer (policy last; the handcrafted baseline has its one layer)
+    last = pp.groupby("encoder")["layer"].transform(lambda x: "last" if (x == "last").any()
+                                                     else x.iloc[0])
+    pp = pp[pp["layer"] == last]
     run_ece = pp.groupby(["encoder", "dataset", "seed"]).apply(
         lambda g: stats.ece(g["label"].to_numpy(), g["prob"].to_numpy(float), n_bins=15),
         include_groups=False)

@@ -83,6 +83,10 @@ def test_demo_states_seeds_resolution_and_the_real_reason(demo):
     runs = tables.runs
     full = runs[(runs["condition"] == "clean") & (runs["label_fraction"] == 1.0)
                 & (runs["regime"] == "frozen")]
+    # the CRS rows: the plan's layer policy (last; the handcrafted baseline has one layer)
+    last = full.groupby("encoder")["layer"].transform(lambda x: "last" if (x == "last").any()
+                                                       else x.iloc[0])
+    full = full[full["layer"] == last]
     wide = full.pivot_table(index=["dataset", "encoder"], columns="seed", values="auroc")
     datasets = list(wide.index.unique("dataset"))
     encoders = list(wide.index.unique("encoder"))
