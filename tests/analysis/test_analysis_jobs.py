@@ -35,6 +35,7 @@ def _same(a, b) -> None:
     assert set(a.failed) == set(b.failed)
 
 
+@pytest.mark.slow  # a whole report (about 45 s on 2 cores): make test-all
 def test_two_jobs_give_what_one_job_gives(demo):
     plan, tables = demo
     with plan_limits(plan):

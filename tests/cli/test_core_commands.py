@@ -2,6 +2,8 @@
 traceback, and no partial output."""
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +78,7 @@ def test_bad_out_suffix_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # a whole report (about 45 s on 2 cores): make test-all
 def test_report_with_a_relative_out_path(tmp_path, monkeypatch):
     """`make report` passes a relative --out: every file, the HTML included, lands there
     (pandoc runs in the output folder, so a relative temp path once nested the HTML)."""

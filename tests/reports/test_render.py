@@ -558,6 +558,7 @@ def test_html_screenshot_is_not_blank(demo, tmp_path):
     assert 0.005 < dark < 0.5, f"screenshot looks blank or black ({dark:.3f} dark pixels)"
 
 
+@pytest.mark.slow  # a whole report (about 45 s on 2 cores): make test-all
 def test_a_failing_section_is_named_or_with_strict_stops_everything(tmp_path, monkeypatch):
     """Lenient (default): the failing section is left out and named (CLI, methods,
     manifest). Strict: nothing is written and the CLI exits 1."""

@@ -52,6 +52,7 @@ def test_per_model_fits_identical(client, cases):
     assert set(local.tidy()["model"]) == {"model_A", "model_B", "model_C"}
 
 
+@pytest.mark.slow  # a whole report (about 45 s on 2 cores): make test-all
 def test_report_on_a_cluster_equals_local(client, tmp_path):
     """`clinrel report --scheduler ADDRESS` (and `scheduler:` in the plan) gives the same
     tables as a local render."""
