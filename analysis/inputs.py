@@ -325,6 +325,8 @@ def _check_plan_against_data(plan: Plan, study: Tables) -> None:
         work = crs_bootstrap_work(crs.bootstrap.n_boot, regimes, setting="crs.bootstrap.n_boot",
                                          what="the CRS bootstrap")
         from_stats(c, plan.key("crs.bootstrap.n_boot"), limits.check, work)
+    if det is not None and study.cases is not None:
+        _check_detection_extras(plan, study)
     opts = plan.metadata_options
     if (opts is not None and opts.label_error is not None and det is not None
             and study.cases is not None):
@@ -335,6 +337,39 @@ def _check_plan_against_data(plan: Plan, study: Tables) -> None:
         from stats._parallel import connect
 
         from_stats(c, plan.key("scheduler"), lambda: connect(plan.scheduler).close())
+
+
+def _check_detection_extras(plan: Plan, study: Tables) -> None:
+    """The operating points', the lesions' and the gap decomposition's bootstraps against
+    the caps, sized by the data (each estimate stated beside its engine)."""
+    from stats import limits
+    from stats.gaps import gap_bootstrap_work
+    from stats.localization import froc_bootstrap_work
+    from stats.operating import roc_bootstrap_work
+
+    c, det, rows = plan.where, plan.detection, study.cases
+    if "split" in rows.columns:
+        rows = rows[rows["split"] == "test"]
+    patients = rows["patient_id"].nunique() if "patient_id" in rows.columns else len(rows)
+    op = det.operating_points
+    if op is not None and op.n_boot:
+        points = int(rows.groupby("model")["score"].nunique().max()) + 1 if len(rows) else 1
+        work = roc_bootstrap_work(op.n_boot, patients, points,
+                                  setting="detection.operating_points.n_boot")
+        from_stats(c, plan.key("detection.operating_points.n_boot"), limits.check, work)
+    les = det.lesions
+    if les is not None and les.n_boot and getattr(study, "lesions", None) is not None:
+        work = froc_bootstrap_work(les.n_boot, patients, len(study.lesions),
+                                   len(les.fp_per_scan), setting="detection.lesions.n_boot")
+        from_stats(c, plan.key("detection.lesions.n_boot"), limits.check, work)
+    gaps = det.gaps
+    if gaps is not None and gaps.n_boot:
+        n_models = rows["model"].nunique() if "model" in rows.columns else 1
+        n_fits = max(len(gaps.contrasts), 1) * n_models
+        n_params = 2 + 10 * max((len(ct.covariates or ()) for ct in gaps.contrasts), default=1)
+        work = gap_bootstrap_work(gaps.n_boot, len(rows) // max(n_models, 1), n_params, n_fits,
+                                  setting="detection.gaps.n_boot")
+        from_stats(c, plan.key("detection.gaps.n_boot"), limits.check, work)
 
 
 def _n_levels(rows: pd.DataFrame, axis: tuple[str, ...]) -> int:

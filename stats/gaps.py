@@ -116,6 +116,26 @@ _SEPARATED = 40.0
 Method = Literal["glmm", "gee", "fixed"]
 Population = Literal["positives", "negatives"]
 
+def gap_bootstrap_work(n_boot: int, n_rows: int, n_params: int, n_fits: int = 1, *,
+                       setting: str = "n_boot", what: str = "the gap decomposition's bootstrap"):
+    """Peak memory and time of :func:`decompose_gap`'s bootstrap: every replicate refits the
+    model (batched Newton, at most ``NEWTON_MAX_ITER`` steps; about 20 in practice) on
+    ``n_rows`` rows with ``n_params`` coefficients, ``n_fits`` times (contrasts x models).
+
+    Memory: one block of at most ``_BLOCK_ELEMENTS`` replicate-row weights with about ten
+    float64 arrays of its size, its p x p information matrices, and the replicate
+    statistics. Time: 20 Newton steps of every replicate's rows x coefficients."""
+    from stats import limits as _limits
+
+    B, N, P, F = (max(int(v), 1) for v in (n_boot, n_rows, n_params, n_fits))
+    block = max(1, min(B, _BLOCK_ELEMENTS // N))
+    mem = 10 * 8.0 * block * N + 8.0 * block * P * P * 2 + 8.0 * B * 16 * F
+    secs = 20 * _limits.SECONDS_PER_ELEMENT * B * N * (P + 2) * F
+    return _limits.Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
+                        seconds=secs, detail=f"{B:,} replicates x {F:,} refits of {N:,} rows "
+                                             f"x {P:,} coefficients")
+
+
 MSG_LEVELS = ("decompose_gap: levels must be two different levels of {group!r}, the "
               "comparison first and the reference second, e.g. levels=('Unknown', "
               "'White'); got {got}")

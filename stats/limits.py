@@ -84,6 +84,8 @@ ESTIMATED: dict[str, str] = {
     "crs.n_weights": "stats.ranking.ranking_stability_work",
     "metadata.n_imputations": "stats.label_error.imputation_work",
     "detection.operating_points.n_boot": "stats.operating.roc_bootstrap_work",
+    "detection.lesions.n_boot": "stats.localization.froc_bootstrap_work",
+    "detection.gaps.n_boot": "stats.gaps.gap_bootstrap_work",
 }
 #: fixed caps on the plan's other counts and its list lengths (and the commands' options
 #: that set them): key -> (cap, what it bounds). Each is far above what a study needs (a

@@ -106,6 +106,25 @@ _KEY_SEP = "\x1f"
 #: the cluster column of the lesion-level pseudo-cases
 _UNIT = "clinrel_lesion_cluster"
 
+def froc_bootstrap_work(n_boot: int, n_clusters: int, n_lesions: int, n_rates: int = 7, *,
+                        setting: str = "n_boot", what: str = "the FROC bootstrap"):
+    """Peak memory and time of :func:`froc`'s paired patient-cluster bootstrap: every
+    replicate draws the clusters and weights every lesion (the FROC and wAFROC passes run
+    over the lesions, sorted once per model), and keeps its statistics per rate.
+
+    Memory: one block of replicate weights over the lesions (about six float64 arrays of
+    ``n_boot`` x ``n_lesions`` at most 2**23 elements a block) and the replicate
+    statistics. Time: the draws and about ten passes over every replicate's lesions."""
+    from stats import limits as _limits
+
+    B, C, L, R = (max(int(v), 1) for v in (n_boot, n_clusters, n_lesions, n_rates))
+    block = max(1, min(B, 2 ** 23 // L))
+    mem = 6 * 8.0 * block * L + 8.0 * B * (R + 3) * 3
+    secs = _limits.SECONDS_PER_DRAW * B * C + 10 * _limits.SECONDS_PER_ELEMENT * B * L
+    return _limits.Work(what=what, setting=f"{setting} ({B:,} replicates)", memory_bytes=mem,
+                        seconds=secs, detail=f"{B:,} replicates x {C:,} patients x {L:,} lesions")
+
+
 MSG_NO_MODEL = ("{func}: lesions has no rows for model(s) {models} of cases; give every "
                 "model's reference and predicted lesions (the runner writes them: "
                 "lesions.parquet)")

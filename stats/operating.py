@@ -911,7 +911,10 @@ def _clustered_sides(ca, cb, ya, yb, da, db) -> dict:
     shared, ia, ib = np.intersect1d(ka, kb, return_indices=True)
     I = len(np.union1d(ka, kb))
     with np.errstate(invalid="ignore", divide="ignore"):
-        cov = I / (I - 1) * np.sum(pa[ia] * pb[ib]) if len(shared) else 0.0
+        # one cluster in all: no covariance across clusters is estimable (NaN, and so the
+        # test); it was a ZeroDivisionError
+        cov = (np.nan if I < 2 else I / (I - 1) * np.sum(pa[ia] * pb[ib])) if len(shared) \
+            else 0.0
     out["cov"] = np.atleast_1d(cov)
     out["n_clusters_shared"] = float(len(shared))
     return out

@@ -287,3 +287,20 @@ def test_every_cap_is_in_the_one_table_and_in_the_docs():
         if k.cap:
             assert re.search(rf"^\| `{re.escape(k.path)}` \| {k.cap[0]:,} \|", table,
                              re.MULTILINE), k.path
+
+
+@pytest.mark.parametrize("block, key", [("operating_points", "detection.operating_points.n_boot"),
+                                        ("lesions", "detection.lesions.n_boot"),
+                                        ("gaps", "detection.gaps.n_boot")])
+def test_the_new_bootstraps_are_refused_before_any_work(tmp_path, block, key):
+    """The operating points', the lesions' and the gap decomposition's replicates are
+    checked against the caps with the data's sizes, before any statistic (they ran
+    unchecked: a plan could ask for a trillion GLMM refits)."""
+    from analysis import load_tables
+
+    raw = demo_raw()
+    raw["detection"][block]["n_boot"] = 10 ** 12
+    with pytest.raises(PlanError) as info:   # when the plan is read, or with the data's sizes
+        load_tables(load_plan(write_plan(tmp_path, raw)))
+    msg = str(info.value)
+    assert key in msg and "1,000,000,000,000 replicates" in msg, msg
