@@ -6,8 +6,12 @@ kernels (chosen per CPU: Haswell, SkylakeX, Zen, ...) sum in different orders: t
 fit then differs in its last bits from one CPU to the next, and a finite-difference
 Hessian or a tail p-value amplifies that to 1e-12. Every model fit whose numbers clinrel
 writes uses the functions below instead: ``np.einsum`` (NumPy's own loops, no BLAS) for
-products, and a Cholesky factorisation written here for solves and inverses. On one
-machine the results are then the same whatever ``OPENBLAS_CORETYPE`` or thread count.
+products, a Cholesky factorisation written here for solves and inverses, a pivoted
+Cholesky for the steps along flat directions (where ``lstsq`` was), and Jacobi rotations
+for eigen-decompositions (the GLMMs' minimiser, :mod:`stats.models._optim`, is written
+with them too). On one machine the results are then the same whatever
+``OPENBLAS_CORETYPE`` or thread count. Decisions (positive definite or not) may still use
+LAPACK's eigenvalues: they are taken against a margin far from its rounding.
 
 **Positive definite, by rule.** A Cholesky factorisation of a numerically flat matrix
 succeeds on one CPU and fails on another; a standard error, a flag or a fallback decided
@@ -30,6 +34,12 @@ PD_MARGIN = 1e-6
 
 
 # ----------------------------------------------------------------- products (no BLAS)
+
+def dot(a: np.ndarray, b: np.ndarray) -> float:
+    """``a @ b`` for 1-D arrays, without BLAS (NumPy's ``@`` on vectors is BLAS ``ddot``,
+    whose kernels sum in different orders)."""
+    return float(np.einsum("i,i->", a, b))
+
 
 def matvec(X: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``X @ b`` for a 2-D ``X`` and 1-D ``b``, without BLAS."""
@@ -238,3 +248,120 @@ def pd_logdet(a: np.ndarray, margin: float = PD_MARGIN) -> np.ndarray:
     val = 2.0 * np.sum(np.log(np.where(diag > 0, diag, 1.0)), axis=-1) - 2.0 * np.sum(
         np.log(s), axis=-1)
     return np.where(good, val, np.nan)
+
+
+# ------------------------------------------------- eigen-decomposition (no LAPACK)
+
+def _round_robin(n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The n - 1 rounds (n even; odd n gets a dummy index, dropped) of disjoint pairs
+    ``(p, q)`` that together meet every pair once: the tournament schedule of parallel
+    Jacobi (Brent and Luk 1985)."""
+    m = n + (n % 2)
+    players = list(range(m))
+    rounds = []
+    for _ in range(m - 1):
+        pairs = [(players[k], players[m - 1 - k]) for k in range(m // 2)]
+        pairs = [(min(a, b), max(a, b)) for a, b in pairs if a < n and b < n]
+        rounds.append((np.array([a for a, _ in pairs], np.int64),
+                       np.array([b for _, b in pairs], np.int64)))
+        players = [players[0], players[-1], *players[1:-1]]
+    return rounds
+
+
+def sym_eigh(a: np.ndarray, *, max_sweeps: int = 60) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues (ascending) and eigenvectors (columns) of each symmetric matrix of
+    ``a`` (``(n, n)`` or a stack ``(..., n, n)``), by Jacobi rotations written with
+    NumPy's elementwise operations (LAPACK's ``dsyevd`` sums in kernel-dependent orders):
+    each sweep meets every pair ``(p, q)`` once, in n - 1 rounds of disjoint pairs rotated
+    together (parallel Jacobi). Sweeps stop when every off-diagonal entry is at most
+    1e-15 times the matrix's Frobenius norm (quadratic convergence: typically 6-10
+    sweeps). For the small p x p matrices of the fits; a non-finite matrix gives NaN."""
+    A = np.array(a, dtype=float, copy=True)
+    squeeze = A.ndim == 2
+    if squeeze:
+        A = A[None]
+    A = 0.5 * (A + np.swapaxes(A, -1, -2))
+    n = A.shape[-1]
+    finite = np.all(np.isfinite(A), axis=(-2, -1))
+    A = np.where(finite[..., None, None], A, 0.0)
+    V = np.broadcast_to(np.eye(n), A.shape).copy()
+    tol = 1e-15 * np.sqrt(np.sum(A * A, axis=(-2, -1)))[..., None]
+    iu = np.triu_indices(n, 1)
+    rounds = _round_robin(n)
+    for _ in range(max_sweeps):
+        if n < 2 or np.all(np.abs(A[..., iu[0], iu[1]]) <= tol):
+            break
+        for P, Q in rounds:
+            apq = A[..., P, Q]                                   # (..., pairs)
+            rot = np.abs(apq) > tol
+            if not rot.any():
+                continue
+            theta = (A[..., Q, Q] - A[..., P, P]) / (2.0 * np.where(rot, apq, 1.0))
+            t = np.sign(theta) / (np.abs(theta) + np.sqrt(theta * theta + 1.0))
+            t = np.where(rot, np.where(theta == 0, 1.0, t), 0.0)
+            c = 1.0 / np.sqrt(t * t + 1.0)
+            s = t * c
+            cc, ss = c[..., None, :], s[..., None, :]            # over columns P, Q
+            Ap, Aq = A[..., :, P], A[..., :, Q]
+            A[..., :, P], A[..., :, Q] = cc * Ap - ss * Aq, ss * Ap + cc * Aq
+            Vp, Vq = V[..., :, P], V[..., :, Q]
+            V[..., :, P], V[..., :, Q] = cc * Vp - ss * Vq, ss * Vp + cc * Vq
+            cr, sr = c[..., :, None], s[..., :, None]            # over rows P, Q
+            Ap, Aq = A[..., P, :], A[..., Q, :]
+            A[..., P, :], A[..., Q, :] = cr * Ap - sr * Aq, sr * Ap + cr * Aq
+    lam = np.diagonal(A, axis1=-2, axis2=-1).copy()
+    order = np.argsort(lam, axis=-1, kind="stable")
+    lam = np.take_along_axis(lam, order, axis=-1)
+    V = np.take_along_axis(V, order[..., None, :], axis=-1)
+    lam = np.where(finite[..., None], lam, np.nan)
+    V = np.where(finite[..., None, None], V, np.nan)
+    return (lam[0], V[0]) if squeeze else (lam, V)
+
+
+#: pivots of :func:`pivoted_solve` at most this share of the largest diagonal entry
+#: count as 0 (a flat direction)
+FLAT_REL = 1e-12
+
+
+def pivoted_solve(a: np.ndarray, b: np.ndarray, rel: float = FLAT_REL) -> np.ndarray:
+    """The step ``a^- b`` for a symmetric positive semi-definite ``a`` (an information
+    matrix) that is not positive definite by the rule: a Cholesky factorisation with
+    symmetric pivoting (largest remaining diagonal first) stops when the largest
+    remaining pivot is at most ``rel`` times the largest diagonal entry; the parameters
+    factored get the Newton step of their block, the others (an aliased column, or a
+    separated one whose information has fallen to rounding level) a zero step. This is
+    the basic solution of the rank-revealing factorisation, where ``np.linalg.lstsq``
+    (the minimum-norm one, through LAPACK) sums in kernel-dependent orders and inverts
+    directions chosen by a machine-epsilon cutoff. No BLAS or LAPACK; O(p) NumPy
+    operations on p x p arrays."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    n = len(b)
+    out = np.zeros(n)
+    d = np.diag(a)
+    usable = np.isfinite(d) & (d > 0) & np.all(np.isfinite(a), axis=1) & np.isfinite(b)
+    if not usable.any():
+        return out
+    S = np.where(usable[:, None] & usable[None, :], 0.5 * (a + a.T), 0.0)
+    cut = rel * float(np.max(d[usable]))
+    L = np.zeros((n, n))
+    order: list[int] = []
+    free = usable.copy()
+    for _ in range(n):
+        diag = np.where(free, np.diag(S), -np.inf)
+        j = int(np.argmax(diag))
+        if not diag[j] > cut:
+            break
+        col = S[:, j] / np.sqrt(S[j, j])
+        col[~free] = 0.0
+        L[:, len(order)] = col
+        S = S - col[:, None] * col[None, :]
+        free[j] = False
+        order.append(j)
+    if not order:
+        return out
+    idx = np.array(order)
+    Lk = L[np.ix_(idx, np.arange(len(idx)))]          # lower triangular in pivot order
+    x = _backward(Lk, _forward(Lk, b[idx][:, None]))[:, 0]
+    out[idx] = x
+    return out

@@ -62,7 +62,7 @@ import pandas as pd
 import patsy
 from scipy.special import expit, logit
 
-from stats._linalg import clean_variance, matvec, rmatvec
+from stats._linalg import clean_variance, gram, matvec, pd_solve, pivoted_solve, rmatvec
 from stats.intervals import wald_reference
 from stats.schema import ContractError, tidy
 
@@ -113,7 +113,12 @@ def null_basis(mf) -> np.ndarray:
     pos = {t: i for i, t in enumerate(d.all_terms)}
     kept = [pos[t] for t in d.terms]
     cols = [pos[t] for t in dropped]
-    C = np.linalg.lstsq(X_all[:, kept], X_all[:, cols], rcond=None)[0]   # (kept, dropped)
+    # X_j = X_kept c_j by the normal equations (kept columns are not aliased), no LAPACK
+    Xk, Xd = X_all[:, kept], X_all[:, cols]
+    G, R = gram(Xk), np.einsum("ni,nj->ij", Xk, Xd)
+    C = pd_solve(G, R)
+    if C is None:
+        C = np.column_stack([pivoted_solve(G, R[:, j]) for j in range(R.shape[1])])
     N = np.zeros((len(d.all_terms), len(cols)))
     N[cols, np.arange(len(cols))] = 1.0
     N[kept, :] = -C

@@ -86,7 +86,7 @@ from scipy import sparse
 from scipy.special import expit
 
 from stats import _validate as _v
-from stats._linalg import pd_solve_stack
+from stats._linalg import pd_solve_stack, sym_eigh
 from stats._quantile import percentile_interval
 from stats._rng import as_generator
 from stats.formula import FormulaError, parse_formula
@@ -964,7 +964,7 @@ class _BatchNewton:
                 if not good.all():   # saddle-free: |eigenvalues| (floored)
                     bad = np.flatnonzero(~good & np.all(np.isfinite(info), axis=(1, 2)))
                     if len(bad):
-                        lam, V = np.linalg.eigh(info[bad])
+                        lam, V = sym_eigh(info[bad])
                         lam = np.maximum(np.abs(lam), 1e-8 * np.max(np.abs(lam), axis=1,
                                                                     keepdims=True))
                         with np.errstate(all="ignore"):

@@ -44,6 +44,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from stats import _validate as _v
+from stats._linalg import matvec
 from stats._parallel import map_blocks
 from stats._threads import one_blas_thread
 from stats.formula import ParsedFormula, parse_formula
@@ -275,7 +276,7 @@ def _fit_one(name, data, formula, *, sd_start, **kw) -> ModelFit:
     # matrix-vector sized products: one BLAS thread (2-3x faster on a shared machine)
     with one_blas_thread(), np.errstate(all="ignore"):
         mf = _fit_one_inner(name, data, formula, theta0=_start_sd(sd_start.get(name)), **kw)
-        eta = mf.design.X @ mf.beta
+        eta = matvec(mf.design.X, mf.beta)
     if np.all(np.isfinite(eta)) and np.max(np.abs(eta), initial=0.0) > 30 and not any(
             w.startswith(FITTED_0_1) for w in mf.warnings):
         mf.warnings.append(f"{FITTED_0_1}: fitted probabilities of 0 or 1 occurred (|linear "

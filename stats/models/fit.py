@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from stats._linalg import matvec
 from stats.intervals import wald_reference  # noqa: F401  (re-exported)
 from stats.schema import tidy
 
@@ -84,7 +85,7 @@ class ModelFit:
         """
         if self.method in ("gee", "fixed"):
             return np.nan, np.nan
-        eta = self.design.X @ self.beta
+        eta = matvec(self.design.X, self.beta)
         vf = float(np.var(eta, ddof=1)) if len(eta) > 1 else 0.0
         vr = float(sum(v ** 2 for v in self.variance_components().values()))
         tot = vf + vr + np.pi ** 2 / 3

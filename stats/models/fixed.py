@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import expit, gammaln
 
-from stats._linalg import gram, matmul, matvec, pd_inverse, pd_solve, rmatvec, standardize
+from stats._linalg import (gram, matmul, matvec, pd_inverse, pd_solve, pivoted_solve, rmatvec,
+                           standardize)
 
 #: the fit-level warning code of fitted probabilities of 0 or 1 (R's glm warning); the
 #: term-level code "separation" marks the term whose level is all one outcome
@@ -57,7 +58,7 @@ def irls(X, y, n, *, beta0=None, maxiter=100, tol=1e-10):
         score = rmatvec(Xs, y - n * p)
         step = pd_solve(info, score)
         if step is None:   # a flat direction: the least-squares step
-            step = np.linalg.lstsq(info, score, rcond=None)[0]
+            step = pivoted_solve(info, score)
         b = b + step
         eta = matvec(Xs, b)
         dev = -2 * np.sum(y * eta - n * np.logaddexp(0, eta))

@@ -52,8 +52,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import expit
 
-from stats._linalg import (gram, matmul, matvec, pd_inverse, pd_solve, pd_solve_stack, rmatvec,
-                           standardize)
+from stats._linalg import (gram, matmul, matvec, pd_inverse, pd_solve,
+                           pd_solve_stack, pivoted_solve, rmatvec, standardize)
 
 
 #: Below this many clusters ``bias_reduced=None`` uses Mancl-DeRouen with a t reference.
@@ -164,7 +164,7 @@ def fit_gee(X, y, groups, *, bias_reduced: bool | None = False, beta0=None, maxi
         U = c1 * (rmatvec(Xt, r) - rmatvec(sx, c2 * s1))
         step = pd_solve(B, U)
         if step is None:   # a flat direction: the least-squares step
-            step = np.linalg.lstsq(B, U, rcond=None)[0]
+            step = pivoted_solve(B, U)
         if not np.all(np.isfinite(step)):
             break
         beta = beta + step

@@ -36,10 +36,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import optimize
 from scipy.special import expit, gammaln
 
-from stats._linalg import gram, matmul, matvec, pd_inverse, pd_solve, rmatvec, standardize
+from stats._linalg import gram, matmul, matvec, pd_inverse, rmatvec, standardize
+from ._optim import minimise_laplace
 
 _MAX_STEP = 3.0  # cap on a Newton step for a conditional mode (in SD units of u)
 #: a group SD below this is a boundary (singular) fit, reported as 0 (lme4's isSingular tol)
@@ -279,34 +279,7 @@ def fit_glmm(X, y, trials, groups, n_groups, *, nagq=1, beta0=None, theta0=None,
     b0 = np.zeros(p) if beta0 is None else matvec(Minv, np.asarray(beta0, float))
     x0 = np.concatenate([[1.0 if theta0 is None else theta0], b0])
     warnings: list[str] = []
-    res = optimize.minimize(obj.value_grad, x0, jac=True, method="L-BFGS-B",
-                            options={"maxiter": maxiter, "ftol": 1e-12, "gtol": 1e-4,
-                                     "maxcor": 20})
-    x = res.x
-    dev, grad = obj.value_grad(x)
-    Hess = obj.hessian(x)
-    fresh = True
-    for _ in range(8):
-        step = pd_solve(Hess, grad)
-        if step is None:
-            break
-        t, accepted = 1.0, False
-        for _ in range(8):
-            cand = x - t * step
-            d2, g2 = obj.value_grad(cand)
-            if d2 <= dev + 1e-12 * max(1.0, abs(dev)):
-                x, dev, grad, accepted = cand, d2, g2, True
-                break
-            t /= 2
-        if not accepted:
-            break
-        moved = float(np.max(np.abs(t * step)))
-        if moved > 1e-3:      # far from the Hessian's point: refresh it
-            Hess, fresh = obj.hessian(x), True
-        else:
-            fresh = False
-        if moved < 1e-8 or np.max(np.abs(grad)) < 1e-8:
-            break
+    x, dev, grad, Hess, fresh, res = minimise_laplace(obj, x0, maxiter)
     if x[0] < 0:  # the deviance is even in theta: report the positive root
         x = x.copy()
         x[0] = -x[0]

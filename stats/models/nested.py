@@ -71,10 +71,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import optimize
 from scipy.special import expit, gammaln
 
-from stats._linalg import matmul, matvec, pd_inverse, pd_solve, rmatvec, standardize
+from stats._linalg import dot, matmul, matvec, pd_inverse, rmatvec, standardize
+from ._optim import minimise_laplace
 
 from .glmm import SINGULAR_DEVIANCE, SINGULAR_SD, fit_glmm
 
@@ -223,7 +223,7 @@ class NestedObjective:
         eta = self._eta(eta0, ss, sp, us, up)
         ll = float(np.sum(y * eta - n * np.logaddexp(0.0, eta)))
         logdet = float(np.sum(np.log(d)) + np.sum(np.log(C)))
-        loglik = ll - 0.5 * float(up @ up + us @ us) - 0.5 * logdet + self.const
+        loglik = ll - 0.5 * (dot(up, up) + dot(us, us)) - 0.5 * logdet + self.const
         # c = H^-1 a
         qS1 = q * S1
         cp, cs = self._solve(d, h, C, sp * qS1, ss * self._sseg(qS1))
@@ -238,10 +238,10 @@ class NestedObjective:
         cross = 2.0 * inv_js * Sj
         direct_p = float(np.sum(inv_jj * 2.0 * sp * Sj + cross * ss))
         direct_s = float(np.sum(inv_ss * 2.0 * ss * Ts) + np.sum(cross * sp))
-        grad_p = float(up @ R) - 0.5 * (float(qS1 @ up) + float(cp @ bpp + cs @ bps)
-                                        + direct_p)
-        grad_s = float(us @ Rs) - 0.5 * (float(qS1 @ us_j) + float(cp @ bsp + cs @ bss)
-                                         + direct_s)
+        grad_p = dot(up, R) - 0.5 * (dot(qS1, up) + dot(cp, bpp) + dot(cs, bps)
+                                     + direct_p)
+        grad_s = dot(us, Rs) - 0.5 * (dot(qS1, us_j) + dot(cp, bsp) + dot(cs, bss)
+                                     + direct_s)
         self.last = (us, up, inv_ss, inv_jj)
         return -2.0 * loglik, -2.0 * np.concatenate([[grad_s, grad_p], grad_b])
 
@@ -272,34 +272,7 @@ class NestedObjective:
 
 def _minimise(obj, x0, maxiter):
     """L-BFGS, then Newton steps on the finite-difference Hessian (as fit_glmm)."""
-    res = optimize.minimize(obj.value_grad, x0, jac=True, method="L-BFGS-B",
-                            options={"maxiter": maxiter, "ftol": 1e-12, "gtol": 1e-4,
-                                     "maxcor": 20})
-    x = res.x
-    dev, grad = obj.value_grad(x)
-    Hess = obj.hessian(x)
-    fresh = True
-    for _ in range(8):
-        step = pd_solve(Hess, grad)
-        if step is None:
-            break
-        t, accepted = 1.0, False
-        for _ in range(8):
-            cand = x - t * step
-            d2, g2 = obj.value_grad(cand)
-            if d2 <= dev + 1e-12 * max(1.0, abs(dev)):
-                x, dev, grad, accepted = cand, d2, g2, True
-                break
-            t /= 2
-        if not accepted:
-            break
-        moved = float(np.max(np.abs(t * step)))
-        if moved > 1e-3:
-            Hess, fresh = obj.hessian(x), True
-        else:
-            fresh = False
-        if moved < 1e-8 or np.max(np.abs(grad)) < 1e-8:
-            break
+    x, dev, grad, Hess, fresh, res = minimise_laplace(obj, x0, maxiter)
     if x[0] < 0 or x[1] < 0:   # the deviance is even in each SD: the positive roots
         x = x.copy()
         if x[0] < 0:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from stats._linalg import matvec
 from stats.schema import ContractError, tidy
 
 RESIDUAL = np.pi ** 2 / 3
@@ -126,16 +127,16 @@ def variance_partition(fit, blocks: dict[str, list[str]] | None = None) -> pd.Da
         cols, rest, terms = _block_columns(mf, my_blocks)
         comps: list[tuple[str, str, float, str]] = []
         latent = mf.method != "gee"
-        eta = mf.design.X @ mf.beta if latent else np.full(mf.nobs, np.nan)
+        eta = matvec(mf.design.X, mf.beta) if latent else np.full(mf.nobs, np.nan)
         vf = _var(eta)
         for name, sd in mf.variance_components().items():
             comps.append((name, "random", float(sd) ** 2, f"(1 | {name})"))
         for name, c in cols.items():
-            part = mf.design.X[:, c] @ mf.beta[c] if latent else eta
+            part = matvec(mf.design.X[:, c], mf.beta[c]) if latent else eta
             comps.append((name, "fixed", _var(part), " + ".join(terms[name])))
         used = vf
         if rest:
-            part = mf.design.X[:, rest] @ mf.beta[rest] if latent else eta
+            part = matvec(mf.design.X[:, rest], mf.beta[rest]) if latent else eta
             comps.append((OTHER, "fixed", _var(part), ""))
         cov = used - sum(v for _, k, v, _ in comps if k == "fixed")
         comps.append((COVARIANCE, "covariance", cov, ""))

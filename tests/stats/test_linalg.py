@@ -84,3 +84,49 @@ def test_clean_variance_rule():
     assert out[0] == 0.0 and out[1] == 0.0 and np.isnan(out[2]) and out[3] == 0.3
     assert out[4] == 0.0
     assert np.isnan(la.clean_variance(np.nan, 1.0))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 20])
+def test_sym_eigh_equals_lapack(n):
+    """Jacobi eigenvalues equal LAPACK's to 1e-12 (relative to the largest), and the
+    eigenvectors are orthonormal and reconstruct the matrix, for a single matrix and a
+    stack, definite or not."""
+    rng = np.random.default_rng(10 + n)
+    a = rng.normal(size=(n, n))
+    a = a + a.T
+    lam, V = la.sym_eigh(a)
+    scale = np.max(np.abs(lam))
+    np.testing.assert_allclose(lam, np.linalg.eigvalsh(a), atol=1e-12 * scale)
+    np.testing.assert_allclose(V.T @ V, np.eye(n), atol=1e-12)
+    np.testing.assert_allclose(V @ np.diag(lam) @ V.T, a, atol=1e-12 * scale)
+    stack = np.stack([a, _spd(rng, n, cond_scale=False), np.full((n, n), np.nan)])
+    lam_s, V_s = la.sym_eigh(stack)
+    np.testing.assert_allclose(lam_s[:2], np.linalg.eigvalsh(stack[:2]), atol=1e-11 * scale)
+    assert np.isnan(lam_s[2]).all() and np.isnan(V_s[2]).all()
+
+
+def test_pivoted_solve_on_aliased_and_separated_information():
+    """An aliased column (exactly flat) gets a zero step and the others the Newton step
+    of the remaining block (a solution of the consistent system, as lstsq's); a column
+    whose information has fallen to 1e-14 of the largest (a separated term) gets no step;
+    a positive definite matrix gives the plain solve."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 4))
+    X = np.column_stack([X, X[:, 0] - 2 * X[:, 2]])
+    a = X.T @ X
+    b = X.T @ rng.normal(size=40)
+    x = la.pivoted_solve(a, b)
+    np.testing.assert_allclose(a @ x, b, atol=1e-10 * np.abs(b).max())
+    assert np.count_nonzero(x == 0) == 1
+    full = X[:, :4].T @ X[:, :4]
+    np.testing.assert_allclose(la.pivoted_solve(full, b[:4]), np.linalg.solve(full, b[:4]),
+                               rtol=1e-10)
+    sep = full.copy()
+    sep[3, :] *= 1e-7
+    sep[:, 3] *= 1e-7
+    bs = b[:4].copy()
+    bs[3] *= 1e-14
+    xs = la.pivoted_solve(sep, bs)
+    assert xs[3] == 0.0
+    np.testing.assert_allclose(xs[:3], np.linalg.solve(sep[:3, :3], bs[:3]), rtol=1e-8)
+    assert np.all(la.pivoted_solve(np.zeros((2, 2)), np.ones(2)) == 0.0)
