@@ -18,7 +18,7 @@ ignore the within-patient correlation (``emmeans_from`` takes any covariance). F
 site-fixed model the ``site`` factor is in the grid, so its levels are averaged with
 equal weight, as emmeans does.
 
-Validated against R's emmeans 1.8.4 (tests/stats/test_models_fit.py::test_emmeans_*,
+Validated against R's emmeans 1.8.4 (tests/stats/test_adjust.py,
 fixtures tests/r/models_glmer.R): on the same coefficients and covariance the grid and
 delta method reproduce emmeans to 1e-8 (glmer, and glm with the model-based covariance);
 from our own fits, probabilities, SEs and limits: glmer 2.9e-6 absolute against

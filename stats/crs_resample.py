@@ -35,7 +35,7 @@ and their Holm adjustment are floored there.
 Validated against a loop that resamples the runs table with pandas and calls
 :func:`stats.crs_scores` once per replicate (same seed draws; agreement to 1e-12 relative
 (1e-13 absolute) on complete, ragged and missing-seed tables, including replicates that
-draw only the seed an encoder lacks; tests/stats/test_crs_bootstrap.py).
+draw only the seed an encoder lacks; tests/stats/test_crs_resample.py).
 """
 from __future__ import annotations
 

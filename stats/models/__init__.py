@@ -10,7 +10,7 @@ Mancl-DeRouen SEs), ``fixed`` (IRLS logistic, cluster-robust SEs), ``fit`` (the 
 object and its tidy tables); adjusted means live in ``stats.adjust``.
 
 Validated against R (tests/r/models_glmer.R -> tests/r/models_glmer.csv; tests in
-tests/stats/test_models_fit.py), on simulator data (positives and negatives), lme4::cbpp,
+tests/stats/test_models_glmm.py and r_models.py), on simulator data (positives and negatives), lme4::cbpp,
 geepack::ohio and lme4::VerbAgg. Each R fit is run twice: at R's default controls and
 converged (glmer ``glmerControl(tolPwrss = 1e-12, optimizer = "bobyqa", optCtrl =
 list(rhoend = 1e-10))``, glm ``epsilon = 1e-14``, geeglm ``epsilon = 1e-12``). Largest

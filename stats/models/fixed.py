@@ -9,7 +9,7 @@ summed score (R's ``sandwich::vcovCL(type = "HC1")``). The model-based covarianc
 Validated against R's ``glm`` + ``sandwich::vcovCL(type = "HC1")`` run to convergence
 (``glm.control(epsilon = 1e-14)``): estimates, SEs and log-likelihood tested to 1e-6
 (measured: estimates 4e-14, SEs 7e-9); R's default ``epsilon = 1e-8`` leaves its SEs
-up to 4.5e-8 off here, ~3e-5 on other data (tests/stats/test_models_fit.py).
+up to 4.5e-8 off here, ~3e-5 on other data (tests/stats/test_models_fixed.py).
 """
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ geepack 1.3.9 ``geeglm(..., corstr = "exchangeable")`` on simulator data,
 geepack::ohio and lme4::VerbAgg: estimates, SEs, alpha and scale tested to 1e-6 relative
 against geeglm run to convergence (``geese.control(epsilon = 1e-12)``; measured
 1.1e-10); against geeglm's default ``epsilon = 1e-4``, which stops early, the gap is
-4.2e-5 (tests/stats/test_models_fit.py). The Mancl-DeRouen covariance against explicit
+4.2e-5 (tests/stats/test_models_gee.py). The Mancl-DeRouen covariance against explicit
 ``(I - H_ii)^-1`` matrices in numpy (tests/stats/test_models_edge.py, 1e-8) and in R on
 geeglm's fit (tests/r/gee_md.R, 1e-6).
 """

@@ -28,7 +28,7 @@ Validated against R's lme4 1.1-31 ``glmer`` (Laplace and ``nAGQ = 10``) on ``cbp
 ``ohio``, ``VerbAgg`` and simulator data, with lme4 run to convergence (``tolPwrss =
 1e-12``, bobyqa ``rhoend = 1e-10``): estimates 3.1e-5 relative, SEs 2.2e-4, group SD
 8.6e-6; lme4 at its defaults is 1.3e-3 / 1.3e-2 / 4.4e-4 away (its PIRLS tolerance makes
-its deviance and finite-difference Hessian noisy). tests/stats/test_models_fit.py states the
+its deviance and finite-difference Hessian noisy). tests/stats/r_models.py states the
 tolerances tested.
 """
 from __future__ import annotations

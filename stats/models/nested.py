@@ -41,7 +41,7 @@ not increase the site's penalised log-likelihood; warm-started between evaluatio
 
 and for each SD the explicit score minus half the trace of ``H^-1 dH/dsigma`` (see
 :meth:`NestedObjective.value_grad`); checked against finite differences of the deviance in
-tests/stats/test_glmm_nested.py.
+tests/stats/test_models_nested.py.
 
 **Optimisation and standard errors** as :func:`stats.models.glmm.fit_glmm`: L-BFGS on the
 centred and scaled columns, Newton polish on the finite-difference Hessian of the analytic
@@ -64,7 +64,7 @@ exactly 0 with NaN SE and the fit is the one-level GLMM without that level (or t
 binomial GLM when both are singular), flagged ``singular`` naming the level.
 
 Validated against R's lme4 1.1-31 ``glmer(y ~ ... + (1 | site/patient_id))``
-(tests/r/glmer_nested.R -> tests/r/glmer_nested.csv; tests/stats/test_glmm_nested.py).
+(tests/r/glmer_nested.R -> tests/r/glmer_nested.csv; tests/stats/test_models_nested.py).
 """
 from __future__ import annotations
 

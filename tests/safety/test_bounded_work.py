@@ -5,7 +5,6 @@ raise it; no report goes on without a section because of an allocation."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -19,7 +18,6 @@ from typer.testing import CliRunner
 import analysis
 import stats
 from clinrel.cli import app
-from stats import limits
 from analysis.plan import PlanError, load_plan
 from stats.schema import ContractError
 
@@ -271,22 +269,6 @@ def test_an_analysis_out_of_memory_stops_the_run_whatever_errors_is(monkeypatch,
 
 
 # --------------------------------------------------------------------------- one table
-
-
-def test_every_cap_is_in_the_one_table_and_in_the_docs():
-    names = [c.name for c in limits.cap_table()]
-    assert set(limits.CAPS) <= set(names) and set(limits.COUNT_CAPS) <= set(names)
-    table = (ROOT / "docs" / "plan.md").read_text(encoding="utf-8").split("## Caps", 1)[1]
-    for cap in limits.cap_table():
-        assert re.search(rf"^\| {re.escape(cap.name)} \| {re.escape(cap.value)} \|", table,
-                         re.MULTILINE), cap.name
-    for key in limits.ESTIMATED:                 # bounded by the estimates, named there
-        assert f"`{key}`" in table
-    from analysis.plan import keys               # the plan's list caps, declared with them
-    for k in keys():
-        if k.cap:
-            assert re.search(rf"^\| `{re.escape(k.path)}` \| {k.cap[0]:,} \|", table,
-                             re.MULTILINE), k.path
 
 
 @pytest.mark.parametrize("block, key", [("operating_points", "detection.operating_points.n_boot"),
