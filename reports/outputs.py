@@ -1,50 +1,8 @@
-"""Where clinrel writes: it never destroys a file it did not write.
-
-**Folder outputs** (``report``, ``demo``, ``crs``; ``reports.render.render_report``).
-Every folder clinrel writes carries ``manifest.json`` with ``"generator": "clinrel"`` and
-``"files"``: the sha256 of every other file it wrote (relative paths). An existing
-``--out`` folder is
-
-- used when it is empty: no entry at all (no file, folder, link or hidden entry);
-- replaced, with ``--force`` only, when it is an earlier clinrel output: its manifest says
-  so and it holds nothing beyond the files and folders listed there, the files unchanged
-  (a report folder written before manifests listed files counts when it holds only the
-  files of its manifest's layout);
-- refused (exit 2, even with ``--force``) otherwise: a folder holding any entry clinrel did
-  not write (a file, or a folder, even an empty one) or a file that changed since, the
-  current folder or one above it, and a folder holding an input (the plan, a table, the
-  reference) at any depth.
-
-**File outputs** (``--out FILE.csv|.parquet`` and the other ``--*-out`` files). Never an
-input file (the same path, a link to it or a hard link), never through a symbolic link;
-an existing file is replaced only with ``--force`` (the user asking for it: a file output
-names one file, so no record is kept beside it); an existing folder, a path below a file
-or an unwritable folder is refused with the fix.
-
-**Nothing half-written survives.** Work happens in a temporary sibling folder
-``.NAME.tmp-PID-*`` that holds a ``.clinrel-partial`` marker naming its process and host
-(a folder output is built in it; a file output is written as ``NAME`` inside it), moved
-into place only when complete; an old folder output is parked, for the instant of the
-swap, as ``old`` inside another such marked folder whose marker names NAME (so that a
-later run can put it back). A command writing several files (:func:`write_tables`)
-checks all of them, writes all to temporaries and only then moves them into place,
-undoing the moves already made if one fails: all of them or none. An error, SIGTERM or
-Ctrl-C removes the temporaries at once (the bookkeeping itself is never cut in half by
-a signal: ``reports._signals.held``). After a SIGKILL, the next clinrel run that writes
-into the same folder removes the leftovers whose process is dead, and the next report
-removes dead runs' ``clinrel-build-PID-*`` folders from the temporary directory. Nothing
-else is touched (:func:`clean_stale` says why).
-
-**Any legal name.** A temporary's name is bounded whatever NAME is: NAME itself when it
-is short enough (:data:`MAX_SHOWN_NAME_BYTES`), else its start and a hash of it, so a
-name up to the file system's limit (``NAME_MAX``, 255 bytes on most) works; a longer name
-(or path) is refused up front with the limit (``MSG_NAME_TOO_LONG``).
-
-**A full disk or quota** (``ENOSPC``, ``EDQUOT``, in clinrel's own writes or in pandoc's
-and typst's) removes the temporaries like any error and is reported as
-``MSG_NO_SPACE`` (exit 2): the output, the file being written where known, and the fix
-(free space there, or another ``--out``); a full temporary folder (the report's build
-folder) as ``MSG_NO_SPACE_TEMP`` (free space there, or set ``TMPDIR``).
+"""Where clinrel writes: it never destroys a file it did not write, and never replaces a
+user's file unless asked (``--force``). Everything is built in a marked temporary folder
+``.NAME.tmp-PID-*`` beside the output and moved into place only when complete (several
+files: all or none); a leftover is removed only when its marker proves it is a dead clinrel
+run's, never a bare file. The rules are in ``docs/outputs.md``.
 """
 from __future__ import annotations
 
@@ -57,6 +15,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -123,13 +82,16 @@ def _refuse(template: str, *, out, **kw) -> None:
 def _shown(out) -> str:
     """The path as the user gave it, with its absolute form when that differs."""
     given = Path(out)
-    full = given.absolute()
-    return str(given) if given.is_absolute() else f"{given} ({full})"
+    return str(given) if given.is_absolute() else f"{given} ({given.absolute()})"
 
 
 def _names(names: list[str], limit: int = 5) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
 
 
 # --------------------------------------------------------------------------- environment
@@ -141,25 +103,20 @@ _OS_ERROR_NUMBER = re.compile(r"\(os error (\d+)\)")   # typst's (Rust's) way of
 
 
 def no_space(exc: BaseException | None) -> OSError | None:
-    """The ``OSError`` (``errno`` ENOSPC or EDQUOT) behind ``exc`` (itself, its cause or
-    its context), else None. An error whose text is the system's message for them
-    (pandoc's ``resource exhausted (No space left on device)``, typst's ``(os error
-    28)``, pyarrow's ``[errno 28]``) counts: it is returned as an ``OSError`` with that
-    errno."""
-    texts = {os.strerror(e): e for e in NO_SPACE_ERRNOS}
+    """The ``OSError`` (ENOSPC or EDQUOT) behind ``exc`` (itself, its cause or its
+    context), else None. An error whose text is the system's message for them (pandoc's
+    ``resource exhausted (No space left on device)``, typst's ``(os error 28)``, pyarrow's
+    ``[errno 28]``) counts: it is returned as an ``OSError`` with that errno."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS:
             return exc
         if isinstance(exc, (OSError, RuntimeError)):
-            text = str(exc)
-            number = _OS_ERROR_NUMBER.search(text)
-            if number and int(number.group(1)) in NO_SPACE_ERRNOS:
-                return OSError(int(number.group(1)), os.strerror(int(number.group(1))))
-            for message, code in texts.items():
-                if message in text:
-                    return OSError(code, message)
+            number = _OS_ERROR_NUMBER.search(str(exc))
+            for code in NO_SPACE_ERRNOS:
+                if (number and int(number.group(1)) == code) or os.strerror(code) in str(exc):
+                    return OSError(code, os.strerror(code))
         exc = exc.__cause__ or exc.__context__
     return None
 
@@ -168,129 +125,116 @@ def _failed_path(err: OSError) -> Path | None:
     """The file a write failed on (``filename2`` is the destination of a copy)."""
     for name in (getattr(err, "filename2", None), err.filename):
         if isinstance(name, (str, bytes, os.PathLike)) and name:
-            return Path(os.fsdecode(name))
+            return Path(os.fsdecode(name)).absolute()
     return None
 
 
 def no_space_error(err: OSError, out, option: str, tmp: Path | None = None) -> OutputError:
-    """``MSG_NO_SPACE`` (or ``MSG_NO_SPACE_TEMP`` for the report's build folder in the
+    """``MSG_NO_SPACE`` (``MSG_NO_SPACE_TEMP`` for the report's build folder in the
     temporary directory) for ``err`` met while writing ``out``; ``tmp``: the temporary
     folder the output was being built in (a file in it is named by its path in the
     output)."""
     quota = getattr(errno, "EDQUOT", None) is not None and err.errno == errno.EDQUOT
-    reason = ("the disk quota is exhausted (Disk quota exceeded)" if quota
-              else "the disk is full (No space left on device)")
-    fix = "free space (or ask for a larger quota)" if quota else "free space"
-    where = Path(out).absolute().parent
-    what = "the output"
-    failed = _failed_path(err)
-    if failed is not None:
-        failed = failed.absolute()
-        if tmp is not None and _inside(failed, Path(tmp).absolute()):
-            rel = failed.relative_to(Path(tmp).absolute())
-            what = str(rel) if str(rel) != "." else what
-        elif (any(_BUILD.match(part) for part in failed.parts)
-              or failed == Path(tempfile.gettempdir()).absolute()):
-            temp = Path(tempfile.gettempdir()).absolute()
-            return OutputError(MSG_NO_SPACE_TEMP.format(
-                option=option, out=_shown(out), reason=reason, fix=fix, where=temp,
-                what=failed.name if failed != temp else "the report's build folder"))
-        else:
-            what, where = str(failed), failed.parent
-    return OutputError(MSG_NO_SPACE.format(option=option, out=_shown(out), reason=reason,
-                                           what=what, fix=fix, where=where))
+    kw = dict(option=option, out=_shown(out),
+              reason=("the disk quota is exhausted (Disk quota exceeded)" if quota
+                      else "the disk is full (No space left on device)"),
+              fix="free space (or ask for a larger quota)" if quota else "free space")
+    what, where, failed = "the output", Path(out).absolute().parent, _failed_path(err)
+    temp = Path(tempfile.gettempdir()).absolute()
+    if failed is not None and tmp is not None and _inside(failed, Path(tmp).absolute()):
+        what = rel if (rel := str(failed.relative_to(Path(tmp).absolute()))) != "." else what
+    elif failed is not None and (failed == temp or any(map(_BUILD.match, failed.parts))):
+        return OutputError(MSG_NO_SPACE_TEMP.format(
+            **kw, where=temp, what=failed.name if failed != temp else "the report's build folder"))
+    elif failed is not None:
+        what, where = str(failed), failed.parent
+    return OutputError(MSG_NO_SPACE.format(**kw, what=what, where=where))
+
+
+def _as_output_error(exc: BaseException, out, option: str, tmp: Path | None = None) -> None:
+    """Raise ``exc`` as an :class:`OutputError` when it is an ``OSError``: ``MSG_NO_SPACE``
+    for a full disk or quota (also behind another error), else ``MSG_UNWRITABLE``; return
+    for anything else (a signal's ``SystemExit`` is never replaced)."""
+    if not isinstance(exc, Exception) or isinstance(exc, OutputError):
+        return
+    if (full := no_space(exc)) is not None:
+        raise no_space_error(full, out, option, tmp) from None
+    if isinstance(exc, OSError):
+        raise OutputError(MSG_UNWRITABLE.format(option=option, out=_shown(out),
+                                                reason=exc.strerror or type(exc).__name__)) from None
+
+
+@contextlib.contextmanager
+def _output_errors(out, option: str, tmp: Path | None = None) -> Iterator[None]:
+    """An ``OSError`` inside the block becomes an :class:`OutputError` (:func:`_as_output_error`)."""
+    try:
+        yield
+    except OSError as exc:
+        _as_output_error(exc, out, option, tmp)
+        raise
+
+
+@contextlib.contextmanager
+def named(path) -> Iterator[None]:
+    """An ``OSError`` raised while writing ``path`` that names no file (a failed
+    ``write``, as on a full disk) is given ``path`` as its file name, so that the message
+    can say which output it was."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
 
 
 #: the longest name (bytes) a temporary keeps in full; a longer one is cut and hashed
 MAX_SHOWN_NAME_BYTES = 200
 
 
-def _short(name: str) -> str:
-    """``name`` when it has at most :data:`MAX_SHOWN_NAME_BYTES` bytes, else its first
-    characters (up to 180 bytes) and ``~`` and 12 hex digits of its sha256: temporaries
-    next to any legal name stay within ``NAME_MAX``."""
-    raw = os.fsencode(name)
-    if len(raw) <= MAX_SHOWN_NAME_BYTES:
-        return name
-    head, size = [], 0
-    for ch in name:
-        size += len(os.fsencode(ch))
-        if size > 180:
-            break
-        head.append(ch)
-    return "".join(head) + "~" + hashlib.sha256(raw).hexdigest()[:12]
-
-
 def _tmp_prefix(name: str) -> str:
-    return f".{_short(name)}.tmp-"
-
-
-def _limits(path: Path) -> tuple[int, int]:
-    """``(NAME_MAX, PATH_MAX)`` of the file system holding ``path``'s nearest existing
-    folder (255 and 4096 where the system does not say)."""
-    probe = path.parent
-    while probe.parent != probe:
-        try:
-            if probe.is_dir():
-                break
-        except OSError:
-            pass
-        probe = probe.parent
-    limits = []
-    for key, default in (("PC_NAME_MAX", 255), ("PC_PATH_MAX", 4096)):
-        try:
-            value = os.pathconf(probe, key)
-        except (OSError, ValueError, AttributeError):
-            value = -1
-        limits.append(value if value and value > 0 else default)
-    return limits[0], limits[1]
+    """``.NAME.tmp-``, NAME cut to 180 bytes plus ``~`` and 12 hex digits of its sha256
+    when it is longer than :data:`MAX_SHOWN_NAME_BYTES`: temporaries next to any legal
+    name stay within ``NAME_MAX``."""
+    raw = os.fsencode(name)
+    if len(raw) > MAX_SHOWN_NAME_BYTES:
+        name = raw[:180].decode("utf-8", "ignore") + "~" + hashlib.sha256(raw).hexdigest()[:12]
+    return f".{name}.tmp-"
 
 
 def _check_length(out, option: str) -> None:
-    """Refuse a path with a name longer than the file system allows, or too long a path
+    """Refuse a name longer than the file system allows (``NAME_MAX`` of the nearest
+    existing folder, else 255), or a path of ``PATH_MAX`` (else 4096) bytes or more
     (``ENAMETOOLONG`` would otherwise come from the first look at it)."""
     full = Path(out).absolute()
-    name_max, path_max = _limits(full)
+    probe = next((p for p in full.parents if os.path.isdir(p)), Path(full.anchor))
+    limit = {}
+    for key, default in (("PC_NAME_MAX", 255), ("PC_PATH_MAX", 4096)):
+        try:
+            limit[key] = os.pathconf(probe, key)
+        except (OSError, ValueError, AttributeError):
+            limit[key] = -1
+        limit[key] = limit[key] if limit[key] > 0 else default
     for part in full.parts:
-        n = len(os.fsencode(part))
-        if n > name_max:
+        if (n := len(os.fsencode(part))) > limit["PC_NAME_MAX"]:
             shown = repr(part[:40] + "..." if len(part) > 43 else part)
-            _refuse(MSG_NAME_TOO_LONG, option=option, out=out, name=shown, n=n, limit=name_max)
-    n = len(os.fsencode(str(full)))
-    if n >= path_max:
-        _refuse(MSG_PATH_TOO_LONG, option=option, out=out, n=n, limit=path_max - 1)
+            _refuse(MSG_NAME_TOO_LONG, option=option, out=out, name=shown, n=n,
+                    limit=limit["PC_NAME_MAX"])
+    if (n := len(os.fsencode(str(full)))) >= limit["PC_PATH_MAX"]:
+        _refuse(MSG_PATH_TOO_LONG, option=option, out=out, n=n, limit=limit["PC_PATH_MAX"] - 1)
 
 
 # --------------------------------------------------------------------------- ownership
 
-def _files(folder: Path) -> list[str]:
-    """Every entry below ``folder`` that is not a directory (links included, never
-    followed), as sorted relative POSIX paths."""
-    found = []
-    for root, dirs, files in os.walk(folder):
+def _walk(folder: Path) -> tuple[list[str], list[str]]:
+    """``(files, folders)`` below ``folder`` as sorted relative POSIX paths: files are every
+    entry that is not a real folder (links included, never followed)."""
+    files, dirs = [], []
+    for root, subdirs, names in os.walk(folder):
         base = Path(root)
-        found += [(base / d).relative_to(folder).as_posix() for d in dirs
-                  if (base / d).is_symlink()]
-        found += [(base / f).relative_to(folder).as_posix() for f in files]
-    return sorted(found)
-
-
-def _dirs(folder: Path) -> list[str]:
-    """Every real folder below ``folder`` (not links), as sorted relative POSIX paths."""
-    found = []
-    for root, dirs, _ in os.walk(folder):
-        base = Path(root)
-        found += [(base / d).relative_to(folder).as_posix() for d in dirs
-                  if not (base / d).is_symlink()]
-    return sorted(found)
-
-
-def _parents(names: Iterable[str]) -> set[str]:
-    """The folders that the relative paths ``names`` lie in (``a/b/c.csv``: ``a``, ``a/b``)."""
-    out = set()
-    for name in names:
-        out.update(p.as_posix() for p in Path(name).parents if p.as_posix() != ".")
-    return out
+        for d in subdirs:
+            (files if (base / d).is_symlink() else dirs).append((base / d).relative_to(folder).as_posix())
+        files += [(base / f).relative_to(folder).as_posix() for f in names]
+    return sorted(files), sorted(dirs)
 
 
 #: the folders of a report, allowed (even empty) in a report written before manifests
@@ -303,17 +247,14 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-#: the most clinrel reads of its own bookkeeping files (a manifest, a marker, the record of
-#: written files): anything larger, or not a regular file, is not clinrel's
+#: the most clinrel reads of its own bookkeeping files (a manifest, a marker): anything
+#: larger, or not a regular file, is not clinrel's
 MAX_BOOKKEEPING_BYTES = 64 * 2 ** 20
 
 
 def _read_json(path: Path) -> dict | None:
-    """The JSON object in ``path`` when it is a regular file (not a link, FIFO, device or
-    folder: never followed, never blocked on) of at most :data:`MAX_BOOKKEEPING_BYTES`
-    holding a JSON object; else None."""
-    import stat
-
+    """The JSON object in ``path`` when it is a regular file (never followed through a link,
+    never blocked on a FIFO or device) of at most :data:`MAX_BOOKKEEPING_BYTES`; else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -323,20 +264,12 @@ def _read_json(path: Path) -> dict | None:
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BOOKKEEPING_BYTES:
             return None
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(MAX_BOOKKEEPING_BYTES + 1)
-    except OSError:
+            out = json.loads(fh.read(MAX_BOOKKEEPING_BYTES + 1).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
     finally:
         os.close(fd)
-    try:
-        out = json.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError):
-        return None
     return out if isinstance(out, dict) else None
-
-
-def _marker(folder: Path) -> dict | None:
-    return _read_json(folder / MANIFEST)
 
 
 def classify(folder: Path) -> tuple[str, list[str]]:
@@ -353,23 +286,19 @@ def classify(folder: Path) -> tuple[str, list[str]]:
                 return "empty", []
     except OSError:
         return "foreign", [folder.name]
-    found = [f for f in _files(folder) if f != MANIFEST]
-    dirs = _dirs(folder)
-    man = _marker(folder)
-    if man is None:
-        extra = sorted(found + [d + "/" for d in dirs])
-        if (folder / MANIFEST).exists() or (folder / MANIFEST).is_symlink():
-            extra.append(MANIFEST)
-        return "foreign", extra
-    listed = man.get("files") if man.get("generator") == GENERATOR else None
+    files, dirs = _walk(folder)
+    found = [f for f in files if f != MANIFEST]
+    man = _read_json(folder / MANIFEST)
+    listed = man.get("files") if man is not None and man.get("generator") == GENERATOR else None
     if not isinstance(listed, dict):
-        # a report written before manifests listed their files' sha256 (or anything else
-        # without them): clinrel cannot tell whether its files were edited, so it is not
-        # clinrel's to replace or remove
-        return "foreign", sorted(found + [d + "/" for d in dirs]) + [MANIFEST]
+        # no manifest, another program's, or a report written before manifests listed their
+        # files' sha256: clinrel cannot tell whether its files were edited, so not its own
+        extra = sorted(found + [d + "/" for d in dirs])
+        return "foreign", extra + [MANIFEST] * (MANIFEST in files)
     folders = man.get("folders")
-    allowed = _parents(listed) | (set(map(str, folders)) if isinstance(folders, list)
-                                  else _REPORT_FOLDERS if "clinrel_report" in man else set())
+    allowed = {p.as_posix() for f in listed for p in Path(f).parents if p.as_posix() != "."}
+    allowed |= (set(map(str, folders)) if isinstance(folders, list)
+                else _REPORT_FOLDERS if "clinrel_report" in man else set())
     foreign = sorted([f for f in found if f not in listed]
                      + [d + "/" for d in dirs if d not in allowed])
     if foreign:
@@ -381,15 +310,15 @@ def classify(folder: Path) -> tuple[str, list[str]]:
 def stamp(folder: Path, command: str) -> None:
     """Mark ``folder`` as clinrel's: ``manifest.json`` gets ``generator``, the sha256 of
     every other file (``files``) and every folder (``folders``, so that an empty folder
-    clinrel made is not taken for the user's) (an existing manifest, a report's, is
-    extended)."""
+    clinrel made is not taken for the user's); an existing manifest (a report's) is
+    extended."""
     (folder / PARTIAL).unlink(missing_ok=True)
-    man = _marker(folder) or {
+    man = _read_json(folder / MANIFEST) or {
         "command": f"clinrel {command}",
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-    man["generator"] = GENERATOR
-    man["files"] = {f: _sha256(folder / f) for f in _files(folder) if f != MANIFEST}
-    man["folders"] = _dirs(folder)
+    files, dirs = _walk(folder)
+    man.update(generator=GENERATOR, folders=dirs,
+               files={f: _sha256(folder / f) for f in files if f != MANIFEST})
     (folder / MANIFEST).write_text(json.dumps(man, indent=2, default=str) + "\n",
                                    encoding="utf-8")
 
@@ -407,22 +336,17 @@ def _writable(out: Path, option: str) -> None:
         _refuse(MSG_UNWRITABLE, option=option, out=out, reason=f"no permission to write in {probe}")
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
 def check_out_dir(out, *, force: bool = False, inputs: Iterable = (),
                   option: str = "--out") -> Path:
-    """Refuse (:class:`OutputError`) a folder output clinrel may not write; see the module
-    docstring for the rules. Returns the absolute path."""
+    """Refuse (:class:`OutputError`) a folder output clinrel may not write
+    (``docs/outputs.md``). Returns the absolute path."""
     given = Path(out)
     _check_length(given, option)
     out = given.absolute()
     real = out.resolve()
     if out.is_symlink():
         _refuse(MSG_DIR_LINK, option=option, out=given)
-    cwd = Path.cwd().resolve()
-    if real.parent == real or _inside(cwd, real):
+    if real.parent == real or _inside(Path.cwd().resolve(), real):
         _refuse(MSG_DIR_WORKDIR, option=option, out=given)
     for inp in inputs:
         if inp is not None and _inside(Path(inp).resolve(), real):
@@ -444,23 +368,19 @@ def check_out_dir(out, *, force: bool = False, inputs: Iterable = (),
 def check_out_file(out, *, force: bool = False, inputs: Iterable = (), option: str = "--out",
                    suffixes: tuple[str, ...] | None = TABLE_SUFFIXES) -> Path:
     """Refuse (:class:`OutputError`) a file output clinrel may not write: an unknown
-    suffix, an input, a folder, an existing file without ``force``, an unwritable place."""
+    suffix, an input, a folder, an existing file without ``force``, a link, an unwritable
+    place."""
     out = Path(out)
     _check_length(out, option)
     if out.is_dir():
         example = out / ("result" + (suffixes[0] if suffixes else ".csv"))
         _refuse(MSG_FILE_IS_DIR, option=option, out=out, example=example)
-    suffix = out.suffix.lower()
-    if suffixes is not None and suffix not in suffixes:
-        _refuse(MSG_FILE_SUFFIX, option=option, out=out, suffix=suffix)
-    real = out.resolve()
-    for inp in inputs:
-        if inp is None:
-            continue
-        p = Path(inp)
-        same = p.resolve() == real
+    if suffixes is not None and out.suffix.lower() not in suffixes:
+        _refuse(MSG_FILE_SUFFIX, option=option, out=out, suffix=out.suffix.lower())
+    for inp in filter(None, inputs):
+        same = Path(inp).resolve() == out.resolve()
         with contextlib.suppress(OSError):
-            same = same or (out.exists() and p.exists() and os.path.samefile(p, out))
+            same = same or (out.exists() and Path(inp).exists() and os.path.samefile(inp, out))
         if same:
             _refuse(MSG_FILE_IS_INPUT, option=option, out=out, input=inp)
     if (out.exists() or out.is_symlink()) and not force:
@@ -489,7 +409,7 @@ def check_out_files(outs: Iterable[tuple[str, object]], *, force: bool = False,
         seen[key] = f"{option} {path}"
 
 
-# --------------------------------------------------------------------------- leftovers
+# --------------------------------------------------------------------------- temporaries
 
 _TMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[^/]+$")
 _OLD = re.compile(r"^\.(?P<name>.+)\.old-(?P<pid>\d+)$")
@@ -497,14 +417,12 @@ _BUILD = re.compile(r"^clinrel-build-(?P<pid>\d+)-[^/]+$")
 
 
 def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except (OSError, OverflowError, ValueError):
-        return True  # not ours to judge (another user's process, or not a pid)
+        pass  # not ours to judge (another user's process, or not a pid)
     return True
 
 
@@ -515,29 +433,13 @@ def _partial_of_dead_run(folder: Path, pid: int) -> bool:
             and info.get("host") == socket.gethostname() and not _alive(pid))
 
 
+def _clinrel_folder(p: Path) -> bool:
+    return not p.is_symlink() and p.is_dir() and classify(p)[0] == "clinrel"
+
+
 def clean_stale(parent: Path) -> list[Path]:
     """Remove (or restore) the leftovers of killed clinrel runs in ``parent``; return them.
-
-    Only what clinrel can prove is its own is ever removed:
-
-    - ``.NAME.tmp-PID-*`` *folders* holding a ``.clinrel-partial`` marker that names
-      process PID on this host, when that process is gone. Every temporary clinrel makes,
-      a single output file included, is such a folder (a file is written as ``NAME``
-      inside it), so the marker is the proof of ownership. NAME may be cut and hashed
-      (:func:`_short`): the marker, not the name, proves whose it is. When the marker
-      names a folder to ``restore`` (an old output parked during a swap) and that
-      folder's ``old`` is a complete clinrel output (:func:`classify`), ``old`` is moved
-      back to it if it is missing, before the rest is removed;
-    - ``.NAME.old-PID`` folders (where clinrel before this version parked an old output)
-      that are complete clinrel outputs of a dead process: moved back to NAME when NAME
-      is missing, else removed.
-
-    A *file* is never removed, whatever its name: a file named like a temporary
-    (``.thesis.docx.tmp-31337-autosave``) may be the user's, and nothing in a bare file
-    proves otherwise. Putting single-file temporaries inside marked folders is the
-    simplest design that can never delete a user's file: one rule (marked folders only)
-    for every leftover, and no name pattern a user's file could match by chance.
-    """
+    Only marked folders of dead runs on this host, never a file (``docs/outputs.md``)."""
     handled = []
     try:
         entries = list(Path(parent).iterdir())
@@ -552,7 +454,7 @@ def clean_stale(parent: Path) -> list[Path]:
                     shutil.rmtree(p)
                     handled.append(p)
             elif (m := _OLD.match(p.name)) is not None:
-                if not _alive(int(m["pid"])) and classify(p)[0] == "clinrel":
+                if not _alive(int(m["pid"])) and _clinrel_folder(p):
                     target = p.parent / m["name"]
                     if target.exists() or target.is_symlink():
                         shutil.rmtree(p)
@@ -560,11 +462,6 @@ def clean_stale(parent: Path) -> list[Path]:
                         p.rename(target)
                     handled.append(p)
     return handled
-
-
-def _plain_name(name) -> bool:
-    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
-            and "\0" not in name and (os.sep == "/" or os.sep not in name))
 
 
 def _restore_parked(folder: Path) -> bool:
@@ -575,23 +472,21 @@ def _restore_parked(folder: Path) -> bool:
     name, old = info.get("restore"), folder / "old"
     if "restore" not in info or not (old.exists() or old.is_symlink()):
         return True
-    if not _plain_name(name) or old.is_symlink() or not old.is_dir() \
-            or classify(old)[0] != "clinrel":
+    plain = (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+             and "\0" not in name and os.sep not in name)
+    if not plain or not _clinrel_folder(old):
         return False
-    target = folder.parent / name
-    if not (target.exists() or target.is_symlink()):
-        old.rename(target)
+    if not (folder.parent / name).exists() and not (folder.parent / name).is_symlink():
+        old.rename(folder.parent / name)
     return True
 
 
 def _make_parents(folder: Path) -> list[Path]:
     """``mkdir -p folder``; return the folders it created, deepest first (so that a failed
     command can remove them again). ``folder`` is resolved first: in ``new/../mine`` the
-    folder made is ``mine`` (or none, when it exists), never ``new``, and a later clean-up
-    can never take ``new/..`` for a folder this run made."""
+    folder made is ``mine`` (or none, when it exists), never ``new``."""
     folder = Path(os.path.realpath(folder))
-    missing = []
-    probe = folder
+    missing, probe = [], folder
     while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
         missing.append(probe)
         probe = probe.parent
@@ -607,10 +502,9 @@ def _remove_empty(folders: Iterable[Path]) -> None:
 
 
 def _temp_dir(parent: Path, prefix: str, **info) -> Path:
-    """A new folder ``PREFIXPID-*`` in ``parent`` holding the marker (pid, host and
-    ``info``); removed again when the marker cannot be written (a full disk). Call it
-    :func:`held`, so that a signal cannot come between the folder and its marker or
-    before the caller has recorded it."""
+    """A new folder ``PREFIXPID-*`` in ``parent`` holding the marker (pid, host, ``info``),
+    removed again when the marker cannot be written (a full disk). Call it :func:`held`:
+    no signal between the folder and its marker, or before the caller has recorded it."""
     tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
     try:
         (tmp / PARTIAL).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
@@ -644,180 +538,124 @@ def build_dir() -> Iterator[Path]:
 
 # --------------------------------------------------------------------------- writers
 
-@contextlib.contextmanager
-def _unwritable_as_output_error(out: Path, option: str, tmp: Path | None = None) -> Iterator[None]:
-    """An ``OSError`` becomes an :class:`OutputError`: ``MSG_NO_SPACE`` for a full disk or
-    quota (:func:`no_space`), else ``MSG_UNWRITABLE``."""
-    try:
-        yield
-    except OutputError:
-        raise
-    except OSError as exc:
-        if (full := no_space(exc)) is not None:
-            raise no_space_error(full, out, option, tmp) from None
-        raise OutputError(MSG_UNWRITABLE.format(option=option, out=_shown(out),
-                                                reason=exc.strerror or type(exc).__name__)) from None
-
-
-@contextlib.contextmanager
-def named(path) -> Iterator[None]:
-    """An ``OSError`` raised while writing ``path`` that names no file (a failed
-    ``write``, as on a full disk) is given ``path`` as its file name, so that the message
-    can say which output it was."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.filename is None:
-            exc.filename = str(path)
-        raise
-
-
-def _as_no_space(exc: BaseException, out: Path, option: str, tmp: Path | None) -> None:
-    """Raise ``MSG_NO_SPACE`` when ``exc`` is a full disk or quota (else return; a
-    signal's ``SystemExit`` is never replaced)."""
-    if (isinstance(exc, Exception) and not isinstance(exc, OutputError)
-            and (full := no_space(exc)) is not None):
-        raise no_space_error(full, out, option, tmp) from None
-
-
-def _swap(tmp: Path, out: Path) -> None:
-    """Move the finished ``tmp`` to ``out``; an existing ``out`` is parked as ``old``
-    inside a marked folder (its marker names ``out`` to restore: :func:`clean_stale`)
-    for the instant of the swap, then removed. Call it :func:`held`."""
-    if not (out.exists() or out.is_symlink()):
-        tmp.rename(out)
-        return
-    park = _temp_dir(out.parent, _tmp_prefix(out.name), restore=out.name)
-    try:
-        out.rename(park / "old")
-        try:
-            tmp.rename(out)
-        except BaseException:
-            (park / "old").rename(out)
-            raise
-    finally:
-        shutil.rmtree(park, ignore_errors=True)
+def _resolved(out) -> Path:
+    """``out`` with its parent resolved (links and ``..`` as the system would follow them),
+    its name kept."""
+    return Path(os.path.realpath(Path(out).absolute().parent)) / Path(out).name
 
 
 @contextlib.contextmanager
 def atomic_dir(out, *, force: bool = False, inputs: Iterable = (), option: str = "--out",
                command: str = "output") -> Iterator[Path]:
-    """Yield a temporary folder next to ``out``; on success it is marked as clinrel's
-    (:func:`stamp`) and replaces ``out``.
-
-    ``out`` is checked first (:func:`check_out_dir`) and again just before the swap. On any
-    exception the temporary folder is removed and ``out`` is left as it was. The yielded
-    path is absolute, so tools that change directory still write inside it.
-    """
-    given = out
-    out = Path(os.path.realpath(Path(out).absolute().parent)) / Path(out).name
-    inputs = list(inputs)
+    """Yield a temporary folder next to ``out`` (absolute, so tools that change directory
+    still write inside it); on success it is marked as clinrel's (:func:`stamp`) and
+    replaces ``out``. ``out`` is checked first (:func:`check_out_dir`) and again just
+    before the swap, where an existing ``out`` is parked as ``old`` in a marked folder
+    naming it (so that a kill in between can be undone: :func:`clean_stale`). On any
+    exception the temporary folder is removed and ``out`` is left as it was."""
+    given, out, inputs = out, _resolved(out), list(inputs)
     clean_stale(out.parent)
     check_out_dir(given, force=force, inputs=inputs, option=option)
     made: list[Path] = []
     tmp = work = None
     try:
-        with held(), _unwritable_as_output_error(out, option):
+        with held(), _output_errors(out, option):
             made = _make_parents(out.parent)
             tmp = work = _temp_dir(out.parent, _tmp_prefix(out.name))
-            # mkdtemp makes it 0700: the finished folder gets the mode mkdir would give
-            mask = os.umask(0)
+            mask = os.umask(0)   # mkdtemp makes it 0700: give the mode mkdir would give
             os.umask(mask)
             tmp.chmod(0o777 & ~mask)
         yield tmp
         with held():
-            with _unwritable_as_output_error(given, option, work):
+            with _output_errors(given, option, work):
                 stamp(tmp, command)
             check_out_dir(given, force=force, inputs=inputs, option=option)
-            with _unwritable_as_output_error(given, option, work):
-                _swap(tmp, out)
+            with _output_errors(given, option, work):
+                if not (out.exists() or out.is_symlink()):
+                    tmp.rename(out)
+                else:
+                    park = _temp_dir(out.parent, _tmp_prefix(out.name), restore=out.name)
+                    try:
+                        out.rename(park / "old")
+                        try:
+                            tmp.rename(out)
+                        except BaseException:
+                            (park / "old").rename(out)
+                            raise
+                    finally:
+                        shutil.rmtree(park, ignore_errors=True)
             tmp, made = None, []
     except BaseException as exc:
         with held():
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
             _remove_empty(made)
-        _as_no_space(exc, given, option, work)
+        if no_space(exc) is not None:   # any other error of the caller's block stays itself
+            _as_output_error(exc, given, option, work)
         raise
 
 
-#: the name of the earlier file kept inside a file output's temporary folder (:func:`_commit`)
+#: the name of the earlier file kept inside a file output's temporary folder
 _KEPT = ".clinrel-old"
-
-
-def _keep_old(out: Path, backup: Path) -> None:
-    """A second name (or, where hard links are not possible, a copy) of the existing
-    ``out`` at ``backup``, so that a failed set of moves can put it back; ``out`` itself
-    stays in place."""
-    try:
-        os.link(out, backup, follow_symlinks=False)
-    except OSError:
-        shutil.copy2(out, backup, follow_symlinks=False)
 
 
 def _commit(moves: list[tuple[str, Path, Path]]) -> None:
     """Move every finished ``(option, out, tmp)`` into place, all or none: when one move
     fails, those already made are undone (the earlier file back, or the new one removed).
-    The earlier file is kept inside the temporary's marked folder until then, so a kill
-    in between leaves either it or the new file at ``out``, never neither."""
+    A second name (or a copy) of the earlier file is kept inside the temporary's marked
+    folder until then, so a kill in between leaves it or the new file at ``out``."""
     done: list[tuple[Path, Path | None]] = []
     try:
         for option, out, tmp in moves:
-            with _unwritable_as_output_error(out, option, tmp.parent):
+            with _output_errors(out, option, tmp.parent):
                 backup = None
                 if out.exists() or out.is_symlink():
-                    # a fixed name (any NAME fits beside it), never NAME itself
                     backup = tmp.parent / (_KEPT if out.name != _KEPT else _KEPT + "-")
-                    _keep_old(out, backup)
+                    try:
+                        os.link(out, backup, follow_symlinks=False)
+                    except OSError:
+                        shutil.copy2(out, backup, follow_symlinks=False)
                 os.replace(tmp, out)
             done.append((out, backup))
     except BaseException:
         for out, backup in reversed(done):
             with contextlib.suppress(OSError):
-                if backup is not None:
-                    os.replace(backup, out)
-                else:
-                    out.unlink()
+                os.replace(backup, out) if backup is not None else out.unlink()
         raise
 
 
 @contextlib.contextmanager
 def atomic_files(outs: Iterable[tuple[str, object]], *,
                  recheck: dict | None = None) -> Iterator[list[Path]]:
-    """Yield a temporary path for every ``(option, out)``; when the block succeeds, all of
-    them are moved into place together (:func:`_commit`), else none is and every existing
-    file is left as it was.
-
-    Each temporary is ``NAME`` (the output's own name, so its suffix too) inside a marked
-    folder ``.NAME.tmp-PID-*`` next to ``out`` (:func:`clean_stale`); the folders, and
-    any parent folders made for the outputs, are removed on the way out. Check the
-    outputs first (:func:`check_out_files`); ``recheck``, the keywords of that check,
-    repeats it just before the moves (a file may have appeared meanwhile).
-    """
+    """Yield a temporary path for every ``(option, out)``: ``NAME`` inside a marked folder
+    ``.NAME.tmp-PID-*`` next to ``out``. When the block succeeds, all of them are moved
+    into place together (:func:`_commit`), else none is and every existing file is left as
+    it was; the folders, and parent folders made for the outputs, are removed on the way
+    out. Check the outputs first (:func:`check_out_files`); ``recheck``, the keywords of
+    that check, repeats it just before the moves (a file may have appeared meanwhile)."""
     outs = list(outs)
-    # the parent resolved (links and ".." as the system would follow them), the name kept
-    pairs = [(option, Path(os.path.realpath(Path(out).absolute().parent)) / Path(out).name)
-             for option, out in outs]
+    pairs = [(option, _resolved(out)) for option, out in outs]
     folders: list[Path] = []
     made: list[Path] = []
     ok = False
-    failure = None
     try:
-        tmps = []
         for option, out in pairs:
             clean_stale(out.parent)
-            with held(), _unwritable_as_output_error(out, option):
+            with held(), _output_errors(out, option):
                 made += _make_parents(out.parent)
                 folders.append(_temp_dir(out.parent, _tmp_prefix(out.name)))
-            tmps.append(folders[-1] / out.name)
-        yield tmps
+        yield [f / out.name for f, (_, out) in zip(folders, pairs)]
         if recheck is not None:
             check_out_files(outs, **recheck)
         with held():
-            _commit([(option, out, tmp) for (option, out), tmp in zip(pairs, tmps)])
+            _commit([(option, out, f / out.name) for f, (option, out) in zip(folders, pairs)])
             ok = True
     except Exception as exc:
-        failure = exc
+        full = no_space(exc)
+        where = _failed_path(full) if full is not None else None
+        i = next((i for i, f in enumerate(folders) if where is not None and _inside(where, f)), 0)
+        if full is not None and pairs:
+            _as_output_error(exc, outs[i][1], outs[i][0], folders[i] if folders else None)
         raise
     finally:
         with held():
@@ -825,30 +663,13 @@ def atomic_files(outs: Iterable[tuple[str, object]], *,
                 shutil.rmtree(folder, ignore_errors=True)
             if not ok:
                 _remove_empty(sorted(made, key=lambda d: len(d.parts), reverse=True))
-        if failure is not None and pairs:
-            full = no_space(failure)
-            where = _failed_path(full) if full is not None else None
-            i = next((i for i, f in enumerate(folders)
-                      if where is not None and _inside(where.absolute(), f)), 0)
-            _as_no_space(failure, outs[i][1], outs[i][0], folders[i] if folders else None)
 
 
 @contextlib.contextmanager
 def atomic_file(out, *, option: str = "--out") -> Iterator[Path]:
-    """Yield a temporary path for ``out`` (named like it, inside a marked temporary folder
-    next to it); on success it is moved to ``out`` (:func:`atomic_files`).
-    (Check ``out`` first with :func:`check_out_file`.)"""
+    """:func:`atomic_files` for one output (check ``out`` first with :func:`check_out_file`)."""
     with atomic_files([(option, out)]) as (tmp,):
         yield tmp
-
-
-def _write_one(df, tmp: Path) -> None:
-    from reports.csvsafe import write_csv
-
-    if tmp.suffix.lower() == ".csv":
-        write_csv(df, tmp)
-    else:
-        df.to_parquet(tmp, index=False)
 
 
 def write_tables(tables: Iterable[tuple[str, object, object]], *, force: bool = False,
@@ -858,6 +679,8 @@ def write_tables(tables: Iterable[tuple[str, object, object]], *, force: bool = 
     (:func:`check_out_files`, suffixes included), all tables are written to temporaries,
     and only then are they moved into place; on any failure no new file is left and every
     existing file is as it was."""
+    from reports.csvsafe import write_csv
+
     tables = [(option, path, df) for option, path, df in tables if path is not None]
     outs = [(option, path) for option, path, _ in tables]
     check = dict(force=force, inputs=list(inputs), suffixes=TABLE_SUFFIXES)
@@ -865,11 +688,10 @@ def write_tables(tables: Iterable[tuple[str, object, object]], *, force: bool = 
     with atomic_files(outs, recheck=check) as tmps:
         for (_, _, df), tmp in zip(tables, tmps):
             with named(tmp):
-                _write_one(df, tmp)
+                write_csv(df, tmp) if tmp.suffix.lower() == ".csv" else df.to_parquet(tmp, index=False)
 
 
 def write_table(df, out, *, force: bool = False, inputs: Iterable = (),
                 option: str = "--out") -> None:
-    """Write ``df`` atomically as CSV (formula-safe) or parquet, chosen by the suffix of
-    ``out``, after :func:`check_out_file` (:func:`write_tables` of one table)."""
+    """:func:`write_tables` of one table."""
     write_tables([(option, out, df)], force=force, inputs=inputs)
