@@ -320,9 +320,10 @@ def flow_diagram(boxes: pd.DataFrame, arrows: pd.DataFrame):
 
 def lines(df: pd.DataFrame, *, x: str, y: str, color: str, facet: str | None = None,
           ribbon: bool = False, xlab: str | None = None, ylab: str | None = None,
-          vline: float | None = None, color_order=None):
+          vline: float | None = None, color_order=None, linetype: bool = False):
     """Lines (optionally with a CI ribbon from conf_low/conf_high) per ``color``, the
-    legend in ``color_order`` (the report's model order; else order of appearance)."""
+    legend in ``color_order`` (the report's model order; else order of appearance);
+    ``linetype``: each ``color`` also gets its own line type and point shape."""
     import plotnine as p9
 
     df = df.assign(**{color: ordered_category(df[color], color_order)})
@@ -331,7 +332,14 @@ def lines(df: pd.DataFrame, *, x: str, y: str, color: str, facet: str | None = N
         p += p9.geom_ribbon(p9.aes(ymin="conf_low", ymax="conf_high", fill=color), alpha=0.15,
                             color="none")
         p += p9.scale_fill_manual(values=PALETTE[: df[color].nunique()], guide=None)
-    p = p + p9.geom_line() + p9.geom_point(size=1)
+    if linetype:   # lines that may coincide (equal rankings) stay told apart
+        p += p9.aes(linetype=color, shape=color)
+        n = df[color].nunique()
+        p += p9.scale_linetype_manual(values=(["solid", "dashed", "dotted", "dashdot"] * n)[:n],
+                                      name=color.replace("_", " "))
+        p += p9.scale_shape_manual(values=(["o", "^", "s", "D"] * n)[:n],
+                                   name=color.replace("_", " "))
+    p = p + p9.geom_line() + p9.geom_point(size=1.4 if linetype else 1)
     if vline is not None:
         p += p9.geom_vline(xintercept=vline, linetype="dashed", color="#8d96a3")
     if facet:
@@ -340,15 +348,22 @@ def lines(df: pd.DataFrame, *, x: str, y: str, color: str, facet: str | None = N
     return p + p9.labs(x=x if xlab is None else xlab, y=y if ylab is None else ylab) + theme()
 
 
-def value_breaks(low: float, high: float, n: int = 5) -> list[float]:
+def value_breaks(low: float, high: float, n: int = 5, *, outer: bool = False) -> list[float]:
     """Breaks of a value axis shared by every panel: 0, 0.25, ..., 1 for a range within
     [0, 1] (proportions), else mizani's extended breaks over ``[low, high]`` (at least
-    three), so no panel is left with one tick."""
+    three), so no panel is left with one tick; ``outer``: the breaks that cover the range
+    (the first at or below ``low``, the last at or above ``high``), to extend an axis to."""
     import numpy as np
     from mizani.breaks import breaks_extended
 
-    if low >= 0 and high <= 1:
+    if low >= 0 and high <= 1 and not outer:
         return [0.0, 0.25, 0.5, 0.75, 1.0]
+    if outer:
+        b = sorted(float(v) for v in breaks_extended(n=n)((low, high)))
+        step = b[1] - b[0] if len(b) > 1 else max(high - low, 1.0)
+        below = [v for v in b if v <= low] or [b[0] - step * np.ceil((b[0] - low) / step)]
+        above = [v for v in b if v >= high] or [b[-1] + step * np.ceil((high - b[-1]) / step)]
+        return [round(v, 12) for v in [below[-1]] + [v for v in b if below[-1] < v < above[0]] + [above[0]]]
     for k in range(n, n + 6):
         b = [float(v) for v in breaks_extended(n=k)((low, high)) if low <= v <= high]
         if len(b) >= 3:
@@ -395,14 +410,20 @@ def points_ci(df: pd.DataFrame, *, x: str, y: str, color: str | None = None,
     vals = np.r_[d[y].to_numpy(float), d["conf_low"].to_numpy(float),
                  d["conf_high"].to_numpy(float), [] if hline is None else [hline]]
     vals = vals[np.isfinite(vals)]
+    breaks = None
     if limits is None:
         lo, hi = (float(vals.min()), float(vals.max())) if len(vals) else (0.0, 1.0)
         if lo >= 0 and hi <= 1:
             lo, hi = 0.0, 1.0
-        elif hi - lo < 1e-9:
-            lo, hi = lo - 0.5, hi + 0.5
+        else:
+            if hi - lo < 1e-9:
+                lo, hi = lo - 0.5, hi + 0.5
+            # the axis runs from break to break: a side that holds values (a negative
+            # difference) always has a tick of its own
+            breaks = value_breaks(lo, hi, outer=True)
+            lo, hi = breaks[0], breaks[-1]
         limits = (lo, hi)
-    breaks = value_breaks(*limits)
+    breaks = breaks or value_breaks(*limits)
     aes = p9.aes(x=x, y=y, color=color) if color else p9.aes(x=x, y=y)
     pos = p9.position_dodge(width=dodge)
     p = (p9.ggplot(d, aes)

@@ -73,7 +73,7 @@ def build(study) -> Section:
             "across thresholds: Kendall's tau-b between the ranking at each threshold and at "
             "the operating threshold, by the metric ranked.",
             alt="Kendall tau of the model ranking against threshold.",
-            plot=_curve(tau_plot, logx, vline, color="ranked_by",
+            plot=_curve(tau_plot, logx, vline, color="ranked_by", linetype=True,
                         ylab="Kendall tau vs operating ranking"),
             data=tau_plot[["ranked_by", "threshold", "estimate", "n"]], width=7.5, height=3.0)
     picks = grid[np.linspace(0, len(grid) - 1, min(9, len(grid))).round().astype(int)]

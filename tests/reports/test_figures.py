@@ -203,6 +203,42 @@ def test_ranking_stability_drawn_only_from_three_models(tmp_path, n_models):
         assert tau.min() < 1  # with three models the ranking can change: a real curve
 
 
+@pytest.mark.parametrize("n_models", [3])
+def test_ranking_stability_lines_that_coincide_stay_told_apart(tmp_path, n_models):
+    """Sensitivity and specificity rankings often agree: their tau lines then lie on each
+    other, so each metric has its own line type and point shape as well as colour."""
+    from reports.sections import threshold
+
+    sec = threshold.build(_study(_cases_with_models(tmp_path, n_models)))
+    fig = sec.figures[1]
+    _draw(fig)
+    line = next(lay for lay in _built_layers(fig) if type(lay.geom).__name__ == "geom_line")
+    per = line.data.groupby("group")["linetype"].first()
+    assert per.nunique() == fig.data["ranked_by"].nunique() >= 2
+    point = next(lay for lay in _built_layers(fig) if type(lay.geom).__name__ == "geom_point")
+    assert point.data.groupby("group")["shape"].first().nunique() == per.nunique()
+
+
+def test_a_value_axis_with_negative_values_has_a_negative_tick():
+    """Model differences from -0.03 to 0.21: the axis runs from break to break, so the
+    negative side has its own tick (it had none: the first tick was 0)."""
+    import pandas as pd
+
+    from reports.figures import ReportFigure, points_ci
+
+    d = pd.DataFrame({"model": ["A - B", "A - C"] * 2, "metric": ["Se"] * 2 + ["Sp"] * 2,
+                      "estimate": [0.05, 0.10, 0.0, 0.02], "conf_low": [-0.03, 0.02, -0.01, 0.0],
+                      "conf_high": [0.13, 0.21, 0.01, 0.05]})
+    fig = ReportFigure(name="x", caption="x", alt="x", data=d, width=6, height=2,
+                       plot=points_ci(d, x="model", y="estimate", facet="metric", hline=0.0))
+    _draw(fig)
+    scale = fig.plot.scales.get_scales("y")
+    breaks = [b for b in scale.breaks if b is not None]
+    lo, hi = scale.limits
+    assert min(breaks) < 0 <= max(breaks) and lo <= min(breaks) and max(breaks) <= hi
+    assert lo <= -0.03 and hi >= 0.21 and min(breaks) == lo and max(breaks) == hi
+
+
 def test_threshold_zero_is_drawn_at_zero(demo):
     fig = next(f for f in demo[1]["threshold"].figures if f.name == "threshold_sweep")
     assert fig.data["threshold"].min() == 0
