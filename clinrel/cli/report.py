@@ -64,11 +64,9 @@ def register(app: typer.Typer) -> None:
             warnings.simplefilter("ignore")
             target = demo_plan_path() if demo else plan
             if scheduler is not None:
-                import dataclasses
-
                 from analysis import load_plan
 
-                target = dataclasses.replace(load_plan(target), scheduler=scheduler)
+                target = load_plan(target).updated({"scheduler": scheduler})
             try:
                 result = render_report(target, out, quiet=quiet, strict=strict, force=force,
                                        reference_docx=reference_docx, jobs=jobs)
