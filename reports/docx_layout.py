@@ -8,11 +8,14 @@ table; the style keeps it with the next paragraph), the table (header rows marke
 rewrites ``word/document.xml`` so that
 
 - no row of any table breaks across a page (``<w:cantSplit/>`` on every row);
-- a table of at most ``KEEP_ROWS`` body rows never splits: every paragraph of every row
-  keeps with the next (``<w:keepNext/>``), the last row only when notes follow, so the
-  table moves to the next page whole with its caption;
+- a table of at most ``KEEP_ROWS`` body rows that fits on a page with its caption
+  (:func:`fits_page`, an estimate of its height) never splits: every paragraph of every
+  row keeps with the next (``<w:keepNext/>``), the last row only when notes follow, so the
+  table moves to the next page whole with its caption; one that does not fit (wrapped
+  cells) breaks between rows like a long one, so that its caption is never left alone;
 - a longer table breaks between body rows with its header repeated; its header rows keep
-  with the first body row (a header never ends a page alone);
+  with the first body row (a header never ends a page alone), and so does a row-group
+  label (text in the first cell only) with its first row;
 - notes are never stranded: the last row of a table with notes keeps with the first note
   and every note but the last keeps with the next.
 
@@ -89,17 +92,83 @@ def table_notes(tbl) -> list:
     return notes
 
 
+#: the estimate of a table's height (:func:`fits_page`): the table style's font (8.5 pt, in
+#: twips), a character's width as a share of it (a wide average, to err towards breaking),
+#: a line's height, the cells' margins, and the share of the page a kept table may fill
+#: with its caption
+FONT_TWIPS, CHAR_EM, LINE_EM, CELL_MARGIN_TWIPS, PAGE_SHARE = 170, 0.6, 1.2, 160, 0.85
+
+
+def _sections(body) -> dict:
+    """The ``w:sectPr`` of the section each top-level table lies in (a section ends with
+    the paragraph holding its ``sectPr``; the last is the body's own)."""
+    out, current = {}, body.find(f"{W}sectPr")
+    for el in reversed(list(body)):
+        sect = el.find(f"{W}pPr/{W}sectPr") if el.tag == f"{W}p" else None
+        current = sect if sect is not None else current
+        if el.tag == f"{W}tbl":
+            out[el] = current
+    return out
+
+
+def _text(el) -> str:
+    """The text of ``el``'s runs (``w:t``)."""
+    return "".join(t.text or "" for t in el.iter(f"{W}t"))
+
+
+def _twips(el, name: str, default: int) -> int:
+    try:
+        return int(el.get(f"{W}{name}", default))
+    except (TypeError, ValueError):
+        return default
+
+
+def fits_page(tbl, sect) -> bool:
+    """Whether ``tbl`` with its caption fits on one page of section ``sect``, by an
+    estimate of its height: each row as tall as its tallest cell, a cell's paragraphs
+    wrapped at the cell's width (the page's text width shared as the table's grid). A
+    table kept whole that does not fit would leave its caption alone on a page."""
+    pg = sect.find(f"{W}pgSz") if sect is not None else None
+    mar = sect.find(f"{W}pgMar") if sect is not None else None
+    width = _twips(pg, "w", 11906) - _twips(mar, "left", 1440) - _twips(mar, "right", 1440)
+    height = _twips(pg, "h", 16838) - _twips(mar, "top", 1440) - _twips(mar, "bottom", 1440)
+    grid = [max(_twips(g, "w", 1), 1) for g in tbl.iter(f"{W}gridCol")] or [1]
+    char, line = FONT_TWIPS * CHAR_EM, FONT_TWIPS * LINE_EM
+    total = 3 * line                        # the caption (two lines and its spacing)
+    for tr in tbl.findall(f"{W}tr"):
+        col, tallest = 0, 1
+        for tc in tr.findall(f"{W}tc"):
+            gs = tc.find(f"{W}tcPr/{W}gridSpan")
+            span = _twips(gs, "val", 1) if gs is not None else 1
+            cell = width * sum(grid[col:col + span]) / sum(grid) - CELL_MARGIN_TWIPS
+            col += span
+            per_line = max(1, int(cell // char))
+            lines = sum(max(1, -(-len(_text(p)) // per_line)) for p in tc.iter(f"{W}p"))
+            tallest = max(tallest, lines)
+        total += tallest * line + 40
+    return total <= PAGE_SHARE * height
+
+
+def _label_row(tr) -> bool:
+    """A row-group label (``Race``): text in its first cell only; it keeps with the next
+    row, so a label never ends a page without its rows."""
+    cells = [_text(tc).strip() for tc in tr.findall(f"{W}tc")]
+    return len(cells) > 1 and bool(cells[0]) and not any(cells[1:])
+
+
 def layout_tables(body, keep_rows: int = KEEP_ROWS) -> None:
     """Set the keep and split properties (module docstring) on every top-level table of
     the document ``body`` element, in place."""
+    sections = _sections(body)
     for tbl in body.iterchildren(f"{W}tbl"):
         rows = tbl.findall(f"{W}tr")
         notes = table_notes(tbl)
-        keep = sum(not is_header(tr) for tr in rows) <= keep_rows
+        keep = (sum(not is_header(tr) for tr in rows) <= keep_rows
+                and fits_page(tbl, sections.get(tbl)))
         for i, tr in enumerate(rows):
             _cant_split(tr)
             last = i == len(rows) - 1
-            if (notes if last else keep or is_header(tr)):
+            if (notes if last else keep or is_header(tr) or _label_row(tr)):
                 for p in tr.iter(f"{W}p"):
                     _keep_next(p)
         for p in notes[:-1]:

@@ -520,8 +520,9 @@ def _keeps_next(tr) -> bool:
     return all(_on(p, f"{W}pPr/{W}keepNext") for p in tr.iter(f"{W}p"))
 
 
-def _check_table_layout(tbl, table) -> None:
-    """The Word keep and split properties of one table (``reports.docx_layout``)."""
+def _check_table_layout(tbl, table, fits: bool = True) -> None:
+    """The Word keep and split properties of one table (``reports.docx_layout``);
+    ``fits``: whether it fits on its page with its caption (``docx_layout.fits_page``)."""
     from reports.docx_layout import is_header, table_notes
 
     rows = tbl.findall(f"{W}tr")
@@ -537,8 +538,12 @@ def _check_table_layout(tbl, table) -> None:
     assert _keeps_next(last) == bool(notes), table.name  # the notes follow the table
     chained = [_on(p, f"{W}pPr/{W}keepNext") for p in notes]
     assert chained == [True] * len(notes[1:]) + [False] * bool(notes), table.name
+    from reports.docx_layout import _label_row
+
     inside = [_keeps_next(tr) for tr in body[:-1]]
-    assert inside == [table.keep] * len(inside), table.name  # short: whole; long: breaks
+    # short and fitting its page: whole; long, or too tall for a page: breaks between rows,
+    # but never after a row-group label
+    assert inside == [(table.keep and fits) or _label_row(tr) for tr in body[:-1]], table.name
 
 
 def test_short_tables_never_split_and_notes_stay_with_their_table(report, word):
@@ -546,12 +551,15 @@ def test_short_tables_never_split_and_notes_stay_with_their_table(report, word):
     KEEP_ROWS printed rows keeps every row with the next, its last row with its first
     note (when it has notes) and each note with the next; the caption keeps with the
     table (its style), which it precedes."""
+    from reports.docx_layout import _sections, fits_page
+
     result = report[1]
     tables = word.element.body.findall(f"{W}tbl")
     assert len(tables) == len(result.tables)
     assert any(t.keep and t.notes for t in result.tables)
+    sections = _sections(word.element.body)
     for tbl, t in zip(tables, result.tables):
-        _check_table_layout(tbl, t)
+        _check_table_layout(tbl, t, fits_page(tbl, sections[tbl]))
         cap = tbl.getprevious()
         while cap.tag != f"{W}p":
             cap = cap.getprevious()
@@ -621,3 +629,33 @@ def test_long_tables_repeat_their_header_and_the_layout_is_deterministic(tmp_pat
         assert [len(table_notes(part)) for part in parts] == \
             [0] * (len(parts) - 1) + [len(t.notes)], t.name
     assert next(tbls, None) is None
+
+
+def test_a_table_too_tall_for_its_page_is_not_kept_whole():
+    """A table of at most KEEP_ROWS rows whose wrapped cells make it taller than a page
+    (Table 1 by site on a landscape page: its caption was left alone on a page before the
+    table) may break between rows; the same rows on one line each are kept whole."""
+    from lxml import etree
+
+    from reports.docx_layout import W, _sections, fits_page, layout_tables
+
+    def doc(text: str, rows: int, orient: bool = True) -> etree._Element:
+        ns = W[1:-1]
+        cells = "".join(f'<w:tc><w:p><w:r><w:t>{text}</w:t></w:r></w:p></w:tc>' for _ in range(12))
+        grid = "".join('<w:gridCol w:w="600"/>' for _ in range(12))
+        page = ('<w:pgSz w:w="16838" w:h="11906" w:orient="landscape"/>' if orient
+                else '<w:pgSz w:w="11906" w:h="16838"/>')
+        xml = (f'<w:body xmlns:w="{ns}"><w:tbl><w:tblGrid>{grid}</w:tblGrid>'
+               + f"<w:tr>{cells}</w:tr>" * rows + '</w:tbl><w:p/>'
+               f'<w:sectPr>{page}<w:pgMar w:top="1020" w:bottom="1020" w:left="907" '
+               'w:right="907"/></w:sectPr></w:body>')
+        return etree.fromstring(xml)
+
+    short, wrapped = doc("12 (5%)", 25), doc("244 (49%) of the scans, wrapped", 25)
+    assert fits_page(short[0], _sections(short)[short[0]])
+    assert not fits_page(wrapped[0], _sections(wrapped)[wrapped[0]])
+    for body, kept in ((short, True), (wrapped, False)):
+        layout_tables(body, keep_rows=25)
+        inner = body[0].findall(f"{W}tr")[:-1]
+        assert all((tr.find(f"{W}tc/{W}p/{W}pPr/{W}keepNext") is not None) == kept
+                   for tr in inner)
