@@ -156,9 +156,9 @@ def partial_auc(results) -> pd.DataFrame:
     focus = "sensitivity" if pa.sensitivity is not None else "specificity"
     rng = tuple(pa.sensitivity if pa.sensitivity is not None else pa.specificity)
     results.decide("operating.partial_auc", {"focus": focus, "range": list(rng),
-                                             "correct": pa.correct})
+                                             "correct": pa.correct, "boot_ci": pa.boot_ci})
     out = compute(results["evaluation"], **{focus: rng}, correct=pa.correct,
-                  by=list(det.compare_by) or None, **_boot(results))
+                  by=list(det.compare_by) or None, boot_ci=pa.boot_ci, **_boot(results))
     if results["roles"]["operating_points"] != PRESPECIFIED:
         out["p_adjusted"] = out["p_adjusted_bh"] = np.nan
     return out

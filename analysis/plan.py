@@ -538,6 +538,11 @@ class PartialAuc(Block):
                                     hint="write e.g. sensitivity: [0.9, 1.0]")
     correct: bool = key(False, "McClish's standardization: 0.5 on the diagonal, 1 for a "
                         "perfect test.", type="true or false", example="false")
+    boot_ci: Literal["bca", "percentile"] = key(
+        "bca", "Interval of each model's partial AUC: `bca` (bias-corrected and accelerated, "
+        "the acceleration from a jackknife over patients) or `percentile`; the paired "
+        "differences always get the percentile interval (bench/operating_coverage.md).",
+        type="text", example="bca", hint="use bca or percentile")
 
     @model_validator(mode="after")
     def _one_range(self):

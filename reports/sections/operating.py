@@ -284,8 +284,13 @@ def pauc_table(study) -> ReportTable | None:
                 "p": "Holm p" if pa["p_adjusted"].notna().any() else "p"},
         notes=("As pROC's auc(partial.auc =, partial.auc.focus =, partial.auc.correct =): the "
                "area under the linear interpolation of the ROC points, the range's ends "
-               f"interpolated. Percentile intervals and p-values from {int(n_boot)} replicates "
-               "of the paired cluster bootstrap.",))
+               "interpolated. "
+               + ("Each model's interval is the bootstrap's BCa interval (bias-corrected "
+                  "and accelerated; the acceleration from a jackknife over patients); the "
+                  "differences' intervals are percentiles"
+                  if (pa["method"] == "bootstrap-bca").any() else "Percentile intervals")
+               + f", and p-values, from {int(n_boot)} replicates of the paired cluster "
+               "bootstrap.",))
 
 
 def lr_table(study) -> ReportTable:
@@ -376,7 +381,9 @@ def methods_text(study) -> list[str]:
             + (f"; the partial AUC over {'sensitivity' if pa.sensitivity else 'specificity'} "
                f"{text.num((pa.sensitivity or pa.specificity)[0])} to "
                f"{text.num((pa.sensitivity or pa.specificity)[1])}"
-               + (" (McClish-standardized)" if pa.correct else "") if pa else "")
+               + (" (McClish-standardized)" if pa.correct else "")
+               + (" with BCa intervals for each model (the acceleration from a jackknife over "
+                  "patients)" if pa.boot_ci == "bca" else "") if pa else "")
             + f". Intervals and paired differences between models: percentiles of {op.n_boot} "
             f"replicates of the paired cluster bootstrap (patients resampled with one index "
             f"for every model and subgroup; seed {seed}); Holm over every pair and cell per "

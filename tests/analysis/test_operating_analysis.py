@@ -82,7 +82,10 @@ def test_seed_stream_and_decisions():
     d = res.decisions
     assert d.operating.specificity == [0.8, 0.9] and d.operating.sensitivity == [0.5]
     assert d.seeds.operating_bootstrap == plan.seed_for("operating_bootstrap")
-    assert d.operating.partial_auc == {"focus": "sensitivity", "range": [0.5, 1.0], "correct": True}
+    assert d.operating.partial_auc == {"focus": "sensitivity", "range": [0.5, 1.0], "correct": True,
+                                       "boot_ci": "bca"}
+    assert res["partial_auc"].query("estimand == 'partial_auc_corrected'")["method"].eq(
+        "bootstrap-bca").all()
     assert set(res["operating_points"]["estimand"]) >= {"sensitivity_at_specificity",
                                                          "specificity_at_sensitivity"}
     assert res["partial_auc"]["estimand"].iloc[0] == "partial_auc_corrected"

@@ -429,3 +429,49 @@ def test_clustered_goal_p_value_is_dual_to_the_limit_at_every_level():
         for alpha in (0.01, 0.05, 0.2):
             ne_a = design_effect(one, 1 - 2 * alpha)["n_effective"]
             assert (p < alpha) == bool(op.cp_lower(phat * ne_a, ne_a, alpha)[0, 0] > 0.45)
+
+
+@pytest.mark.parametrize("groups", [None, 7], ids=["leave-one-out", "delete-a-group"])
+def test_partial_auc_bca_acceleration_equals_a_jackknife_by_hand(monkeypatch, groups):
+    """The BCa acceleration is the jackknife over patients (or, with more patients than
+    ``JACKKNIFE_GROUPS``, over groups of patients, code ``i mod K``), recomputed here by
+    calling partial_auc on the data without each group; the limits are BCa's on the
+    replicates of the same seed; the paired differences keep the percentile interval."""
+    from stats.bootstrap import boot_interval
+
+    if groups is not None:
+        monkeypatch.setattr(op, "JACKKNIFE_GROUPS", groups)
+    d = _sim()
+    assert d.groupby("patient_id")["case_id"].nunique().max() > 1   # patients repeat
+    cm = stats.detection.case_matrix(d, None, need_pred=False, cluster="patient_id")
+    r = op.build_runs(cm)
+    args = (0.8, 1.0, "specificity", False)
+    a = op._acceleration(r, op.pauc, args, r.n_groups)[:len(cm.models)]
+    K = cm.patient.max() + 1 if groups is None else groups
+    est = stats.partial_auc(d, n_boot=None).query("estimand == 'partial_auc'") \
+        .set_index("model")["estimate"].reindex(cm.models).to_numpy()
+    jack = []
+    for k in range(K):
+        keep = cm.case_id[(cm.patient % K) != k]
+        t = stats.partial_auc(d[d["case_id"].isin(keep)], n_boot=None)
+        jack.append(t.query("estimand == 'partial_auc'").set_index("model")["estimate"]
+                    .reindex(cm.models).to_numpy())
+    dd = np.mean(jack, axis=0) - np.array(jack)
+    want = (dd ** 3).sum(axis=0) / (6 * ((dd ** 2).sum(axis=0)) ** 1.5)
+    np.testing.assert_allclose(a, want, rtol=1e-9, atol=1e-14)
+    assert np.abs(want).max() > 1e-4            # a real acceleration, not 0
+    got = stats.partial_auc(d, n_boot=300, seed=11)
+    reps = op._replicates(r, 300, op.pauc, args, n_out=r.n_groups, seed=11)
+    lo, hi = boot_interval(reps[:, :len(cm.models)], est, method="bca", accel=a)
+    g = got.query("estimand == 'partial_auc'").set_index("model").reindex(cm.models)
+    np.testing.assert_allclose(g["conf_low"], lo, rtol=1e-12)
+    np.testing.assert_allclose(g["conf_high"], hi, rtol=1e-12)
+    assert (g["method"] == "bootstrap-bca").all()
+    pct = stats.partial_auc(d, n_boot=300, seed=11, boot_ci="percentile")
+    p = pct.query("estimand == 'partial_auc'").set_index("model").reindex(cm.models)
+    assert (p["method"] == "bootstrap-percentile").all() and not np.allclose(p["conf_low"], lo)
+    diff = got.query("estimand == 'partial_auc_difference'")
+    assert len(diff) and (diff["method"] == "bootstrap-percentile").all()
+    pd.testing.assert_frame_equal(diff, pct.query("estimand == 'partial_auc_difference'"))
+    with pytest.raises(stats.schema.ContractError, match="boot_ci='bca'"):
+        stats.partial_auc(d, boot_ci="wilson")
