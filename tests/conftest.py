@@ -22,6 +22,24 @@ def crs_small():
     return simulate.crs_runs(n_encoders=6, n_datasets=2, n_seeds=3, seed=11)
 
 
+@pytest.fixture(scope="session")
+def demo_study():
+    """The demo plan's study (its inputs and every analysis), loaded once per test process
+    under the plan's limits: read it, never change it. Build sections from it with
+    ``reports.sections.build_all(demo_study, strict=True)``."""
+    import warnings
+
+    from analysis import load_plan
+    from analysis.inputs import plan_limits
+    from clinrel.cli.report import demo_plan_path
+    from reports.study import load_study
+
+    plan = load_plan(demo_plan_path())
+    with plan_limits(plan), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_study(plan)
+
+
 def run_demo(only):
     """The demo plan, its tables and the analyses ``only`` (with whatever they need), run
     quietly under the plan's limits: ``(plan, tables, results)``."""

@@ -68,18 +68,14 @@ def violations(name: str, display: pd.DataFrame) -> list[tuple[str, str, str, li
 
 
 @pytest.fixture(scope="module")
-def demo_tables():
+def demo_tables(demo_study):
     """Every table of the demo report, built once (no rendering, no figures drawn)."""
-    from reports.sections import build_all
-    from reports.study import load_study
-    from analysis import load_plan
     from analysis.inputs import plan_limits
+    from reports.sections import build_all
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), plan_limits(demo_study.plan):
         warnings.simplefilter("ignore")
-        plan = load_plan(DEMO / "plan.yaml")
-        with plan_limits(plan):
-            sections = build_all(load_study(plan), strict=True)
+        sections = build_all(demo_study, strict=True)
     return [t for s in sections for t in s.tables]
 
 

@@ -35,10 +35,10 @@ def _study(plan: Path):
 
 
 @pytest.fixture(scope="module")
-def demo():
+def demo(demo_study):
     from reports.sections import module
 
-    study = _study(DEMO / "plan.yaml")
+    study = demo_study
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sections = {k: module(k).build(study) for k in SECTIONS}

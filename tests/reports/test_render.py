@@ -266,6 +266,7 @@ def test_figure_tables_hold_the_plotted_estimates(demo):
             np.testing.assert_allclose(csv["estimate"], f.data["estimate"], rtol=1e-11)  # 12 digits
 
 
+@pytest.mark.slow   # make test keeps byte-identity of two runs: tests/reports/test_determinism.py
 def test_deterministic_qmd_and_tables(demo, tmp_path):
     out, _ = demo
     with warnings.catch_warnings():

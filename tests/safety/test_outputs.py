@@ -576,7 +576,9 @@ def _wait_mid_run(tmp_path: Path, proc: subprocess.Popen) -> None:
     pytest.fail("the report never started writing")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+# SIGTERM's clean stop is in make test through tests/safety/test_signals.py; here it is slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
+                         ids=["SIGKILL", "SIGTERM"])
 def test_killed_report_leaves_nothing_after_the_next_run(tmp_path, monkeypatch, sig):
     out = tmp_path / "rep"
     proc = _start_report(tmp_path, out)
