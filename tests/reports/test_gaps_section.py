@@ -4,24 +4,21 @@ states each assumption in a paragraph of its own; a plan without the blocks has 
 section."""
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
+import pytest
 
 from reports.sections import ORDER, _roles, gaps, methods, transport
 from reports.study import Study
 
 
-@cache
-def demo():
-    from conftest import run_demo
-
-    plan, tables, results = run_demo(["gap_decomposition", "transport", "roles"])
-    return Study(plan=plan, tables=tables, results=results)
+@pytest.fixture()
+def demo(demo_study):
+    """The demo study (shared by the test process; its gap decomposition and transport)."""
+    return demo_study
 
 
-def test_gap_section_shows_the_analysis_numbers(tmp_path):
-    study = demo()
+def test_gap_section_shows_the_analysis_numbers(demo, tmp_path):
+    study = demo
     gd = study.results["gap_decomposition"]
     sec = gaps.build(study)
     assert [f.name for f in sec.figures] == ["gap_1"]
@@ -55,8 +52,8 @@ def test_gap_section_shows_the_analysis_numbers(tmp_path):
     assert "race Unknown vs White (prespecified" in sec.blocks[0]
 
 
-def test_exploratory_contrast_says_so():
-    study = demo()
+def test_exploratory_contrast_says_so(demo):
+    study = demo
     res = study.results
     contrasts = [dict(c, role="exploratory", why="the largest crude gap") for c in
                  res["gap_contrasts"]]
@@ -68,8 +65,8 @@ def test_exploratory_contrast_says_so():
     assert any("Exploratory contrasts (chosen from the data" in n for n in tab.notes)
 
 
-def test_transport_table_shows_the_analysis_numbers():
-    study = demo()
+def test_transport_table_shows_the_analysis_numbers(demo):
+    study = demo
     tr = study.results["transport"]
     sec = transport.build(study)
     tab = sec.tables[0]
@@ -83,8 +80,8 @@ def test_transport_table_shows_the_analysis_numbers():
     assert "extreme" in sec.blocks[0] and "@tbl-transport-table" in sec.blocks[0]
 
 
-def test_methods_state_each_assumption_in_its_own_paragraph():
-    study = demo()
+def test_methods_state_each_assumption_in_its_own_paragraph(demo):
+    study = demo
     paragraphs = [b for b in methods.build(study).blocks if isinstance(b, str)]
     for start in ("Assumption of the decomposition, no unmeasured confounding",
                   "Assumption of the decomposition, positivity",
@@ -95,8 +92,8 @@ def test_methods_state_each_assumption_in_its_own_paragraph():
                for p in paragraphs)
 
 
-def test_sections_left_out_without_the_blocks():
-    study = demo()
+def test_sections_left_out_without_the_blocks(demo):
+    study = demo
     bare = Study(plan=study.plan.updated({"detection.gaps": None, "detection.target": None}),
                  tables=study.tables, results=study.results)
     assert not gaps.applies(bare) and not transport.applies(bare)

@@ -10,15 +10,12 @@ import pytest
 pytest.importorskip("medspacy")  # the demo's evidence is the runner's extraction
 
 
-def test_demo_metadata_section_shows_race_by_site_and_its_label_error_intervals():
-    from analysis import load_plan
-    from clinrel.cli.report import demo_plan_path
+def test_demo_metadata_section_shows_race_by_site_and_its_label_error_intervals(demo_study):
     from reports.sections import provenance
-    from reports.study import load_study
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sec = provenance.build(load_study(load_plan(demo_plan_path())))
+        sec = provenance.build(demo_study)
     blocks = {getattr(b, "name", None): b for b in sec.blocks}
     by_site = blocks["metadata_agreement_by_site"].data
     race = by_site[by_site["field"].astype(str) == "race"]
