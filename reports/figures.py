@@ -360,6 +360,8 @@ def value_breaks(low: float, high: float, n: int = 5, *, outer: bool = False) ->
         return [0.0, 0.25, 0.5, 0.75, 1.0]
     if outer:
         b = sorted(float(v) for v in breaks_extended(n=n)((low, high)))
+        if not b:
+            return [low, high]
         step = b[1] - b[0] if len(b) > 1 else max(high - low, 1.0)
         below = [v for v in b if v <= low] or [b[0] - step * np.ceil((b[0] - low) / step)]
         above = [v for v in b if v >= high] or [b[-1] + step * np.ceil((high - b[-1]) / step)]

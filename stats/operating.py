@@ -361,6 +361,9 @@ def _replicates(r: Runs, n_boot: int, stat, stat_args=(), *, n_out: int, seed=No
 #: clusters, cluster i is left out with the clusters i + k JACKKNIFE_GROUPS (a delete-a-group
 #: jackknife; the acceleration, a skewness over the groups, keeps its expectation)
 JACKKNIFE_GROUPS = 400
+#: leave-out values within this share of their largest size of their mean count as equal
+#: to it (their differences are the mean's rounding, not the statistic's skewness)
+JACKKNIFE_FLAT_REL = 1e-12
 
 
 def _acceleration(r: Runs, stat, stat_args, n_out: int) -> np.ndarray:
@@ -368,7 +371,8 @@ def _acceleration(r: Runs, stat, stat_args, n_out: int) -> np.ndarray:
     ``d = mean(theta_(k)) - theta_(k)``, ``theta_(k)`` the statistic without the clusters
     of group ``k`` (cluster ``i`` in group ``i mod JACKKNIFE_GROUPS``: the leave-one-
     cluster-out jackknife up to that many clusters); undefined ``theta_(k)`` skipped, 0
-    where every ``theta_(k)`` is the same. In blocks of groups (``BLOCK_ELEMENTS``)."""
+    where every ``theta_(k)`` is the same (within ``JACKKNIFE_FLAT_REL`` of their size).
+    In blocks of groups (``BLOCK_ELEMENTS``)."""
     C = r.KT.shape[1]
     K = max(1, min(C, JACKKNIFE_GROUPS))
     member = sparse.csr_matrix((np.ones(C), (np.arange(C), np.arange(C) % K)), shape=(C, K))
@@ -380,6 +384,10 @@ def _acceleration(r: Runs, stat, stat_args, n_out: int) -> np.ndarray:
     valid = ~np.isnan(jack)
     with np.errstate(invalid="ignore", divide="ignore"):
         d = np.where(valid, np.nansum(jack, axis=0) / valid.sum(axis=0) - jack, 0.0)
+        # equal leave-out values differ from their mean only by its rounding: no skewness
+        # (a ratio of rounding noise would give any acceleration)
+        scale = np.fmax(np.nanmax(np.abs(jack), axis=0, initial=0.0, where=valid), 1e-300)
+        d = np.where(np.abs(d) <= JACKKNIFE_FLAT_REL * scale, 0.0, d)
         s2, s3 = (d ** 2).sum(axis=0), (d ** 3).sum(axis=0)
         return np.where(s2 > 0, s3 / (6 * np.where(s2 > 0, s2, 1.0) ** 1.5), 0.0)[:n_out]
 
@@ -784,6 +792,10 @@ def partial_auc(cases: pd.DataFrame, *, specificity=None, sensitivity=None,
             rows["conf_low"], rows["conf_high"] = boot_interval(
                 reps, theta, conf_level=conf_level, method="bca", accel=accel)
             rows["method"] = "bootstrap-bca"
+            # every replicate on one side of the estimate (no variation): BCa's bias
+            # correction is infinite, so there is no interval; said by the flag
+            none = np.isnan(rows["conf_low"]) & np.isfinite(theta)
+            flag = np.where(none & (flag == ""), FLAG_NO_INTERVAL, flag).astype(object)
     else:
         flag = np.where(flag == "", FLAG_NO_INTERVAL, flag).astype(object)
     rows["flag"] = flag

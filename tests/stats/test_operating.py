@@ -475,3 +475,24 @@ def test_partial_auc_bca_acceleration_equals_a_jackknife_by_hand(monkeypatch, gr
     pd.testing.assert_frame_equal(diff, pct.query("estimand == 'partial_auc_difference'"))
     with pytest.raises(stats.schema.ContractError, match="boot_ci='bca'"):
         stats.partial_auc(d, boot_ci="wilson")
+
+
+def test_partial_auc_acceleration_is_zero_when_every_leave_out_value_is_equal():
+    """Perfectly separated scores: every leave-out partial AUC is the maximum 0.2, and
+    their mean differs from them only by rounding; the acceleration is 0 (a ratio of
+    rounding noise gave any value), so BCa is the bias-corrected percentile interval."""
+    rng = np.random.default_rng(5)
+    y = rng.random(300) < 0.4
+    d = pd.DataFrame({"case_id": np.arange(300).astype(str), "model": "m",
+                      "label": y.astype(int), "score": np.where(y, 10.0, 0.0) + rng.random(300),
+                      "patient_id": (np.arange(300) // 2).astype(str)})
+    cm = stats.detection.case_matrix(d, None, need_pred=False, cluster="patient_id")
+    r = op.build_runs(cm)
+    a = op._acceleration(r, op.pauc, (0.8, 1.0, "specificity", False), r.n_groups)
+    assert np.array_equal(a, np.zeros_like(a))
+    got = stats.partial_auc(d, n_boot=200, seed=1).iloc[0]
+    # every replicate is 0.2 too: BCa's bias correction is infinite, no interval, flagged
+    assert got["estimate"] == pytest.approx(0.2) and np.isnan(got["conf_low"])
+    assert got["flag"] == "no_interval"
+    pct = stats.partial_auc(d, n_boot=200, seed=1, boot_ci="percentile").iloc[0]
+    assert pct["conf_low"] == pytest.approx(0.2) and pct["conf_high"] == pytest.approx(0.2)
