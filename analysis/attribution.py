@@ -149,9 +149,15 @@ def gap_decomposition(results) -> pd.DataFrame:
     results.decide("seeds.gap_bootstrap", seed)
     results.decide("gaps.method", method)
     results.decide("gaps.n_boot", det.gaps.n_boot)
+    results.decide("gaps.within_site", bool(det.gaps.within_site) and method == "glmm")
     results.decide("gaps.population", population)
     ev = _rows(results)
     cluster = results["cluster"]
+    # the site column of the model: a nested grouping ([site, patient_id]) gives its top
+    # level (the decomposition's GLMM has the site intercept; its bootstrap resamples the
+    # patients, so their repeated scans are in the intervals)
+    group = adj.group if adj is not None else "site"
+    site = group if isinstance(group, str) else group[0]
     parts = []
     for i, c in enumerate(results["gap_contrasts"]):
         key = plan.key(f"detection.gaps.contrasts[{i}]" if det.gaps.contrasts
@@ -159,9 +165,9 @@ def gap_decomposition(results) -> pd.DataFrame:
         out = from_stats(plan.where, key, decompose_gap, ev, c["group"], tuple(c["levels"]),
                          covariates=list(c["covariates"]), population=population,
                          n_boot=det.gaps.n_boot, seed=seed, method=method,
-                         fit_group=adj.group if adj is not None else "site",
+                         fit_group=site,
                          cluster=cluster, nagq=adj.nagq if adj is not None else 1,
-                         conf_level=det.conf_level)
+                         conf_level=det.conf_level, within_site=det.gaps.within_site)
         parts.append(out.assign(contrast=f"{c['group']}: {c['levels'][0]} vs {c['levels'][1]}",
                                 role=c["role"]))
     return pd.concat(parts, ignore_index=True)

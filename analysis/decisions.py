@@ -170,6 +170,8 @@ class GapsDecisions(_Group):
     contrasts: list[dict] | None = Field(None, description="the decomposed contrasts, their "
                                          "covariates and role, and why each was chosen")
     method: str | None = Field(None, description="the adjusted model of the decomposition")
+    within_site: bool | None = Field(None, description="the GLMM holds each site's share of "
+                                     "the comparison level (within-site group effect)")
     n_boot: int | None = Field(None, description="cluster-bootstrap replicates (refits)")
     population: str | None = Field(None, description="positives (sensitivity) or negatives")
 

@@ -789,6 +789,13 @@ class Gaps(Block):
         None, "The adjusted model of the decomposition.", type="text", example="glmm",
         default_text="the primary model (the first of `detection.adjusted.methods`, else glmm)",
         hint="use one of the listed names")
+    within_site: bool = key(
+        True, "With the GLMM: each site's share of the comparison level as a site-level "
+        "covariate (Mundlak's within-site group effect), so that the group term does not "
+        "take up site effects confounded with the group; false: the plain random-intercept "
+        "model (its case-mix part is then biased toward 0 when the group's share differs "
+        "between sites).", type="true or false", example="true",
+        hint="write true or false")
     n_boot: int = key(2000, "Paired cluster-bootstrap replicates (each refits the model).",
                       type="a whole number >= 2 (bootstrap replicates)", example="2000",
                       hint="write e.g. n_boot: 2000", ge=2)

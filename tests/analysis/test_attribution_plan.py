@@ -52,6 +52,26 @@ def test_contrast_equals_the_stats_call(cases):
     assert d.gaps.contrasts[0]["role"] == "prespecified"
 
 
+def test_within_site_key_and_nested_group(cases):
+    """detection.gaps.within_site reaches stats.decompose_gap and is recorded; a nested
+    adjusted grouping ([site, patient_id]) decomposes on its site level."""
+    for within in (True, False):
+        plan = _plan(gaps={"contrasts": [CONTRAST], "n_boot": 2, "seed": 3,
+                           "within_site": within},
+                     adjusted={"formula": "detected ~ race + phase + sex",
+                               "group": ["site", "patient_id"]})
+        res = analysis.run(plan, analysis.Tables(cases=cases), errors="raise",
+                           only=["gap_decomposition"])
+        out = res["gap_decomposition"]
+        want = stats.decompose_gap(res["evaluation"], "race", ("Unknown", "White"),
+                                   covariates=["phase", "sex"], n_boot=2, seed=3,
+                                   cluster=res["cluster"], fit_group="site",
+                                   within_site=within)
+        pd.testing.assert_frame_equal(out.drop(columns=["contrast", "role"]), want)
+        assert res.decisions.gaps.within_site is within
+        assert out["within_site"].all() == within
+
+
 def test_default_contrasts_are_each_axis_largest_gap(cases):
     """No contrast listed: per demographic axis of the plan, the level farthest from the
     reference level (the adjusted model's first level, else the largest) among levels with

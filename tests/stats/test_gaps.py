@@ -4,8 +4,9 @@ replicate refits against stats.fit_adjusted, and known truth in large samples.
 R fixture: tests/r/gaps.R (glm and lme4 glmer, converged; the decomposition written out
 by hand in R, the Shapley values from every (reference, comparison) pair without
 grouping rows into patterns) -> tests/r/gaps.csv, on tests/r/data/gaps_cases.csv
-(tests/r/gaps_data.py). Measured gaps: glm 6e-16 (tested to 1e-9); glmer 1.4e-8,
-from lme4's own convergence (tested to 1e-6).
+(tests/r/gaps_data.py). Measured gaps: glm 6e-16 (tested to 1e-9); glmer 1.4e-8, and
+5.2e-8 for the default within-site GLMM (glmer with the site's share of group c), from
+lme4's own convergence (tested to 1e-6).
 Replicate refits (the batched Newton of stats.gaps) against ``stats.fit_adjusted`` on the
 duplicated rows: coefficients and site effects 1.2e-10 for the GLMM (30 replicates,
 4 of them on the boundary), 7e-15 for the site-fixed model (tested to 1e-7).
@@ -44,12 +45,15 @@ def ref():
     return pd.read_csv(R / "gaps.csv")
 
 
-@pytest.mark.parametrize("method, fit, tol", [("fixed", "glm", 1e-9),
-                                              ("glmm", "glmer", 1e-6)])
-def test_matches_r_by_hand(cases, ref, method, fit, tol):
+@pytest.mark.parametrize("method, fit, within, tol", [
+    ("fixed", "glm", True, 1e-9),
+    ("glmm", "glmer_within", True, 1e-6),      # the default: the site's share of c (Mundlak)
+    ("glmm", "glmer", False, 1e-6)])
+def test_matches_r_by_hand(cases, ref, method, fit, within, tol):
     out = stats.decompose_gap(cases, "group", ("c", "r"), covariates=COVS, method=method,
-                              n_boot=None)
+                              n_boot=None, within_site=within)
     check_tidy(out)
+    assert (out["within_site"] == (within and method == "glmm")).all()
     r = ref[ref["fit"] == fit].set_index("estimand")["value"]
     got = out.set_index("estimand")
     for e in PARTS:
@@ -169,3 +173,57 @@ def test_not_estimable_when_group_aliased_with_site(cases):
     row = out.set_index("estimand").loc["gap_case_mix"]
     assert np.isnan(row["estimate"]) and "not_estimable" in row["flag"]
     assert np.isfinite(out.set_index("estimand").loc["gap_total", "estimate"])
+
+
+def _with_shares(d, levels, site="site", group="group"):
+    """The site shares of ``levels`` among ``d``'s rows, computed here independently."""
+    d = d.copy()
+    for i, lv in enumerate(levels):
+        d[f"s{i}"] = d.groupby(site)[group].transform(lambda g, lv=lv: (g == lv).mean())
+    return d
+
+
+def test_within_site_equals_explicit_shares(cases):
+    """The within-site GLMM's total case-mix part equals the plain GLMM's with the site
+    shares given as ordinary covariates (the total does not depend on how the linear
+    predictor is split into pieces); the site's piece holds the share's part, so the
+    share's and the site's contributions add up to the site's within the default."""
+    d = _with_shares(cases, ["c"])
+    kw = dict(method="glmm", n_boot=None)
+    within = stats.decompose_gap(cases, "group", ("c", "r"), covariates=COVS, **kw)
+    plain = stats.decompose_gap(d, "group", ("c", "r"), covariates=COVS + ["s0"],
+                                within_site=False, **kw)
+    w, p = within.set_index("estimand"), plain.set_index("estimand")
+    for e in ("gap_total", "gap_case_mix", "gap_conditional"):
+        assert abs(w.loc[e, "estimate"] - p.loc[e, "estimate"]) < 1e-8, e
+    assert w["within_site"].all() and not p["within_site"].any()
+    # the plain model's estimate differs: the shares change the fit
+    bare = stats.decompose_gap(cases, "group", ("c", "r"), covariates=COVS,
+                               within_site=False, **kw).set_index("estimand")
+    assert abs(bare.loc["gap_case_mix", "estimate"] - w.loc["gap_case_mix", "estimate"]) > 1e-3
+
+
+def test_within_site_three_levels_and_aliased_share(cases):
+    """With a third level the reference's share joins the comparison's (both kept, as
+    explicit covariates give the same case-mix part); a group constant within sites
+    has no within-site contrast: its share is collinear with the group and left out, so
+    the default equals the plain GLMM."""
+    d = cases.copy()
+    rng = np.random.default_rng(4)
+    d["group"] = np.where((d["group"] == "r") & (rng.random(len(d)) < 0.3), "o", d["group"])
+    kw = dict(method="glmm", n_boot=None)
+    within = stats.decompose_gap(d, "group", ("c", "r"), covariates=COVS, **kw)
+    both = stats.decompose_gap(_with_shares(d, ["c", "r"]), "group", ("c", "r"),
+                               covariates=COVS + ["s0", "s1"], within_site=False, **kw)
+    one = stats.decompose_gap(_with_shares(d, ["c"]), "group", ("c", "r"),
+                              covariates=COVS + ["s0"], within_site=False, **kw)
+    cm = lambda t: t.set_index("estimand").loc["gap_case_mix", "estimate"]   # noqa: E731
+    assert abs(cm(within) - cm(both)) < 1e-8
+    assert abs(cm(within) - cm(one)) > 1e-6          # the reference's share is used
+    site_level = cases.copy()
+    site_level["group"] = np.where(site_level["site"].isin(["site_5", "site_6"]), "c", "r")
+    a = stats.decompose_gap(site_level, "group", ("c", "r"), covariates=COVS, **kw)
+    b = stats.decompose_gap(site_level, "group", ("c", "r"), covariates=COVS,
+                            within_site=False, **kw)
+    assert not a["within_site"].any()
+    pd.testing.assert_frame_equal(a, b)
