@@ -293,14 +293,36 @@ def _nan_sd(flat: np.ndarray, valid: np.ndarray) -> np.ndarray:
         return np.where(valid > 1, sd, np.nan)
 
 
+#: jackknife leave-out values within this share of their largest size of their mean count
+#: as equal to it: equal values differ from their mean only by its rounding (n copies of
+#: 2/3 average to 2/3 + 1e-16), and a ratio of rounding noise would give an acceleration of
+#: +-1/(6 sqrt(n)) decided by the summation order, not by the statistic's skewness
+JACKKNIFE_FLAT_REL = 1e-12
+
+
+def flat_deviations(d: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Jackknife deviations ``d`` (leave-outs x columns) with those within
+    ``JACKKNIFE_FLAT_REL * scale`` (the column's largest absolute leave-out value) of 0
+    set to 0; NaN kept."""
+    return np.where(np.abs(d) <= JACKKNIFE_FLAT_REL * scale, 0.0, d)
+
+
+def acceleration(s2: np.ndarray, s3: np.ndarray) -> np.ndarray:
+    """BCa acceleration ``sum(d^3) / (6 (sum d^2)^1.5)`` from the deviations' sums of
+    squares and cubes; 0 where every deviation is 0."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(s2 > 0, s3 / (6 * np.where(s2 > 0, s2, 1.0) ** 1.5), 0.0)
+
+
 def jackknife_acceleration(bc: BootCounts, metrics: Sequence[str], chunk: int = 4096
                            ) -> dict[str, np.ndarray]:
     """BCa acceleration per metric (G x M) from the leave-one-cluster-out jackknife.
 
     ``a = sum(d^3) / (6 (sum d^2)^1.5)``, ``d = mean(theta_(i)) - theta_(i)``, where
     ``theta_(i)`` is the statistic from the total counts minus cluster ``i``'s counts;
-    undefined ``theta_(i)`` are skipped. Two passes over chunks of clusters keep the memory
-    bounded (no clusters x cells x models array).
+    undefined ``theta_(i)`` are skipped; 0 where every ``theta_(i)`` is the same (within
+    ``JACKKNIFE_FLAT_REL`` of their size: :func:`flat_deviations`). Two passes over chunks
+    of clusters keep the memory bounded (no clusters x cells x models array).
     """
     total = bc.K.sum(axis=0, dtype=np.float64)
     n = bc.n_clusters
@@ -310,21 +332,22 @@ def jackknife_acceleration(bc: BootCounts, metrics: Sequence[str], chunk: int = 
 
     s1 = {k: 0.0 for k in metrics}
     cnt = {k: 0 for k in metrics}
+    big = {k: 0.0 for k in metrics}
     for lo in range(0, n, chunk):  # chunks of clusters, vectorized inside
         for k, v in jack(lo).items():
             s1[k] = s1[k] + np.nansum(v, axis=0)
             cnt[k] = cnt[k] + (~np.isnan(v)).sum(axis=0)
+            big[k] = np.fmax(big[k], np.nanmax(np.abs(v), axis=0, initial=0.0,
+                                               where=~np.isnan(v)))
     mean = {k: s1[k] / np.maximum(cnt[k], 1) for k in metrics}
     s2 = {k: 0.0 for k in metrics}
     s3 = {k: 0.0 for k in metrics}
     for lo in range(0, n, chunk):
         for k, v in jack(lo).items():
-            d = mean[k][None] - v
+            d = flat_deviations(mean[k][None] - v, big[k])
             s2[k] = s2[k] + np.nansum(d ** 2, axis=0)
             s3[k] = s3[k] + np.nansum(d ** 3, axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return {k: np.where(s2[k] > 0, s3[k] / (6 * np.where(s2[k] > 0, s2[k], 1) ** 1.5), 0.0)
-                for k in metrics}
+    return {k: acceleration(s2[k], s3[k]) for k in metrics}
 
 
 def metric_arrays(counts: dict[str, np.ndarray], metrics: Sequence[str]) -> dict[str, np.ndarray]:

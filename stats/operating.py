@@ -79,6 +79,7 @@ from scipy import sparse, special
 from scipy import stats as sps
 
 from stats import _validate as _v
+from stats import bootstrap as _bootstrap
 from stats import limits as _limits
 from stats._quantile import percentile_interval
 from stats.clustered import AUTO, cluster_cases, cluster_moments, design_effect, pair_sums
@@ -362,8 +363,9 @@ def _replicates(r: Runs, n_boot: int, stat, stat_args=(), *, n_out: int, seed=No
 #: jackknife; the acceleration, a skewness over the groups, keeps its expectation)
 JACKKNIFE_GROUPS = 400
 #: leave-out values within this share of their largest size of their mean count as equal
-#: to it (their differences are the mean's rounding, not the statistic's skewness)
-JACKKNIFE_FLAT_REL = 1e-12
+#: to it (their differences are the mean's rounding, not the statistic's skewness): the
+#: rule of stats.bootstrap, shared by every BCa acceleration
+JACKKNIFE_FLAT_REL = _bootstrap.JACKKNIFE_FLAT_REL
 
 
 def _acceleration(r: Runs, stat, stat_args, n_out: int) -> np.ndarray:
@@ -385,11 +387,9 @@ def _acceleration(r: Runs, stat, stat_args, n_out: int) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         d = np.where(valid, np.nansum(jack, axis=0) / valid.sum(axis=0) - jack, 0.0)
         # equal leave-out values differ from their mean only by its rounding: no skewness
-        # (a ratio of rounding noise would give any acceleration)
         scale = np.fmax(np.nanmax(np.abs(jack), axis=0, initial=0.0, where=valid), 1e-300)
-        d = np.where(np.abs(d) <= JACKKNIFE_FLAT_REL * scale, 0.0, d)
-        s2, s3 = (d ** 2).sum(axis=0), (d ** 3).sum(axis=0)
-        return np.where(s2 > 0, s3 / (6 * np.where(s2 > 0, s2, 1.0) ** 1.5), 0.0)[:n_out]
+        d = _bootstrap.flat_deviations(d, scale)
+        return _bootstrap.acceleration((d ** 2).sum(axis=0), (d ** 3).sum(axis=0))[:n_out]
 
 
 def _point(r: Runs):

@@ -219,3 +219,20 @@ def test_jackknife_acceleration_chunking(cases):
     for k in one:
         np.testing.assert_allclose(one[k], many[k], rtol=1e-9, atol=1e-15)
         assert np.isfinite(one[k]).all()
+
+
+def test_jackknife_acceleration_of_equal_leave_outs_is_zero():
+    """25 patients alike (two detected positive scans and one missed each): every
+    leave-one-out sensitivity is 2/3, whose mean is 2/3 + 1.1e-16 after rounding. The
+    acceleration is 0 (no skewness), not the +-1/(6 sqrt(25)) = 0.033 a ratio of rounding
+    noise gives; a cohort with one patient unlike the others keeps a nonzero one."""
+    rows = [{"case_id": f"p{i}_{j}", "patient_id": f"p{i}", "model": "m", "label": 1,
+             "pred": int(j < 2), "score": float(j < 2)} for i in range(25) for j in range(3)]
+    cases = pd.DataFrame(rows)
+    v = np.full(25, 2 / 3)
+    assert np.nansum(v) / 25 != 2 / 3          # the rounding the rule is for
+    a = bs.jackknife_acceleration(bs.boot_counts(case_matrix(cases)), ["sensitivity"])
+    assert a["sensitivity"][0, 0] == 0.0
+    cases.loc[0, "pred"] = 0                   # patient p0: one detected, two missed
+    a = bs.jackknife_acceleration(bs.boot_counts(case_matrix(cases)), ["sensitivity"])
+    assert abs(a["sensitivity"][0, 0]) > 0.05
