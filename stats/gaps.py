@@ -175,6 +175,8 @@ MSG_COVARIATE_TWICE = ("decompose_gap: covariates list {cov!r} twice; give each 
 MSG_GROUP = ("decompose_gap: group must be the name of a column of cases, e.g. "
              "group='race'; got {got}")
 MSG_METHOD = "decompose_gap: method must be 'glmm', 'gee' or 'fixed'; got {got!r}"
+MSG_WITHIN = ("decompose_gap: within_site must be True or False; got {got} (True: the "
+              "GLMM holds each site's share of the comparison level)")
 MSG_POPULATION = "decompose_gap: population must be 'positives' or 'negatives'; got {got!r}"
 MSG_FIT_GROUP = ("decompose_gap: method={method!r} needs fit_group, the site column of the "
                  "model (random intercept / GEE cluster), e.g. fit_group='site'")
@@ -277,6 +279,8 @@ def decompose_gap(cases: pd.DataFrame, group: str, levels, *, covariates,
         raise ContractError(MSG_GROUP.format(got=repr(group)))
     if method in ("glmm", "gee") and fit_group is None:
         raise ContractError(MSG_FIT_GROUP.format(method=method))
+    if not isinstance(within_site, (bool, np.bool_)):
+        raise ContractError(MSG_WITHIN.format(got=repr(within_site)[:40]))
     terms = _covariate_terms(covariates, group)
     _v.table(cases, func=func, columns=["label", group] + [c for t in terms for c in t[1]]
              + ([fit_group] if fit_group else []))

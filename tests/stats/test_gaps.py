@@ -158,6 +158,8 @@ def test_refusals(cases):
         stats.decompose_gap(cases, "group", ("c", "r"), covariates=["phase:site"])
     with pytest.raises(ContractError, match="uses the group column"):
         stats.decompose_gap(cases, "group", ("c", "r"), covariates=["group"])
+    with pytest.raises(ContractError, match="within_site must be True or False"):
+        stats.decompose_gap(cases, "group", ("c", "r"), covariates=COVS, within_site="no")
     with pytest.raises(ContractError, match="at most 10"):
         stats.decompose_gap(cases, "group", ("c", "r"), covariates=[f"x{i}" for i in range(11)])
 
