@@ -30,6 +30,25 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
 
+@pytest.fixture(autouse=True)
+def _sigint_as_at_a_terminal():
+    """The tests send Ctrl-C as a terminal does, to a program started from one, where
+    SIGINT is not ignored. A test run started in the background of a script (``cmd &``
+    without job control, or under ``nohup``) inherits SIGINT ignored, and its programs
+    would too: they keep an ignored signal ignored (the last rule test), and the Ctrl-C
+    tests would see the program run on to exit 0. The pytest process's own handler is put
+    in place of SIG_IGN for each test (a handler is reset to the default at exec), so
+    every program here starts as at a terminal whatever started pytest."""
+    before = signal.getsignal(signal.SIGINT)
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if before is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _line(sig: int) -> str:
     return MSG_STOPPED.format(name=signal.Signals(sig).name, code=128 + sig).strip()
 
