@@ -120,6 +120,12 @@ NEWTON_TOL = 1e-9
 #: a replicate's fitted probabilities have settled when they move less than this in one
 #: Newton step (quasi-complete separation: the coefficients diverge, the fit does not)
 SETTLED = 1e-10
+#: the saddle-free step's floor on an eigenvalue of the information, relative to the
+#: largest: a nearly flat direction (quasi-complete separation of a combination of
+#: columns, such as a reference level whose rows all have one outcome) then moves by the
+#: step cap (1 per iteration) and the fitted probabilities settle; at 1e-8 the step along
+#: it shrank a hundredfold and the replicate ran out of iterations
+FLAT_EIG = 1e-13
 #: a level with fewer rows than this is flagged small_n
 SMALL_LEVEL = 10
 #: elements of one pattern-pair block (replicates x reference x comparison patterns)
@@ -1045,7 +1051,7 @@ class _BatchNewton:
                     bad = np.flatnonzero(~good & np.all(np.isfinite(info), axis=(1, 2)))
                     if len(bad):
                         lam, V = sym_eigh(info[bad])
-                        lam = np.maximum(np.abs(lam), 1e-8 * np.max(np.abs(lam), axis=1,
+                        lam = np.maximum(np.abs(lam), FLAT_EIG * np.max(np.abs(lam), axis=1,
                                                                     keepdims=True))
                         with np.errstate(all="ignore"):
                             sf = np.einsum("bij,bj->bi", V, np.einsum("bji,bj->bi", V,
