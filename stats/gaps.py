@@ -40,8 +40,12 @@ other levels) as site-level covariates, the within-between ("hybrid") model of M
 effect, as with fixed site effects, and a site's effect is its conditional mode plus its
 shares' terms, both in the site's piece of the decomposition. A share collinear with the
 intercept and the group (a group constant within sites, or the same share at every site)
-is left out (``SHARE_ALIASED``). The shares are the full data's; the bootstrap refits
-keep them (the model's covariates, as any other).
+is left out (``SHARE_ALIASED``). The shares are a function of the data, so each
+bootstrap replicate recomputes them from its own rows (a site's share among the
+replicate's rows of that site) before its refit, and its site piece uses them: held at
+the full data's values, the replicates missed the variation of the shares' term (in 2,000
+studies of a conditional-only gap the case-mix part, true value 0, covered 93.7% with an
+upper tail of 3.85%: bench/gap_decomposition.md).
 
 **Per-covariate contributions** (Shapley values, averaged over all orderings of the
 covariates, enumerated exactly: 2**k coalitions for k covariates, at most
@@ -316,7 +320,8 @@ def decompose_gap(cases: pd.DataFrame, group: str, levels, *, covariates,
     pieces = _pieces(terms, method, fit_group)
     site_terms: list[str] = []
     if method == "glmm" and within_site and fit_group is not None:
-        rows, site_terms = _site_shares(rows, group, comp, ref, fit_group)
+        rows, shares = _site_shares(rows, group, comp, ref, fit_group)
+        site_terms = [name for name, _ in shares]
     formula = f"{outcome} ~ " + " + ".join(
         [group] + [term for _, kind, term, _ in pieces if kind == "slice"
                    and not (method == "fixed" and term == fit_group)] + site_terms)
@@ -329,7 +334,8 @@ def decompose_gap(cases: pd.DataFrame, group: str, levels, *, covariates,
         fit = fit_adjusted(g, formula, group=fit_group, method=method, population=None,
                            cluster=None, nagq=nagq, conf_level=conf_level)
         setups[m] = _Setup.build(fit, g, group, comp, ref, pieces, method, outcome,
-                                 clusters[_model_mask(rows, m)], nagq, site_terms)
+                                 clusters[_model_mask(rows, m)], nagq,
+                                 shares if method == "glmm" and within_site else ())
     W_all = _cluster_weights(rng, n_clusters, n_boot) if n_boot else None
     parts = []
     for m in models:
@@ -455,15 +461,15 @@ SHARE_ALIASED = 1e-8
 
 def _site_shares(rows, group, comp, ref, site):
     """The rows with each site's share of the comparison (and of the reference, when the
-    group has other levels) among the model's rows of its site, as columns, and their
-    names: the within-site (Mundlak) terms of a GLMM decomposition. A share collinear with
-    the intercept, the group's indicators and the shares before it is left out."""
+    group has other levels) among the model's rows of its site, as columns, and ``[(column,
+    level)]``: the within-site (Mundlak) terms of a GLMM decomposition. A share collinear
+    with the intercept, the group's indicators and the shares before it is left out."""
     out = rows.copy()
     gl = out[group].astype(str).to_numpy()
     levels = [comp] + ([ref] if len(set(gl) - {str(comp), str(ref)}) else [])
     keys = [out["model"].astype(str).to_numpy()] if "model" in out.columns else []
     keys.append(out[site].astype(str).to_numpy())
-    names = []
+    names, of = [], {}
     for j, lv in enumerate(levels):
         name = ("share_comparison" if j == 0 else "share_reference") + "__"
         while name in out.columns:
@@ -471,6 +477,7 @@ def _site_shares(rows, group, comp, ref, site):
         ind = pd.Series((gl == str(lv)).astype(float), index=out.index)
         out[name] = ind.groupby(keys).transform("mean").to_numpy()
         names.append(name)
+        of[name] = str(lv)
     kept = []
     for m, g in _by_model(out):
         gg = g[group].astype(str).to_numpy()
@@ -482,7 +489,7 @@ def _site_shares(rows, group, comp, ref, site):
             if np.max(np.abs(col - A @ coef)) > SHARE_ALIASED and name not in kept:
                 kept.append(name)
     drop = [n for n in names if n not in kept]
-    return out.drop(columns=drop), kept
+    return out.drop(columns=drop), [(n, of[n]) for n in kept]
 
 
 def _model_mask(rows, m) -> np.ndarray:
@@ -534,7 +541,7 @@ class _Setup:
 
     @classmethod
     def build(cls, fit, rows, group, comp, ref, pieces, method, outcome, clusters, nagq,
-              site_terms=()):
+              shares=()):
         from stats.adjust import _design_rows, estimable, null_basis
 
         self = cls()
@@ -564,8 +571,9 @@ class _Setup:
             self.codes.append(_codes(data[col]))
             self.names.append(name)
         # the site shares (within_site) belong to the site's piece
-        self.site_slices = [slices[t] for t in site_terms]
-        self.within_site = bool(site_terms)
+        self.shares = list(shares)
+        self.site_slices = [slices[t] for t, _ in self.shares]
+        self.within_site = bool(self.shares)
         covered = sorted(i for sl in self.slices + self.site_slices if sl is not None
                          for i in range(len(self.all_terms))[sl])
         if covered != list(range(len(self.all_terms))):   # pragma: no cover - by construction
@@ -583,6 +591,16 @@ class _Setup:
             self.site_levels = sorted(map(str, pd.unique(data[self.site_column].astype(str))))
             self.site_code = pd.Index(self.site_levels).get_indexer(
                 data[self.site_column].astype(str).to_numpy())
+        if self.shares:   # what a replicate's shares are recomputed from
+            n = len(self.y)
+            self.share_site = sparse.csr_matrix(
+                (np.ones(n), (np.arange(n), self.site_code)), shape=(n, len(self.site_levels)))
+            self.share_ind = np.column_stack([(gl == lv).astype(float) for _, lv in self.shares])
+            self.share_full = np.column_stack([data[t].to_numpy(float) for t, _ in self.shares])
+            # each share's column among the fitted coefficients (absent: aliased by the fit)
+            self.share_cols = [int(np.flatnonzero(self.kept == j)[0])
+                               if np.any(self.kept == j) else -1
+                               for sl in self.site_slices for j in range(len(self.all_terms))[sl]]
         # estimability of the counterfactual rows (the comparison at the reference level)
         cf = data.iloc[self.C].copy()
         cats = data[group].cat.categories
@@ -612,8 +630,25 @@ class _Setup:
         return out
 
     # ------------------------------------------------------------------ pieces
-    def pieces(self, betas: np.ndarray, sites: np.ndarray | None) -> np.ndarray:
-        """(b, n, 2 + k) parts of the linear predictor: intercept, group, covariates."""
+    def share_values(self, W: np.ndarray) -> np.ndarray:
+        """(b, n, q) each row's site share in each replicate (weights ``W`` (b, n), data
+        order): the share of the level among the replicate's rows of the site; a site
+        without rows in a replicate keeps the full data's share (its rows weigh 0)."""
+        den = np.asarray((self.share_site.T @ W.T).T)                 # (b, G)
+        out = np.empty((len(W), len(self.y), len(self.shares)))
+        for j in range(len(self.shares)):
+            num = np.asarray((self.share_site.T @ (W * self.share_ind[:, j]).T).T)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                sh = num / den
+            full = self.share_full[:, j]
+            out[:, :, j] = np.where(den[:, self.site_code] > 0, sh[:, self.site_code],
+                                    full[None, :])
+        return out
+
+    def pieces(self, betas: np.ndarray, sites: np.ndarray | None,
+               shares: np.ndarray | None = None) -> np.ndarray:
+        """(b, n, 2 + k) parts of the linear predictor: intercept, group, covariates
+        (``shares``: each replicate's site shares, else the full data's)."""
         b = len(betas)
         full = np.zeros((b, len(self.all_terms)))
         full[:, self.kept] = np.nan_to_num(betas, nan=0.0)
@@ -624,9 +659,12 @@ class _Setup:
                 P[:, :, j] = np.einsum("np,bp->bn", self.X_all[:, sl], full[:, sl])
         if self.site_piece is not None:
             P[:, :, self.site_piece] = sites[:, self.site_code]
-            for sl in self.site_slices:     # the site's shares: part of its effect
-                P[:, :, self.site_piece] += np.einsum("np,bp->bn", self.X_all[:, sl],
-                                                      full[:, sl])
+            for j, sl in enumerate(self.site_slices):   # the site's shares: part of its effect
+                if shares is None:
+                    P[:, :, self.site_piece] += np.einsum("np,bp->bn", self.X_all[:, sl],
+                                                          full[:, sl])
+                else:
+                    P[:, :, self.site_piece] += shares[:, :, j] * full[:, sl][:, :1]
         return P
 
     def _crude_only(self, W: np.ndarray) -> np.ndarray:
@@ -658,8 +696,9 @@ class _Setup:
         n_refit = 0
         for s in range(0, B, per):
             Wb = W_all[s:s + per][:, self.clusters]
+            V = self.share_values(Wb) if self.shares else None
             if solver is not None:
-                betas, sites, bad = solver.fit(Wb)
+                betas, sites, bad = solver.fit(Wb, V)
             else:
                 betas = np.full((len(Wb), p), np.nan)
                 sites = np.zeros((len(Wb), len(self.site_levels))) if self.random_site else None
@@ -669,7 +708,7 @@ class _Setup:
                 if sites is not None:
                     sites[i] = site_i
                 n_refit += 1
-            P = self.pieces(betas, sites)
+            P = self.pieces(betas, sites, V)
             out[s:s + len(Wb)] = _decompose(P, self.y, Wb, self.R, self.C, self.codes)
         return out, n_refit
 
@@ -679,6 +718,10 @@ class _Setup:
 
         idx = np.repeat(np.arange(len(w)), w.astype(np.int64))
         frame = self.data.iloc[idx].reset_index(drop=True)
+        for name, lv in self.shares:   # the replicate's own site shares
+            ind = (frame[self.group].astype(str) == lv).astype(float)
+            frame[name] = ind.groupby(frame[self.site_column].astype(str).to_numpy()).transform(
+                "mean").to_numpy()
         f = self.fit
         # a boundary GLMM (SD 0) is the logistic model: its replicates keep SD 0
         boundary = self.random_site and not (self.mf.theta is not None and self.mf.theta > 0)
@@ -860,6 +903,12 @@ class _BatchNewton:
         self.random = bool(s.random_site and mf.theta is not None and mf.theta > 0)
         self.site_levels = getattr(s, "site_levels", None)
         self.zero_sites = s.random_site
+        # the site shares' columns (within_site): each replicate has its own values, held
+        # as deviations D (b, n, q) from the full data's, threaded through every product
+        self.share_x = np.array([c for c in getattr(s, "share_cols", []) if c >= 0], np.int64)
+        self.share_of = np.array([j for j, c in enumerate(getattr(s, "share_cols", []))
+                                  if c >= 0], np.int64)
+        self.order = None
         if self.random:
             g = s.site_code
             order = np.argsort(g, kind="stable")
@@ -879,6 +928,20 @@ class _BatchNewton:
         return self
 
     # -------------------------------------------------------------- the score
+    def _lin(self, b, D):
+        """(b, n) linear predictors ``X b`` of every replicate (its own shares: ``D``)."""
+        eta = np.einsum("np,bp->bn", self.X, b)
+        if D is not None:
+            eta = eta + np.einsum("bnq,bq->bn", D, b[:, self.share_x])
+        return eta
+
+    def _xt(self, w, D):
+        """(b, p) ``X' w`` of every replicate (its own shares: ``D``)."""
+        out = np.einsum("bn,np->bp", w, self.X)
+        if D is not None:
+            out[:, self.share_x] += np.einsum("bn,bnq->bq", w, D)
+        return out
+
     def _seg(self, a):
         return np.add.reduceat(a, self.starts, axis=1)
 
@@ -918,15 +981,15 @@ class _BatchNewton:
             u, f = np.where(worse, u, cand), np.where(worse, f, fc)
         return u
 
-    def score(self, phi, W, u=None):
+    def score(self, phi, W, u=None, D=None):
         """Gradient of each replicate's weighted log-likelihood (Laplace for the GLMM, in
         (SD, beta): the formulas of stats.models.glmm with trials = weights), and the
         conditional modes."""
         if not self.random:
-            eta = np.einsum("np,bp->bn", self.X, phi)
-            return np.einsum("bn,np->bp", W * (self.y - expit(eta)), self.X), None
+            eta = self._lin(phi, D)
+            return self._xt(W * (self.y - expit(eta)), D), None
         theta, b = phi[:, 0], phi[:, 1:]
-        eta0 = np.einsum("np,bp->bn", self.X, b)
+        eta0 = self._lin(b, D)
         u = self._modes(eta0, theta, W, np.tile(self.u0, (len(phi), 1)) if u is None else u)
         g, y = self.g, self.y
         th = theta[:, None]
@@ -938,34 +1001,44 @@ class _BatchNewton:
         th2 = th * th
         H = 1.0 + th2 * S
         w = r - 0.5 * th2 * v1 / H[:, g] + 0.5 * th2 * th2 * v * (S1 / (H * H))[:, g]
-        grad_b = np.einsum("bn,np->bp", w, self.X)
+        grad_b = self._xt(w, D)
         du_dt = (R - th * u * S) / H
         dH_dt = 2.0 * th * S + th2 * S1 * (u + th * du_dt)
         grad_t = np.sum(R * u - 0.5 * dH_dt / H, axis=1)
         return np.column_stack([grad_t, grad_b]), u
 
-    def information(self, phi, W, u) -> np.ndarray:
+    def information(self, phi, W, u, D=None) -> np.ndarray:
         """Minus the Hessian of each replicate's log-likelihood, (b, k, k): analytic for
         the logistic model, central differences of the analytic gradient (step 1e-4
         relative) for the GLMM, symmetrised."""
         if not self.random:
-            p = expit(np.einsum("np,bp->bn", self.X, phi))
-            return np.einsum("bnp,nq->bpq", (W * p * (1.0 - p))[:, :, None] * self.X, self.X)
+            p = expit(self._lin(phi, D))
+            if D is None:
+                return np.einsum("bnp,nq->bpq", (W * p * (1.0 - p))[:, :, None] * self.X,
+                                 self.X)
+            Xb = np.repeat(self.X[None], len(phi), axis=0)
+            Xb[:, :, self.share_x] += D
+            return np.einsum("bnp,bnq->bpq", (W * p * (1.0 - p))[:, :, None] * Xb, Xb)
         b, k = phi.shape
         out = np.empty((b, k, k))
         for j in range(k):   # parameters (k ~ 20), not replicates
             h = 1e-4 * np.maximum(np.abs(phi[:, j]), 1.0)
             e = np.zeros_like(phi)
             e[:, j] = h
-            up, _ = self.score(phi + e, W, u)
-            dn, _ = self.score(phi - e, W, u)
+            up, _ = self.score(phi + e, W, u, D)
+            dn, _ = self.score(phi - e, W, u, D)
             out[:, :, j] = -(up - dn) / (2.0 * h[:, None])
         return 0.5 * (out + np.swapaxes(out, 1, 2))
 
     # -------------------------------------------------------------- the refits
-    def fit(self, W: np.ndarray):
+    def fit(self, W: np.ndarray, shares: np.ndarray | None = None):
         """``(betas (b, p), site effects (b, G) or None, failed (b,))`` for replicate
-        weights ``W`` (b, n) in the design's row order."""
+        weights ``W`` (b, n) in the design's row order (``shares`` (b, n, q): each
+        replicate's site shares, :meth:`_Setup.share_values`)."""
+        D = None
+        if shares is not None and len(self.share_x):
+            V = shares if self.order is None else shares[:, self.order]   # X's row order
+            D = V[:, :, self.share_of] - self.X[None][:, :, self.share_x]
         # separation in a replicate (stats.models' rule, by exact weighted counts): a 0/1
         # column whose rows of positive weight all have one outcome has an infinite ML
         # log-odds ratio; its rows are fitted with certainty and the other parameters on
@@ -984,14 +1057,15 @@ class _BatchNewton:
         empty = (W @ self.absX) == 0
         sites = None
         if self.random:
-            phi, u, done, boundary = self._newton(W, empty, random=True)
+            phi, u, done, boundary = self._newton(W, empty, random=True, D=D)
             if boundary.any():   # SD at 0 (lme4's boundary): the logistic model's fit
                 sub = np.flatnonzero(boundary)
-                pg, _, dg, _ = self._newton(W[sub], empty[sub], random=False)
+                pg, _, dg, _ = self._newton(W[sub], empty[sub], random=False,
+                                            D=None if D is None else D[sub])
                 phi[sub, 1:], phi[sub, 0], done[sub] = pg, 0.0, dg
                 u[sub] = 0.0
         else:
-            phi, u, done, _ = self._newton(W, empty, random=False)
+            phi, u, done, _ = self._newton(W, empty, random=False, D=D)
         failed = ~done | ~np.all(np.isfinite(phi), axis=1)
         off = 1 if self.random else 0
         betas = phi[:, off:].copy()
@@ -1002,7 +1076,7 @@ class _BatchNewton:
             ok = ~failed & (theta > 0)
             u_fin = np.zeros_like(u)
             if ok.any():
-                eta0 = np.einsum("np,bp->bn", self.X, phi[ok, 1:])
+                eta0 = self._lin(phi[ok, 1:], None if D is None else D[ok])
                 u_fin[ok] = self._modes(eta0, theta[ok], W[ok], u[ok])
             sites = theta[:, None] * u_fin
         elif self.zero_sites:
@@ -1010,7 +1084,7 @@ class _BatchNewton:
         betas[failed] = np.nan
         return betas, sites, failed
 
-    def _newton(self, W, empty, *, random: bool):
+    def _newton(self, W, empty, *, random: bool, D=None):
         """Newton iterations for every replicate at once (``random``: the GLMM in (SD,
         beta), else the logistic model in beta). Where a replicate's information is not
         positive definite (the GLMM's deviance is not convex in the SD near 0), the step
@@ -1036,12 +1110,13 @@ class _BatchNewton:
                 if not len(active):
                     break
                 Wa, ua = W[active], None if u is None else u[active]
-                g, ua = self.score(phi[active], Wa, ua)
+                Da = None if D is None else D[active]
+                g, ua = self.score(phi[active], Wa, ua, Da)
                 # the GLMM's finite-difference information costs 2k gradients: taken at
                 # the first two iterations and after any large step, else the last one's
                 # (a chord step; the fixed point is the exact score's root either way)
                 if not (random and reuse and it >= 2 and info is not None):
-                    info = self.information(phi[active], Wa, ua)
+                    info = self.information(phi[active], Wa, ua, Da)
                 ea = ea_all[active]
                 g = np.where(ea, 0.0, g)
                 eye = np.eye(g.shape[1], dtype=bool)[None]
@@ -1083,7 +1158,7 @@ class _BatchNewton:
                 # quasi-complete separation (no finite ML estimate: coefficients diverge
                 # while the fitted probabilities of the replicate's rows settle at 0 or 1):
                 # stopped once those probabilities move less than SETTLED
-                eta = np.einsum("np,bp->bn", self.X, new[:, off:])
+                eta = self._lin(new[:, off:], Da)
                 if random:
                     eta = eta + new[:, :1] * ua[:, self.g]
                 p_new = np.where(Wa > 0, expit(eta), 0.0)
