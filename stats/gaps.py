@@ -45,7 +45,8 @@ bootstrap replicate recomputes them from its own rows (a site's share among the
 replicate's rows of that site) before its refit, and its site piece uses them: held at
 the full data's values, the replicates missed the variation of the shares' term (in 2,000
 studies of a conditional-only gap the case-mix part, true value 0, covered 93.7% with an
-upper tail of 3.85%: bench/gap_decomposition.md).
+upper tail of 3.85%; recomputed, 96.5% in 1,000 studies, tails 1.0% and 2.5%:
+bench/gap_decomposition.md).
 
 **Per-covariate contributions** (Shapley values, averaged over all orderings of the
 covariates, enumerated exactly: 2**k coalitions for k covariates, at most
@@ -273,9 +274,9 @@ def decompose_gap(cases: pd.DataFrame, group: str, levels, *, covariates,
     of the comparison possible for the reference); otherwise it describes the model.
     Validated by simulation with known truth (bench/gap_decomposition.md, 6 sites, about
     350 positive scans, 1,000 studies per scenario): with the default GLMM (within-site
-    terms) every part's percentile interval covers 94.5-95.4%, the part whose truth is 0
+    terms) every part's percentile interval covers 94.8-96.5%, the part whose truth is 0
     (the conditional part of a gap made only by case mix, the case-mix part of a gap made
-    only by a conditional effect) 95.3% and 94.5%; with ``method="fixed"`` 94.8-96.6%;
+    only by a conditional effect) 95.2% and 96.5%; with ``method="fixed"`` 94.8-96.6%;
     the plain GLMM (``within_site=False``) biases the case-mix part of a case-mix gap
     toward 0 (+0.029, 88.5% in 200 studies). The chord refits equal
     ``stats.fit_adjusted`` on the duplicated rows (tests/stats/test_gaps.py).
