@@ -109,6 +109,8 @@ class OperatingDecisions(_Group):
     roc_bands: bool | None = Field(None, description="whether the ROC curves carry pointwise "
                                    "bootstrap bands")
     multiplicity: str | None = Field(None, description="the matched comparisons' family")
+    difference_ci: str | None = Field(None, description="the replicates behind a paired "
+                                      "difference's interval at a matched operating point")
     threshold_shift_rule: str | None = Field(None, description="when a gain is flagged a "
                                              "threshold shift")
     bootstrap: _Boot = Field(default_factory=_Boot)

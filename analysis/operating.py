@@ -87,6 +87,7 @@ def operating_points(results) -> pd.DataFrame:
     results.decide("operating.specificity", [float(v) for v in op.specificity])
     results.decide("operating.sensitivity", [float(v) for v in op.sensitivity])
     results.decide("operating.by", [":".join(a) for a in det.compare_by])
+    results.decide("operating.difference_ci", "linearized")
     kw = _boot(results)
     parts = []
     ev = results["evaluation"]

@@ -41,7 +41,9 @@ run (``W @ K``, :func:`stats.bootstrap.replicate_reduce`): the weighted counts o
 run, cumulated within each cell, are exactly the ROC of the resampled rows (a run whose
 patients were not drawn repeats a point). Percentile intervals (a model's partial AUC:
 BCa, the acceleration from a jackknife over clusters, at most ``JACKKNIFE_GROUPS``
-evaluations, a fixed cost beside the replicates); a paired difference's
+evaluations, a fixed cost beside the replicates; a paired difference at a matched
+operating point: percentiles of linearized replicates, :func:`operating_point`'s Notes);
+a paired difference's
 two-sided p-value is ``min(1, 2 min((1 + #{d* <= 0}) / (B + 1), (1 + #{d* >= 0}) /
 (B + 1)))`` (the replicates' sign test of the percentile interval).
 
@@ -97,6 +99,11 @@ SNAP = 1e-9
 BELOW_DIAGONAL = 1e-12
 #: counts of one bootstrap block (replicates x ROC runs) in :func:`_replicates`
 BLOCK_ELEMENTS = 2 ** 21
+#: the linearized replicates of a paired difference at a matched operating point: the
+#: ROC's slope there is the chord over the fixed coordinate's value +- h, h =
+#: SLOPE_BANDWIDTH n^(-1/3) (n the negatives at a fixed specificity, the positives at a
+#: fixed sensitivity; 0.055 at 96 negatives, 0.012 at 10,000), clipped to [0, 1]
+SLOPE_BANDWIDTH = 0.25
 
 FLAG_NO_INTERVAL = "no_interval"
 FLAG_BELOW_DIAGONAL = "below_diagonal"
@@ -245,43 +252,53 @@ def _take(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.take_along_axis(a, idx, axis=1)
 
 
-def at_specificity(r: Runs, cp, cn, s: float) -> tuple[np.ndarray, np.ndarray]:
+def at_specificity(r: Runs, cp, cn, s) -> tuple[np.ndarray, np.ndarray]:
     """Sensitivity at specificity ``s`` per group (b x groups) from the cumulative counts
     (module docstring), and the index of the point hit (-1 where interpolated)."""
-    P, N = cp[:, r.pend], cn[:, r.pend]
-    tgt, snap = _snap(s * N, N)
-    less = cn < tgt[:, r.pgroup]
-    idx = np.minimum(r.pstart[None, :] + np.add.reduceat(less, r.pstart, axis=1,
-                                                         dtype=np.int64), r.pend)
-    hit = snap & (_take(cn, idx) == tgt)
-    prev = np.maximum(idx - 1, r.pstart[None, :])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        se = lambda i: (P - _take(cp, i)) / P            # noqa: E731
-        sp = lambda i: _take(cn, i) / N                  # noqa: E731
-        sp_next, sp_prev, se_next, se_prev = sp(idx), sp(prev), se(idx), se(prev)
-        prop = (s - sp_next) / (sp_prev - sp_next)
-        out = np.where(hit, se_next, se_next + prop * (se_prev - se_next))
-    ok = (P > 0) & (N > 0)
-    return np.where(ok, out, np.nan), np.where(ok & hit, idx, -1)
+    out, hit, _ = _at(r, cp, cn, s, "specificity")
+    return out, hit
 
 
-def at_sensitivity(r: Runs, cp, cn, s: float) -> tuple[np.ndarray, np.ndarray]:
+def at_sensitivity(r: Runs, cp, cn, s) -> tuple[np.ndarray, np.ndarray]:
     """Specificity at sensitivity ``s`` per group (b x groups) and the point hit."""
+    out, hit, _ = _at(r, cp, cn, s, "sensitivity")
+    return out, hit
+
+
+def _at(r: Runs, cp, cn, s, fixed: str):
+    """The other coordinate at the ``fixed`` one's value ``s`` (a number, or one per
+    group), the point hit (-1 where interpolated), and the anchor ``(i1, i0, prop)``
+    (b x groups each): the value is ``v(i1) + prop (v(i0) - v(i1))`` of the other
+    coordinate ``v`` at points ``i1``, ``i0`` (``prop`` 0 at a point hit), and the fixed
+    coordinate there is ``s``."""
     P, N = cp[:, r.pend], cn[:, r.pend]
-    tgt, snap = _snap(P - s * P, P)
-    upto = cp <= tgt[:, r.pgroup]
-    last = r.pstart[None, :] + np.add.reduceat(upto, r.pstart, axis=1, dtype=np.int64) - 1
-    last = np.clip(last, r.pstart[None, :], r.pend[None, :])
-    hit = snap & (_take(cp, last) == tgt)
-    nxt = np.minimum(last + 1, r.pend[None, :])
     with np.errstate(invalid="ignore", divide="ignore"):
         se = lambda i: (P - _take(cp, i)) / P            # noqa: E731
         sp = lambda i: _take(cn, i) / N                  # noqa: E731
-        se_next, se_prev, sp_next, sp_prev = se(nxt), se(last), sp(nxt), sp(last)
-        prop = (s - se_next) / (se_prev - se_next)
-        out = np.where(hit, sp_prev, sp_next + prop * (sp_prev - sp_next))
+    if fixed == "specificity":
+        tgt, snap = _snap(s * N, N)
+        less = cn < tgt[:, r.pgroup]
+        i1 = np.minimum(r.pstart[None, :] + np.add.reduceat(less, r.pstart, axis=1,
+                                                            dtype=np.int64), r.pend)
+        hit = snap & (_take(cn, i1) == tgt)
+        i0 = np.maximum(i1 - 1, r.pstart[None, :])
+        val, fix = se, sp
+    else:
+        tgt, snap = _snap(P - s * P, P)
+        upto = cp <= tgt[:, r.pgroup]
+        i0 = r.pstart[None, :] + np.add.reduceat(upto, r.pstart, axis=1, dtype=np.int64) - 1
+        i0 = np.clip(i0, r.pstart[None, :], r.pend[None, :])
+        hit = snap & (_take(cp, i0) == tgt)
+        i1 = np.minimum(i0 + 1, r.pend[None, :])
+        # a point hit: the best specificity, the highest such threshold (point i0)
+        i1 = np.where(hit, i0, i1)
+        val, fix = sp, se
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f1, f0, v1, v0 = fix(i1), fix(i0), val(i1), val(i0)
+        prop = np.where(hit, 0.0, (s - f1) / (f0 - f1))
+        out = np.where(hit, v1, v1 + prop * (v0 - v1))
     ok = (P > 0) & (N > 0)
-    return np.where(ok, out, np.nan), np.where(ok & hit, last, -1)
+    return np.where(ok, out, np.nan), np.where(ok & hit, i1, -1), (i1, i0, prop)
 
 
 def pauc(r: Runs, cp, cn, lo: float, hi: float, focus: Focus, correct: bool
@@ -567,6 +584,48 @@ def _at_values(r: Runs, cp, cn, fixed: str, values: np.ndarray) -> np.ndarray:
     return np.hstack([fn(r, cp, cn, float(s))[0] for s in values])
 
 
+def _anchors(r: Runs, cp, cn, fixed: str, values: np.ndarray) -> list[tuple]:
+    """Per fixed value, what a replicate's linearized value needs from the full sample:
+    the anchor points ``(i1, i0, prop)`` of :func:`_at`, the ROC's slope there (the
+    other coordinate's fall per unit of the fixed one: the chord over ``s +- h``,
+    ``SLOPE_BANDWIDTH``) and the value ``s``."""
+    n = cn[0, r.pend] if fixed == "specificity" else cp[0, r.pend]
+    with np.errstate(divide="ignore"):
+        h = SLOPE_BANDWIDTH * np.where(n > 0, n, 1.0) ** (-1.0 / 3.0)
+    out = []
+    for s in values:
+        _, _, (i1, i0, prop) = _at(r, cp, cn, float(s), fixed)
+        a, b = np.clip(s - h, 0.0, 1.0), np.clip(s + h, 0.0, 1.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slope = (_at(r, cp, cn, a, fixed)[0] - _at(r, cp, cn, b, fixed)[0]) / (b - a)
+        out.append((i1[0], i0[0], prop[0], slope[0], float(s)))
+    return out
+
+
+def _linearized(r: Runs, cp, cn, fixed: str, anchors) -> np.ndarray:
+    """Each replicate's value at every fixed value, linearized (b x values * groups,
+    value-major; :func:`operating_point`'s Notes): the replicate's two coordinates at the
+    full sample's threshold (its anchor points, the same interpolation weight), the
+    other one moved along the full sample's slope to where the fixed one equals ``s``."""
+    P, N = cp[:, r.pend], cn[:, r.pend]
+    out = []
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for i1, i0, prop, slope, s in anchors:
+            se1, se0 = (P - cp[:, i1]) / P, (P - cp[:, i0]) / P
+            sp1, sp0 = cn[:, i1] / N, cn[:, i0] / N
+            se, sp = se1 + prop * (se0 - se1), sp1 + prop * (sp0 - sp1)
+            v = se + slope * (sp - s) if fixed == "specificity" else sp + slope * (se - s)
+            out.append(np.where((P > 0) & (N > 0), v, np.nan))
+    return np.hstack(out)
+
+
+def _op_values(r: Runs, cp, cn, fixed: str, values: np.ndarray, anchors) -> np.ndarray:
+    """A replicate's values at the fixed values as read off its own ROC, then (with
+    ``anchors``) the same linearized (:func:`_linearized`)."""
+    raw = _at_values(r, cp, cn, fixed, values)
+    return raw if anchors is None else np.hstack([raw, _linearized(r, cp, cn, fixed, anchors)])
+
+
 def _pairs(cm: CaseMatrix) -> tuple[np.ndarray, np.ndarray]:
     return np.triu_indices(len(cm.models), 1)
 
@@ -574,7 +633,9 @@ def _pairs(cm: CaseMatrix) -> tuple[np.ndarray, np.ndarray]:
 def operating_point(cases: pd.DataFrame, *, specificity=None, sensitivity=None, by=None,
                     n_boot: int | None = 2000, seed=None, cluster: str | None = AUTO,
                     conf_level: float = 0.95, strata: str | None = None,
-                    scheduler=None) -> pd.DataFrame:
+                    scheduler=None,
+                    difference_ci: Literal["linearized", "percentile"] = "linearized"
+                    ) -> pd.DataFrame:
     """Sensitivity at a fixed specificity (or specificity at a fixed sensitivity) per
     model x subgroup cell, and the paired differences between models there.
 
@@ -588,6 +649,9 @@ def operating_point(cases: pd.DataFrame, *, specificity=None, sensitivity=None, 
     seed, conf_level, strata, scheduler : of the bootstrap (:mod:`stats.bootstrap`).
     cluster : the resampling unit: "auto" (``patient_id`` when a patient has several
         scans), a column, or None (every scan its own).
+    difference_ci : the replicates behind the paired differences' intervals and
+        p-values: "linearized" (default; Notes) or "percentile" (each replicate's own
+        values, pROC's ``ci.coords`` way, for comparison).
 
     Returns
     -------
@@ -609,10 +673,26 @@ def operating_point(cases: pd.DataFrame, *, specificity=None, sensitivity=None, 
     -----
     Validated against pROC 1.18 ``coords(roc, x = s, input = "specificity", ret =
     "sensitivity")`` (and the reverse), ties and interpolation included, to 1e-12
-    (tests/r/operating.R). Coverage of the 95% percentile intervals in simulation
-    (``bench/operating_coverage.md``; binormal scores, 80 or 200 patients with 1-3 scans,
-    patient effects, specificity 0.9): 94.8-96.3% for a model's sensitivity, 97.2-98.6% for
-    the paired difference (conservative, never below the standard).
+    (tests/r/operating.R).
+
+    **The paired differences' replicates are linearized.** A replicate's value read off
+    its own ROC carries the noise of the few ROC points next to its own threshold: the
+    local slope there rests on a few spacings, and its square inflates the replicates'
+    variance (the bootstrap of an empirical quantile). For one model the inflation is
+    small and the percentile interval keeps the value's skewness, but the two models'
+    inflations are nearly independent and add up in the difference, whose true variance
+    is small (the models are scored on the same scans): its percentile interval covered
+    97.0-98.8% in simulation. A linearized replicate instead reads both coordinates at
+    the full sample's threshold (the full sample's anchor points and interpolation
+    weight, so the threshold's own noise is the resampled counts') and moves the value
+    along the full sample's ROC slope to the fixed coordinate's value: ``se*(c) + slope
+    (sp*(c) - s)`` at a fixed specificity (``sp*(c) + slope (se*(c) - s)`` at a fixed
+    sensitivity), ``slope`` the chord of the full sample's ROC over ``s +- h``
+    (``SLOPE_BANDWIDTH``), the delta method's expansion of the statistic with each
+    replicate supplying its counts. At ``W = 1`` it is the estimate itself. Coverage of
+    the 95% intervals (``bench/operating_coverage.md``; binormal scores, 80 or 200
+    patients with 1-3 scans, with and without patient effects, specificity 0.8 and 0.9)
+    is stated there.
 
     Raises
     ------
@@ -630,6 +710,10 @@ def operating_point(cases: pd.DataFrame, *, specificity=None, sensitivity=None, 
                      arg=fixed)
     n_boot = _v.whole(n_boot, func=func, arg="n_boot", optional=True, fix="e.g. n_boot=2000")
     conf_level = _v.level(conf_level, func=func)
+    if difference_ci not in ("linearized", "percentile"):
+        raise ContractError(f"{func}: difference_ci={difference_ci!r} is not an interval "
+                            f"method; give difference_ci='linearized' (the default) or "
+                            f"difference_ci='percentile'")
     other = "sensitivity" if fixed == "specificity" else "specificity"
     estimand = f"{other}_at_{fixed}"
     cm, _ = _matrix(cases, by, cluster, func)
@@ -649,10 +733,14 @@ def operating_point(cases: pd.DataFrame, *, specificity=None, sensitivity=None, 
             "conf_level": conf_level, "method": "none", "n_boot": float(n_boot or 0),
             "n_boot_valid": np.nan, "n_clusters": n_cl, "model_a": "", "model_b": ""}
     flag = _cell_flag(base, theta)
-    reps = None
+    reps = lin = None
     if n_boot:
-        reps = _replicates(r, n_boot, _at_values, (fixed, values), n_out=V * GM, seed=seed,
-                           scheduler=scheduler)
+        linear = len(cm.models) > 1 and difference_ci == "linearized"
+        anchors = _anchors(r, cp, cn, fixed, values) if linear else None
+        both = _replicates(r, n_boot, _op_values, (fixed, values, anchors),
+                           n_out=V * GM * (2 if linear else 1), seed=seed, scheduler=scheduler)
+        reps = both[:, :V * GM]
+        lin = both[:, V * GM:] if linear else reps
         rows.update(_boot_columns(reps, theta, conf_level), method="bootstrap-percentile")
     else:
         flag = np.where(flag == "", FLAG_NO_INTERVAL, flag).astype(object)
@@ -684,9 +772,10 @@ def operating_point(cases: pd.DataFrame, *, specificity=None, sensitivity=None, 
         dflag = np.where(drow["n"] == 0, "empty",
                          np.where(np.isnan(d), "not_estimable", "")).astype(object)
         if reps is not None:
-            dr = reps[:, ca] - reps[:, cb]
+            dr = lin[:, ca] - lin[:, cb]
             drow.update(_boot_columns(dr, d, conf_level), p_value=np.where(
-                np.isnan(d), np.nan, boot_p(dr)), method="bootstrap-percentile")
+                np.isnan(d), np.nan, boot_p(dr)), method="bootstrap-linearized"
+                if difference_ci == "linearized" else "bootstrap-percentile")
         else:
             dflag = np.where(dflag == "", FLAG_NO_INTERVAL, dflag).astype(object)
         drow["flag"] = dflag
@@ -737,13 +826,13 @@ def partial_auc(cases: pd.DataFrame, *, specificity=None, sensitivity=None,
     -----
     The area under the linear interpolation of the ROC points (module docstring) over
     the range, boundary points interpolated, as pROC. Validated against pROC 1.18 to
-    1e-12 (tests/r/operating.R). Coverage over specificity 0.8-1, 1,000 simulated cohorts
-    per scenario of 80 or 200 patients (``bench/operating_coverage.md``): a model's value
-    93.2-95.0% with BCa, its misses balanced (the percentile interval 93.4-94.0%, missing
-    mostly from above: a partial AUC near its ceiling is skewed; in a second, independent
-    1,000 cohorts BCa 93.6-94.6% against 92.5-94.1%); the paired difference 94.0-95.7%
-    with the percentile interval (BCa was 93.2-94.3% there: a difference is nearly
-    symmetric, and estimating its bias correction only adds noise).
+    1e-12 (tests/r/operating.R). Coverage over specificity 0.8-1, 2,000 simulated cohorts
+    per scenario of 80 or 200 patients, 300 replicates (``bench/operating_coverage.md``):
+    a model's value 94.0-94.4% with BCa, each tail at most 3.5% (the percentile interval
+    92.2-93.8%, missing mostly from above: a partial AUC near its ceiling is skewed); the
+    paired difference 94.2-95.6% with the percentile interval (BCa was 93.2-94.3% in an
+    earlier run: a difference is nearly symmetric, and estimating its bias correction
+    only adds noise).
 
     Raises
     ------
@@ -908,9 +997,10 @@ def delong_test_unpaired(label_a, score_a, label_b, score_b, *, conf_level: floa
 
     Validated against pROC 1.18 ``roc.test(paired = FALSE)`` (D, df, p) to 1e-10
     (tests/r/operating.R); the clustered form against a double-loop recomputation
-    (tests/stats/test_operating.py) and its size in ``bench/operating_coverage.md``:
-    5.5-5.9% with 200 patients, but 6.7-7.3% with 80 (about 19 positive scans in the
-    subgroup): liberal in small samples, like pROC's own test, whose df it shares.
+    (tests/stats/test_operating.py) and its size in ``bench/operating_coverage.md``
+    (2,000 cohorts): 4.4-5.5% with 200 patients, 5.2-6.7% with 80 (about 19 positive
+    scans in the subgroup): a little liberal in small samples, like pROC's own test,
+    whose df it shares.
 
     Raises
     ------

@@ -81,6 +81,10 @@ def test_seed_stream_and_decisions():
                                               "performance_goals", "matched_comparisons"])
     d = res.decisions
     assert d.operating.specificity == [0.8, 0.9] and d.operating.sensitivity == [0.5]
+    assert d.operating.difference_ci == "linearized"
+    diff = res["operating_points"]["estimand"].str.endswith("_difference")
+    assert res["operating_points"].loc[diff, "method"].eq("bootstrap-linearized").all()
+    assert res["matched_comparisons"]["method"].eq("bootstrap-linearized").all()
     assert d.seeds.operating_bootstrap == plan.seed_for("operating_bootstrap")
     assert d.operating.partial_auc == {"focus": "sensitivity", "range": [0.5, 1.0], "correct": True,
                                        "boot_ci": "bca"}

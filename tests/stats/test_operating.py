@@ -404,6 +404,92 @@ def test_operating_point_bootstrap_is_paired_and_reproducible():
     assert (diff["conf_low"] <= diff["estimate"]).all()
 
 
+@pytest.mark.parametrize("fixed, values", [("specificity", [0.8, 0.9, 0.95]),
+                                           ("sensitivity", [0.7, 0.85])])
+def test_linearized_replicates_equal_a_recomputation_on_resampled_rows(fixed, values):
+    """A paired difference's linearized replicate (stats.operating._linearized), by hand
+    from the resampled rows: both coordinates at the full sample's two anchor thresholds
+    (pROC's midpoints; the fixed coordinate's value interpolated between them with the
+    full sample's weight), the other one moved along the full sample's chord slope over
+    ``s +- h`` (read off the public operating_point) to the fixed value; and at the
+    full sample's own counts it is the estimate, points hit (ties: phase cells of the
+    simulated study, whose scores repeat) and interpolated alike."""
+    d = _sim()
+    cm = stats.detection.case_matrix(d, ["phase"], need_pred=False)
+    r = op.build_runs(cm)
+    cp, cn = op._point(r)
+    vals = np.array(values)
+    anchors = op._anchors(r, cp, cn, fixed, vals)
+    theta = op._at_values(r, cp, cn, fixed, vals)[0]
+    at_full = op._linearized(r, cp, cn, fixed, anchors)[0]
+    assert np.allclose(at_full, theta, rtol=0, atol=1e-12, equal_nan=True)
+    from stats.bootstrap import draw_indices
+    from stats._rng import spawn
+
+    idx = draw_indices(spawn(11, 1)[0], r.strata, 2)
+    thr = op.thresholds(r)
+    G, GM = cm.n_cells, r.n_groups
+    member = cm.member.toarray().astype(bool)          # cells x cases
+    for b in range(2):
+        w = np.bincount(idx[b], minlength=r.KT.shape[1]).astype(float)
+        counts = (r.KT @ w)[None, :]
+        R = len(r.run_group)
+        bcp, bcn = r.cumulative(counts[:, :R], counts[:, R:])
+        got = op._linearized(r, bcp, bcn, fixed, anchors)[0]
+        mult = w[cm.patient]
+        for v, (i1, i0, prop, slope, sv) in enumerate(anchors):
+            for g in range(GM):
+                m, cell = divmod(g, G)
+                rows = member[cell]
+                y, sc, wt = cm.label[rows], cm.score[rows, m], mult[rows]
+                if not (y.any() and (~y).any()):
+                    continue
+                def coords(t):   # resampled rows' (se, sp) at threshold t (score >= t)
+                    pos, neg = wt * y, wt * ~y
+                    return ((pos * (sc >= t)).sum() / pos.sum(),
+                            (neg * (sc < t)).sum() / neg.sum())
+                se1, sp1 = coords(thr[i1[g]])
+                se0, sp0 = coords(thr[i0[g]])
+                se, sp = se1 + prop[g] * (se0 - se1), sp1 + prop[g] * (sp0 - sp1)
+                n = (~y).sum() if fixed == "specificity" else y.sum()
+                h = op.SLOPE_BANDWIDTH * n ** (-1 / 3)
+                lo, hi = max(sv - h, 0.0), min(sv + h, 1.0)
+                one = pd.DataFrame({"case_id": np.arange(len(y)).astype(str), "model": "m",
+                                    "label": y.astype(int), "score": sc})
+                ends = op.operating_point(one, n_boot=None, cluster=None,
+                                          **{fixed: [lo, hi]})["estimate"].to_numpy()
+                k = (ends[0] - ends[1]) / (hi - lo)
+                assert abs(k - slope[g]) < 1e-12
+                want = se + k * (sp - sv) if fixed == "specificity" else sp + k * (se - sv)
+                assert abs(got[v * GM + g] - want) < 1e-12, (fixed, sv, g)
+
+
+def test_linearized_difference_is_narrower_than_the_percentile_one():
+    """Two models scored on the same scans (a shared component): the replicates read off
+    each model's own ROC add each model's local-slope noise to the difference; the
+    linearized replicates do not. Their SD is smaller, and the option gives back the
+    percentile replicates (the point estimates identical)."""
+    rng = np.random.default_rng(2)
+    n = 400
+    y = rng.random(n) < 0.4
+    z = rng.normal(size=n)
+    frames = [pd.DataFrame({"case_id": np.arange(n).astype(str), "model": m, "label":
+                            y.astype(int), "score": mu * y + 0.8 * z + 0.6 * rng.normal(size=n)})
+              for m, mu in (("A", 2.0), ("B", 1.6))]
+    cases = pd.concat(frames, ignore_index=True)
+    kw = dict(specificity=0.9, n_boot=400, seed=5, cluster=None)
+    lin = stats.operating_point(cases, **kw)
+    pct = stats.operating_point(cases, difference_ci="percentile", **kw)
+    dl, dp = (t[t["estimand"].str.endswith("_difference")].iloc[0] for t in (lin, pct))
+    assert dl["method"] == "bootstrap-linearized" and dp["method"] == "bootstrap-percentile"
+    assert dl["estimate"] == dp["estimate"]
+    assert dl["std_error"] < 0.9 * dp["std_error"], (dl["std_error"], dp["std_error"])
+    models = lambda t: t[~t["estimand"].str.endswith("_difference")]   # noqa: E731
+    pd.testing.assert_frame_equal(models(lin), models(pct))
+    with pytest.raises(stats.schema.ContractError, match="difference_ci"):
+        stats.operating_point(cases, difference_ci="bca", **kw)
+
+
 def test_clustered_goal_p_value_is_dual_to_the_limit_at_every_level():
     """Where patients repeat, p < alpha exactly when the lower limit at alpha (Korn &
     Graubard's effective counts, df factor at that level) exceeds the goal."""
