@@ -6,6 +6,7 @@ contrast and one table. Same numbers as ``tables/gap_decomposition.csv``."""
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
@@ -22,6 +23,9 @@ PARTS = {"gap_total": ("Crude gap", "crude gap"),
          "gap_case_mix": ("Case mix", "case mix"),
          "gap_conditional": ("At equal case mix", "equal case mix")}
 CONTRIBUTION = "contribution:"
+#: a covariate written as a log transform in the plan's formula (``np.log(x)``,
+#: ``np.log2(x)``, ``log(x)``): shown as "log x"
+_LOG_TERM = re.compile(r"^(?:np\.|numpy\.)?log(2|10)?\((\w+)\)$")
 FLAG_TEXT = {"not_estimable": "the counterfactual needs a coefficient the data cannot "
                               "estimate (NaN)",
              "small_n": "a level has fewer than 10 scans",
@@ -46,6 +50,16 @@ def _metric(study) -> str:
     return "sensitivity" if pop == "positives" else "specificity"
 
 
+def covariate_label(term) -> str:
+    """A covariate as a reader names it: ``np.log(tumor_size_mm)`` -> "log tumor size
+    mm", ``age_group`` -> "age group" (the tables' CSVs keep the term itself)."""
+    t = str(term).strip()
+    m = _LOG_TERM.match(t)
+    if m:
+        return f"log{m.group(1) or ''} " + m.group(2).replace("_", " ")
+    return t.replace("_", " ")
+
+
 def ordered(gd: pd.DataFrame) -> pd.DataFrame:
     """One contrast's rows per model in display order (crude gap, case mix, its
     contributions largest first, equal case mix), with ``row`` and ``part`` labels."""
@@ -59,7 +73,7 @@ def ordered(gd: pd.DataFrame) -> pd.DataFrame:
         parts.append(pd.concat([
             head.assign(row=PARTS["gap_total"][0], part=PARTS["gap_total"][1]),
             mix.assign(row=PARTS["gap_case_mix"][0], part=PARTS["gap_case_mix"][1]),
-            contrib.assign(row=["  " + str(c) for c in contrib["covariate"]],
+            contrib.assign(row=["  " + covariate_label(c) for c in contrib["covariate"]],
                            part="contribution"),
             cond.assign(row=PARTS["gap_conditional"][0], part=PARTS["gap_conditional"][1])]))
     return pd.concat(parts, ignore_index=True)
@@ -169,7 +183,7 @@ def _sentence(study, gd: pd.DataFrame, c: dict) -> str:
         if not _finite(t.estimate):
             continue
         top = m[m["estimand"].str.startswith(CONTRIBUTION) & (m["order"] == 1)]
-        lead = (f"; the largest contribution {text.md(str(top.iloc[0]['covariate']))} "
+        lead = (f"; the largest contribution {text.md(covariate_label(top.iloc[0]['covariate']))} "
                 f"{text.num(top.iloc[0]['estimate'], 3)}" if len(top)
                 and _finite(top.iloc[0]["estimate"]) else "")
         said.append(f"{text.md(str(model))}: crude gap "

@@ -101,3 +101,15 @@ def test_sections_left_out_without_the_blocks(demo):
     assert ORDER.index("gaps") < ORDER.index("transport")
     paragraphs = [b for b in methods.build(bare).blocks if isinstance(b, str)]
     assert not any(p.startswith("Assumption of the") for p in paragraphs)
+
+
+@pytest.mark.parametrize("term, label", [("np.log(tumor_size_mm)", "log tumor size mm"),
+                                         ("np.log2(lesion_volume)", "log2 lesion volume"),
+                                         ("age_group", "age group"), ("site", "site"),
+                                         ("np.sqrt(size)", "np.sqrt(size)")])
+def test_covariates_are_labelled_as_a_reader_names_them(term, label):
+    """The gap figure's and table's rows name a log-transformed covariate "log x", not
+    the formula's ``np.log(x)``; another transform keeps its term."""
+    from reports.sections.gaps import covariate_label
+
+    assert covariate_label(term) == label
