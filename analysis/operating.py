@@ -47,6 +47,11 @@ def roc_axes(plan) -> list[tuple[str, ...]]:
     return [a for a in plan.detection.subgroups if len(a) == 1]
 
 
+#: the replicates behind a paired difference's interval at a matched operating point
+#: (stats.operating_point's Notes): passed and recorded here, the one place it is decided
+DIFFERENCE_CI = "linearized"
+
+
 def _boot(results) -> dict:
     op = results.plan.detection.operating_points
     seed = results.plan.seed_for("operating_bootstrap")
@@ -87,8 +92,8 @@ def operating_points(results) -> pd.DataFrame:
     results.decide("operating.specificity", [float(v) for v in op.specificity])
     results.decide("operating.sensitivity", [float(v) for v in op.sensitivity])
     results.decide("operating.by", [":".join(a) for a in det.compare_by])
-    results.decide("operating.difference_ci", "linearized")
-    kw = _boot(results)
+    results.decide("operating.difference_ci", DIFFERENCE_CI)
+    kw = {**_boot(results), "difference_ci": DIFFERENCE_CI}
     parts = []
     ev = results["evaluation"]
     if op.specificity:

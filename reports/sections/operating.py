@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from stats.detection import unplanned_levels
+from stats.operating import SLOPE_BANDWIDTH
 
 from .. import text
 from ..figures import PALETTE, ReportFigure, theme
@@ -392,13 +393,16 @@ def methods_text(study) -> list[str]:
                   "patients)" if pa.boot_ci == "bca" else "") if pa else "")
             + f". Intervals and paired differences between models: percentiles of {op.n_boot} "
             f"replicates of the paired cluster bootstrap (patients resampled with one index "
-            f"for every model and subgroup; seed {seed}); a paired difference at a matched "
-            "operating point from linearized replicates (each model's two coordinates read "
-            "at its full-sample threshold, the other one moved along the full-sample ROC "
-            "slope, the chord over the fixed value +- 0.25 n^(-1/3), to the fixed value: the "
-            "delta method's expansion with resampled counts; replicates read off their own "
-            "ROC gave conservative intervals, 96-99% in simulation, "
-            "bench/operating_coverage.md); Holm over every pair and cell per "
+            f"for every model and subgroup; seed {seed})"
+            + ("; a paired difference at a matched operating point from linearized "
+               "replicates (each model's two coordinates read at its full-sample threshold, "
+               "the other one moved along the full-sample ROC slope, the chord over the "
+               f"fixed value +- {text.num(SLOPE_BANDWIDTH)} n^(-1/3), to the fixed value: "
+               "the delta method's expansion with resampled counts; replicates read off "
+               "their own ROC gave conservative intervals, 96-99% in simulation, "
+               "bench/operating_coverage.md)"
+               if study.results.decisions.operating.difference_ci == "linearized" else "")
+            + "; Holm over every pair and cell per "
             "operating point. A sensitivity gain at the fixed threshold that is bought with "
             "specificity and not significant at any matched specificity is flagged a "
             "threshold shift. Likelihood ratios carry log-method intervals (Simel et al. "
